@@ -1,0 +1,1 @@
+//! Coordination recipes built on the safe client (work in progress).

@@ -1,0 +1,1 @@
+//! Ported seed examples and cross-crate tests live in examples/ and tests/.

@@ -1,0 +1,478 @@
+//! The handle: connect, session accessors, close, and the one path by which every
+//! request reaches C (`submit`).
+
+use crate::context::{self, RequestEntry, SweepReason, WatchEntry, WatchKind};
+use crate::error::{Error, Result};
+use crate::path::c_string;
+use crate::reply::{Fulfiller, Reply, ReplySlot, ZkFuture};
+use crate::session::Session;
+use crate::types::{ClientId, SessionState, WatchedEvent};
+use crate::watch::Watch;
+use crossbeam_channel::Receiver;
+use parking_lot::RwLock;
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_void};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zookeeper_sys as sys;
+
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
+
+/// The C handle. `zhandle_t` is thread-safe in the multi-threaded C client; what is not
+/// safe is closing it while another call runs, which the `RwLock` in `Inner` prevents.
+#[derive(Clone, Copy)]
+struct RawHandle(NonNull<sys::zhandle_t>);
+
+// SAFETY: the mt C client serializes access to its handle internally; the only unsafe
+// concurrency (close vs. any call) is excluded by the RwLock that holds this value.
+unsafe impl Send for RawHandle {}
+// SAFETY: as above.
+unsafe impl Sync for RawHandle {}
+
+struct Inner {
+    /// `None` once closed. Calls hold the read lock for the duration of their C call;
+    /// close takes the write lock, so close never races a call.
+    handle: RwLock<Option<RawHandle>>,
+    session: Arc<Session>,
+    /// The `Arc<Session>` leaked to C as the global watcher context.
+    session_context: *const Session,
+    client: u64,
+}
+
+// SAFETY: `session_context` is only dereferenced by C callbacks and reclaimed once, after
+// the C threads are joined; every other field is Send + Sync.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+/// A ZooKeeper session over the C client. Cheap to clone (all clones share the session)
+/// and usable from any number of threads. The session closes on [`close`](Self::close)
+/// or when the last clone is dropped.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use zookeeper::{Acl, CreateMode, ZooKeeper};
+///
+/// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+/// zk.create("/greeting", b"hello", &Acl::open_unsafe(), CreateMode::Persistent)?;
+/// let (data, stat) = zk.get("/greeting")?;
+/// assert_eq!(data, b"hello");
+/// zk.delete("/greeting", Some(stat.version))?;
+/// zk.close()?;
+/// # Ok::<(), zookeeper::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ZooKeeper {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ZooKeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeper")
+            .field("client", &self.inner.client)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// Options for [`ZooKeeper::builder`].
+#[derive(Debug, Clone)]
+pub struct ZooKeeperBuilder {
+    hosts: String,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    client_id: Option<ClientId>,
+    read_only: bool,
+    deterministic_order: Option<bool>,
+    resolution_delay: Duration,
+}
+
+impl ZooKeeperBuilder {
+    /// Requested session timeout (the server clamps it to its bounds). Default 10 s.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long `connect` waits for the first connection. Default: the session timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Resume an existing session (id and password from [`ZooKeeper::client_id`]).
+    pub fn session(mut self, client_id: ClientId) -> Self {
+        self.client_id = Some(client_id);
+        self
+    }
+
+    /// Accept read-only servers (`ZOO_READONLY`) when no quorum is reachable.
+    pub fn read_only(mut self, allowed: bool) -> Self {
+        self.read_only = allowed;
+        self
+    }
+
+    /// Try the hosts in the given order instead of shuffling. This is a process-wide
+    /// switch in the C client (`zoo_deterministic_conn_order`), applied at connect.
+    pub fn deterministic_order(mut self, deterministic: bool) -> Self {
+        self.deterministic_order = Some(deterministic);
+        self
+    }
+
+    /// Minimum delay between host-name re-resolutions (`zoo_set_servers_resolution_delay`).
+    /// Default 10 s; the C client's own default re-resolves on every IO loop pass.
+    pub fn resolution_delay(mut self, delay: Duration) -> Self {
+        self.resolution_delay = delay;
+        self
+    }
+
+    /// Connects, returning once the session is established.
+    ///
+    /// Errors: `Unresolvable` if no host resolves, `Timeout` if no server accepted the
+    /// session within the connect timeout (e.g. every port refused), `SessionExpired`
+    /// when resuming a session the server no longer knows.
+    pub fn connect(self) -> Result<ZooKeeper> {
+        if self.hosts.trim().is_empty() {
+            return Err(Error::InvalidArgument("empty host list"));
+        }
+        let hosts = c_string(&self.hosts, "host list")?;
+        let session_ms = c_int::try_from(self.session_timeout.as_millis())
+            .map_err(|_| Error::InvalidArgument("session timeout too large"))?;
+        let delay_ms = c_int::try_from(self.resolution_delay.as_millis())
+            .map_err(|_| Error::InvalidArgument("resolution delay too large"))?;
+        let client_id = self.client_id.map(|id| {
+            let mut raw = sys::clientid_t {
+                client_id: id.session_id,
+                passwd: [0; 16],
+            };
+            for (dst, src) in raw.passwd.iter_mut().zip(id.password) {
+                *dst = src as std::os::raw::c_char;
+            }
+            raw
+        });
+
+        crate::logging::apply_default_level();
+        if let Some(deterministic) = self.deterministic_order {
+            // SAFETY: sets a process-wide int; no preconditions.
+            unsafe { sys::zoo_deterministic_conn_order(deterministic as c_int) };
+        }
+
+        let client = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
+        let session = Arc::new(Session::new(client));
+        let session_context = Arc::into_raw(Arc::clone(&session));
+        let flags = if self.read_only {
+            sys::ZOO_READONLY as c_int
+        } else {
+            0
+        };
+        // SAFETY: `hosts` is NUL-terminated and copied by C; `client_id` is NULL or a
+        // valid clientid_t copied by C; the context is a live `Arc<Session>` reclaimed only
+        // after `zookeeper_close` (or right below if init fails); the callbacks are ours.
+        let zh = unsafe {
+            sys::zookeeper_init2(
+                hosts.as_ptr(),
+                Some(context::session_watcher),
+                session_ms,
+                client_id.as_ref().map_or(ptr::null(), |id| id as *const _),
+                session_context as *mut c_void,
+                flags,
+                Some(context::log_callback),
+            )
+        };
+        let Some(zh) = NonNull::new(zh) else {
+            let os_error = std::io::Error::last_os_error().to_string();
+            // SAFETY: init failed, so C kept no copy of the context: reclaim it once.
+            drop(unsafe { Arc::from_raw(session_context) });
+            return Err(Error::Unresolvable {
+                hosts: self.hosts,
+                os_error,
+            });
+        };
+        // SAFETY: `zh` is a live handle no other thread knows yet.
+        unsafe { sys::zoo_set_servers_resolution_delay(zh.as_ptr(), delay_ms) };
+
+        let zk = ZooKeeper {
+            inner: Arc::new(Inner {
+                handle: RwLock::new(Some(RawHandle(zh))),
+                session,
+                session_context,
+                client,
+            }),
+        };
+        match zk
+            .inner
+            .session
+            .wait_connected(Instant::now() + self.connect_timeout)
+        {
+            state if state.is_connected() => Ok(zk),
+            SessionState::Expired => Err(Error::SessionExpired),
+            SessionState::AuthFailed => Err(Error::AuthFailed),
+            _ => Err(Error::Timeout), // dropping `zk` closes the handle
+        }
+    }
+}
+
+impl ZooKeeper {
+    /// Connects to `hosts` (`"host:port,host:port[/chroot]"`) with the given session
+    /// timeout and waits until the session is established.
+    pub fn connect(hosts: &str, session_timeout: Duration) -> Result<ZooKeeper> {
+        ZooKeeper::builder(hosts)
+            .session_timeout(session_timeout)
+            .connect()
+    }
+
+    /// A builder for the other connection options.
+    pub fn builder(hosts: &str) -> ZooKeeperBuilder {
+        ZooKeeperBuilder {
+            hosts: hosts.to_string(),
+            session_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::ZERO,
+            client_id: None,
+            read_only: false,
+            deterministic_order: None,
+            resolution_delay: Duration::from_secs(10),
+        }
+        .fix_connect_timeout()
+    }
+
+    /// The current session state.
+    pub fn state(&self) -> SessionState {
+        self.inner.session.state()
+    }
+
+    /// A new receiver of every session event from now on (connected, connecting,
+    /// expired, ...). Any number of receivers may exist; each gets every event. The
+    /// channel closes when the handle closes.
+    pub fn session_events(&self) -> Receiver<WatchedEvent> {
+        self.inner.session.subscribe()
+    }
+
+    /// Waits until the session is connected again (after a connection loss), or fails
+    /// with `Timeout`, or with the terminal error.
+    pub fn wait_connected(&self, timeout: Duration) -> Result<()> {
+        match self.inner.session.wait_connected(Instant::now() + timeout) {
+            state if state.is_connected() => Ok(()),
+            SessionState::Expired => Err(Error::SessionExpired),
+            SessionState::AuthFailed => Err(Error::AuthFailed),
+            SessionState::Closed => Err(Error::Closed),
+            _ => Err(Error::Timeout),
+        }
+    }
+
+    /// Runs `call` with the live C handle, holding the read lock so close cannot run
+    /// concurrently. Fails fast on a closed or terminal session.
+    pub(crate) fn with_handle<R>(&self, call: impl FnOnce(*mut sys::zhandle_t) -> R) -> Result<R> {
+        let guard = self.inner.handle.read();
+        let Some(handle) = *guard else {
+            return Err(Error::Closed);
+        };
+        match self.inner.session.state() {
+            SessionState::Expired => return Err(Error::SessionExpired),
+            SessionState::AuthFailed => return Err(Error::AuthFailed),
+            _ => {}
+        }
+        Ok(call(handle.0.as_ptr()))
+    }
+
+    /// Submits one asynchronous C call. `call` gets the handle, the watch context (NULL
+    /// when `watch` is `None`) and the request context, and returns the C return code.
+    pub(crate) fn submit<T: 'static>(
+        &self,
+        watch: Option<(WatchKind, &str)>,
+        multi: Option<Box<context::MultiBuffers>>,
+        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void) -> c_int,
+        convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
+        let client = self.inner.client;
+        let slot = ReplySlot::new();
+        let outcome = self.with_handle(|zh| {
+            let (watch_id, receiver) = match watch {
+                Some((kind, path)) => {
+                    let (sender, receiver) = crossbeam_channel::bounded(1);
+                    let id = context::register_watch(
+                        client,
+                        WatchEntry {
+                            path: path.to_string(),
+                            kind,
+                            sender,
+                        },
+                    );
+                    (
+                        Some((id, kind)),
+                        Some(Watch::new(receiver, client, id, path, kind)),
+                    )
+                }
+                None => (None, None),
+            };
+            let request_id = context::register_request(
+                client,
+                RequestEntry {
+                    fulfiller: Fulfiller(Arc::clone(&slot)),
+                    watch: watch_id,
+                    multi,
+                },
+            );
+            let watch_context = watch_id.map_or(ptr::null_mut(), |(id, _)| context::id_to_ptr(id));
+            let rc = call(zh, watch_context, context::id_to_ptr(request_id));
+            if rc != sys::ZOK {
+                context::submission_failed(request_id, rc);
+            }
+            receiver
+        });
+        match outcome {
+            Ok(receiver) => ZkFuture::pending(slot, move |reply| convert(reply, receiver)),
+            Err(error) => ZkFuture::failed(error),
+        }
+    }
+
+    /// The session id and password, to resume the session elsewhere.
+    pub fn client_id(&self) -> Result<ClientId> {
+        self.with_handle(|zh| {
+            // SAFETY: live handle; C returns a pointer into the handle, read under the lock.
+            let raw = unsafe { &*sys::zoo_client_id(zh) };
+            let mut password = [0u8; 16];
+            for (dst, src) in password.iter_mut().zip(raw.passwd) {
+                *dst = src as u8;
+            }
+            ClientId {
+                session_id: raw.client_id,
+                password,
+            }
+        })
+    }
+
+    /// The session timeout negotiated with the server.
+    pub fn session_timeout(&self) -> Result<Duration> {
+        // SAFETY: live handle.
+        self.with_handle(|zh| unsafe { sys::zoo_recv_timeout(zh) })
+            .map(|ms| Duration::from_millis(ms.max(0) as u64))
+    }
+
+    /// The server this handle is connected to (`host:port`), if any.
+    ///
+    /// The C client returns a buffer it shares with its IO thread (ZOOKEEPER-4810); it is
+    /// copied at once, but may be torn if the connection moves at that instant.
+    pub fn current_server(&self) -> Result<Option<String>> {
+        self.with_handle(|zh| {
+            // SAFETY: live handle; the result is NULL or a NUL-terminated string we copy now.
+            let server = unsafe { sys::zoo_get_current_server(zh) };
+            if server.is_null() {
+                None
+            } else {
+                // SAFETY: non-NULL, NUL-terminated.
+                let text = unsafe { CStr::from_ptr(server) }
+                    .to_string_lossy()
+                    .into_owned();
+                (!text.is_empty()).then_some(text)
+            }
+        })
+    }
+
+    /// Replaces the server list (`zoo_set_servers`); the client may move to rebalance.
+    pub fn set_servers(&self, hosts: &str) -> Result<()> {
+        if hosts.trim().is_empty() {
+            return Err(Error::InvalidArgument("empty host list"));
+        }
+        let hosts = c_string(hosts, "host list")?;
+        // SAFETY: live handle; `hosts` is NUL-terminated and copied by C.
+        Error::check(self.with_handle(|zh| unsafe { sys::zoo_set_servers(zh, hosts.as_ptr()) })?)
+    }
+
+    /// Moves to the next server in the list on the next reconnect (`zoo_cycle_next_server`).
+    pub fn cycle_next_server(&self) -> Result<()> {
+        // SAFETY: live handle.
+        self.with_handle(|zh| unsafe { sys::zoo_cycle_next_server(zh) })
+    }
+
+    /// Whether the session can never recover (expired or auth failed; `is_unrecoverable`).
+    pub fn is_unrecoverable(&self) -> bool {
+        match self.with_handle(|zh| {
+            // SAFETY: live handle.
+            unsafe { sys::is_unrecoverable(zh) }
+        }) {
+            Ok(rc) => rc != sys::ZOK,
+            Err(_) => true,
+        }
+    }
+
+    /// Contexts of this handle still held for C (pending requests, armed watches).
+    /// Reads 0 after close: every context is freed exactly once.
+    pub fn live_contexts(&self) -> usize {
+        context::live_contexts(self.inner.client)
+    }
+
+    /// Contexts held for C by every handle of this process.
+    pub fn live_contexts_in_process() -> usize {
+        context::live_contexts_total()
+    }
+
+    /// Closes the session: pending requests fail with `Closed`, watches end, the
+    /// session's ephemeral nodes go. Waits for calls running on other threads to
+    /// return first. Later calls on any clone fail with `Closed`. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        close_inner(&self.inner)
+    }
+
+    pub(crate) fn client_key(&self) -> u64 {
+        self.inner.client
+    }
+}
+
+impl ZooKeeperBuilder {
+    fn fix_connect_timeout(mut self) -> Self {
+        if self.connect_timeout.is_zero() {
+            self.connect_timeout = self.session_timeout;
+        }
+        self
+    }
+}
+
+fn close_inner(inner: &Inner) -> Result<()> {
+    let mut guard = inner.handle.write();
+    let Some(handle) = guard.take() else {
+        return Ok(());
+    };
+    if context::in_c_callback() {
+        // On the C completion thread (e.g. a waker dropped the last clone): closing here
+        // would free the handle under the running completion loop. Hand it off.
+        let handle = handle;
+        let session = Arc::clone(&inner.session);
+        let session_context = inner.session_context as usize;
+        let client = inner.client;
+        std::thread::spawn(move || {
+            finish_close(handle, &session, session_context as *const Session, client)
+        });
+        return Ok(());
+    }
+    let result = finish_close(handle, &inner.session, inner.session_context, inner.client);
+    drop(guard);
+    result
+}
+
+fn finish_close(
+    handle: RawHandle,
+    session: &Session,
+    session_context: *const Session,
+    client: u64,
+) -> Result<()> {
+    // SAFETY: the handle was taken out of the lock, so no other call can use it; this is
+    // not the C completion thread (checked by the caller), so close joins both C threads.
+    let rc = unsafe { sys::zookeeper_close(handle.0.as_ptr()) };
+    // The C threads are joined: nothing can call back any more. Free what is left.
+    context::sweep(client, SweepReason::Closed);
+    session.on_state(SessionState::Closed);
+    session.close_subscribers();
+    // SAFETY: the Arc leaked at init; C will never read it again; reclaimed exactly once.
+    drop(unsafe { Arc::from_raw(session_context) });
+    Error::check(rc)
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Err(error) = close_inner(self) {
+            log::debug!("zookeeper-rs: close on drop: {error}");
+        }
+    }
+}

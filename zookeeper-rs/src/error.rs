@@ -1,0 +1,291 @@
+//! One error type for everything the client can report: every `ZOO_*` code the C client
+//! or the server returns, plus what the binding itself rejects before calling C.
+
+use std::ffi::CStr;
+use std::fmt;
+use zookeeper_sys as sys;
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error from the server, the C client, or the binding's own checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    // --- system errors (ZSYSTEMERROR range) ---
+    /// ZSYSTEMERROR
+    SystemError,
+    /// ZRUNTIMEINCONSISTENCY: in a multi, an operation that was not executed because
+    /// another one failed.
+    RuntimeInconsistency,
+    /// ZDATAINCONSISTENCY
+    DataInconsistency,
+    /// ZCONNECTIONLOSS: the connection dropped; the request may or may not have been applied.
+    ConnectionLoss,
+    /// ZMARSHALLINGERROR
+    MarshallingError,
+    /// ZUNIMPLEMENTED (e.g. TTL nodes on a server without extended types)
+    Unimplemented,
+    /// ZOPERATIONTIMEOUT
+    OperationTimeout,
+    /// ZBADARGUMENTS
+    BadArguments,
+    /// ZINVALIDSTATE
+    InvalidState,
+    /// ZNEWCONFIGNOQUORUM
+    NewConfigNoQuorum,
+    /// ZRECONFIGINPROGRESS
+    ReconfigInProgress,
+    /// ZSSLCONNECTIONERROR
+    SslConnectionError,
+    // --- API errors (ZAPIERROR range) ---
+    /// ZAPIERROR
+    ApiError,
+    /// ZNONODE
+    NoNode,
+    /// ZNOAUTH
+    NoAuth,
+    /// ZBADVERSION
+    BadVersion,
+    /// ZNOCHILDRENFOREPHEMERALS
+    NoChildrenForEphemerals,
+    /// ZNODEEXISTS
+    NodeExists,
+    /// ZNOTEMPTY
+    NotEmpty,
+    /// ZSESSIONEXPIRED: terminal; open a new session.
+    SessionExpired,
+    /// ZINVALIDCALLBACK
+    InvalidCallback,
+    /// ZINVALIDACL
+    InvalidAcl,
+    /// ZAUTHFAILED: terminal; open a new session.
+    AuthFailed,
+    /// ZCLOSING
+    Closing,
+    /// ZNOTHING
+    Nothing,
+    /// ZSESSIONMOVED
+    SessionMoved,
+    /// ZNOTREADONLY
+    NotReadOnly,
+    /// ZEPHEMERALONLOCALSESSION
+    EphemeralOnLocalSession,
+    /// ZNOWATCHER
+    NoWatcher,
+    /// ZRECONFIGDISABLED
+    ReconfigDisabled,
+    /// ZSESSIONCLOSEDREQUIRESASLAUTH
+    SessionClosedRequireSaslAuth,
+    /// ZTHROTTLEDOP: not executed; retry.
+    ThrottledOp,
+    /// A code this binding does not know (a newer C client or server).
+    Unknown(i32),
+
+    // --- binding errors: rejected before reaching C ---
+    /// The path breaks the server's rules; `reason` says which.
+    InvalidPath {
+        /// The offending path (lossy if it was not valid UTF-8).
+        path: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// A string argument (host list, scheme, ACL id) contains a NUL byte.
+    InteriorNul(&'static str),
+    /// Node data above the server's default `jute.maxbuffer`.
+    DataTooLarge {
+        /// Length of the rejected data.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An argument outside its domain (TTL of zero, an empty host list, ...).
+    InvalidArgument(&'static str),
+    /// The host list could not be resolved (`zookeeper_init` returned NULL).
+    Unresolvable {
+        /// The host list given.
+        hosts: String,
+        /// The OS error, as text.
+        os_error: String,
+    },
+    /// Waiting (for a connection, a lock, ...) exceeded its deadline.
+    Timeout,
+    /// The handle was closed; no call can be made on it any more.
+    Closed,
+    /// One operation of a multi failed; nothing in the multi was applied.
+    MultiFailed {
+        /// Index of the first failing operation.
+        index: usize,
+        /// Its error.
+        error: Box<Error>,
+    },
+}
+
+impl Error {
+    /// Maps a C return code; `ZOK` maps to `None`.
+    pub fn from_code(code: i32) -> Option<Error> {
+        use Error::*;
+        Some(match code {
+            sys::ZOK => return None,
+            sys::ZSYSTEMERROR => SystemError,
+            sys::ZRUNTIMEINCONSISTENCY => RuntimeInconsistency,
+            sys::ZDATAINCONSISTENCY => DataInconsistency,
+            sys::ZCONNECTIONLOSS => ConnectionLoss,
+            sys::ZMARSHALLINGERROR => MarshallingError,
+            sys::ZUNIMPLEMENTED => Unimplemented,
+            sys::ZOPERATIONTIMEOUT => OperationTimeout,
+            sys::ZBADARGUMENTS => BadArguments,
+            sys::ZINVALIDSTATE => InvalidState,
+            sys::ZNEWCONFIGNOQUORUM => NewConfigNoQuorum,
+            sys::ZRECONFIGINPROGRESS => ReconfigInProgress,
+            sys::ZSSLCONNECTIONERROR => SslConnectionError,
+            sys::ZAPIERROR => ApiError,
+            sys::ZNONODE => NoNode,
+            sys::ZNOAUTH => NoAuth,
+            sys::ZBADVERSION => BadVersion,
+            sys::ZNOCHILDRENFOREPHEMERALS => NoChildrenForEphemerals,
+            sys::ZNODEEXISTS => NodeExists,
+            sys::ZNOTEMPTY => NotEmpty,
+            sys::ZSESSIONEXPIRED => SessionExpired,
+            sys::ZINVALIDCALLBACK => InvalidCallback,
+            sys::ZINVALIDACL => InvalidAcl,
+            sys::ZAUTHFAILED => AuthFailed,
+            sys::ZCLOSING => Closing,
+            sys::ZNOTHING => Nothing,
+            sys::ZSESSIONMOVED => SessionMoved,
+            sys::ZNOTREADONLY => NotReadOnly,
+            sys::ZEPHEMERALONLOCALSESSION => EphemeralOnLocalSession,
+            sys::ZNOWATCHER => NoWatcher,
+            sys::ZRECONFIGDISABLED => ReconfigDisabled,
+            sys::ZSESSIONCLOSEDREQUIRESASLAUTH => SessionClosedRequireSaslAuth,
+            sys::ZTHROTTLEDOP => ThrottledOp,
+            other => Unknown(other),
+        })
+    }
+
+    /// Turns a C return code into a `Result`.
+    pub(crate) fn check(code: i32) -> Result<()> {
+        match Error::from_code(code) {
+            None => Ok(()),
+            Some(error) => Err(error),
+        }
+    }
+
+    /// The C code of this error, if it came from the C client or the server.
+    pub fn code(&self) -> Option<i32> {
+        use Error::*;
+        Some(match self {
+            SystemError => sys::ZSYSTEMERROR,
+            RuntimeInconsistency => sys::ZRUNTIMEINCONSISTENCY,
+            DataInconsistency => sys::ZDATAINCONSISTENCY,
+            ConnectionLoss => sys::ZCONNECTIONLOSS,
+            MarshallingError => sys::ZMARSHALLINGERROR,
+            Unimplemented => sys::ZUNIMPLEMENTED,
+            OperationTimeout => sys::ZOPERATIONTIMEOUT,
+            BadArguments => sys::ZBADARGUMENTS,
+            InvalidState => sys::ZINVALIDSTATE,
+            NewConfigNoQuorum => sys::ZNEWCONFIGNOQUORUM,
+            ReconfigInProgress => sys::ZRECONFIGINPROGRESS,
+            SslConnectionError => sys::ZSSLCONNECTIONERROR,
+            ApiError => sys::ZAPIERROR,
+            NoNode => sys::ZNONODE,
+            NoAuth => sys::ZNOAUTH,
+            BadVersion => sys::ZBADVERSION,
+            NoChildrenForEphemerals => sys::ZNOCHILDRENFOREPHEMERALS,
+            NodeExists => sys::ZNODEEXISTS,
+            NotEmpty => sys::ZNOTEMPTY,
+            SessionExpired => sys::ZSESSIONEXPIRED,
+            InvalidCallback => sys::ZINVALIDCALLBACK,
+            InvalidAcl => sys::ZINVALIDACL,
+            AuthFailed => sys::ZAUTHFAILED,
+            Closing => sys::ZCLOSING,
+            Nothing => sys::ZNOTHING,
+            SessionMoved => sys::ZSESSIONMOVED,
+            NotReadOnly => sys::ZNOTREADONLY,
+            EphemeralOnLocalSession => sys::ZEPHEMERALONLOCALSESSION,
+            NoWatcher => sys::ZNOWATCHER,
+            ReconfigDisabled => sys::ZRECONFIGDISABLED,
+            SessionClosedRequireSaslAuth => sys::ZSESSIONCLOSEDREQUIRESASLAUTH,
+            ThrottledOp => sys::ZTHROTTLEDOP,
+            Unknown(code) => *code,
+            _ => return None,
+        })
+    }
+
+    /// The request may or may not have been applied: the connection dropped first.
+    pub fn is_connection_loss(&self) -> bool {
+        matches!(self, Error::ConnectionLoss | Error::OperationTimeout)
+    }
+
+    /// The session is gone for good (expired, auth failed or closed): open a new one.
+    pub fn is_session_terminal(&self) -> bool {
+        matches!(
+            self,
+            Error::SessionExpired | Error::AuthFailed | Error::Closed | Error::Closing
+        )
+    }
+
+    /// Worth retrying as is, on the same session (connection loss, throttling).
+    pub fn is_retryable(&self) -> bool {
+        self.is_connection_loss() || matches!(self, Error::ThrottledOp | Error::SessionMoved)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidPath { path, reason } => write!(f, "invalid path {path:?}: {reason}"),
+            Error::InteriorNul(what) => write!(f, "{what} contains a NUL byte"),
+            Error::DataTooLarge { len, max } => {
+                write!(f, "data of {len} bytes exceeds the {max}-byte limit")
+            }
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Unresolvable { hosts, os_error } => {
+                write!(f, "cannot use host list {hosts:?}: {os_error}")
+            }
+            Error::Timeout => f.write_str("timed out"),
+            Error::Closed => f.write_str("the ZooKeeper handle is closed"),
+            Error::MultiFailed { index, error } => {
+                write!(f, "multi operation {index} failed: {error}")
+            }
+            other => {
+                let code = other.code().unwrap_or(sys::ZSYSTEMERROR);
+                // SAFETY: zerror returns a pointer to a static NUL-terminated string for
+                // every int, known or not.
+                let text = unsafe { CStr::from_ptr(sys::zerror(code)) };
+                write!(f, "{} ({code})", text.to_string_lossy())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::MultiFailed { error, .. } => Some(error.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_code_round_trips() {
+        for code in (-130..=0).chain([-1000, 7]) {
+            match Error::from_code(code) {
+                None => assert_eq!(code, sys::ZOK),
+                Some(error) => assert_eq!(error.code(), Some(code), "{error:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn display_uses_the_c_text() {
+        assert_eq!(Error::NoNode.to_string(), "no node (-101)");
+        assert!(Error::Unknown(-999).to_string().contains("-999"));
+        assert_eq!(Error::Closed.to_string(), "the ZooKeeper handle is closed");
+    }
+}

@@ -1,0 +1,56 @@
+//! The C client's log goes to the `log` crate, target `zookeeper::c`.
+//!
+//! The C level is process-wide (`zoo_set_debug_level`). Unless set explicitly with
+//! [`set_c_log_level`], each connect sets it from `log::max_level()`, so the C client
+//! does not format messages nobody will see.
+
+use log::{Level, LevelFilter};
+use std::sync::atomic::{AtomicBool, Ordering};
+use zookeeper_sys as sys;
+
+static EXPLICIT_LEVEL: AtomicBool = AtomicBool::new(false);
+
+/// Sets the C client's log level for the whole process (it is global in C), and stops
+/// connects from deriving it from `log::max_level()`.
+pub fn set_c_log_level(level: LevelFilter) {
+    EXPLICIT_LEVEL.store(true, Ordering::Relaxed);
+    apply(level);
+}
+
+pub(crate) fn apply_default_level() {
+    if !EXPLICIT_LEVEL.load(Ordering::Relaxed) {
+        apply(log::max_level());
+    }
+}
+
+fn apply(level: LevelFilter) {
+    let c_level = match level {
+        LevelFilter::Off => 0,
+        LevelFilter::Error => sys::ZOO_LOG_LEVEL_ERROR,
+        LevelFilter::Warn => sys::ZOO_LOG_LEVEL_WARN,
+        LevelFilter::Info => sys::ZOO_LOG_LEVEL_INFO,
+        LevelFilter::Debug | LevelFilter::Trace => sys::ZOO_LOG_LEVEL_DEBUG,
+    };
+    // SAFETY: sets a process-wide int; no preconditions.
+    unsafe { sys::zoo_set_debug_level(c_level) };
+}
+
+/// Maps one C log line (`time:pid(tid):ZOO_LEVEL@func@line: message`) to a `log` record.
+pub(crate) fn forward(line: &str) {
+    let level = if line.contains("ZOO_ERROR@") {
+        Level::Error
+    } else if line.contains("ZOO_WARN@") {
+        Level::Warn
+    } else if line.contains("ZOO_INFO@") {
+        Level::Info
+    } else {
+        Level::Debug
+    };
+    let message = line
+        .split_once("ZOO_")
+        .map_or(line, |(_, rest)| {
+            rest.split_once('@').map_or(rest, |(_, m)| m)
+        })
+        .trim_end();
+    log::log!(target: "zookeeper::c", level, "{message}");
+}

@@ -1,0 +1,971 @@
+//! Every request, in an asynchronous form returning a [`ZkFuture`] and a blocking form
+//! that waits on it. Both go through `ZooKeeper::submit`, so sync and async calls share
+//! one path, one ordering (the C completion FIFO) and one context discipline.
+
+use crate::acl::CAcl;
+use crate::client::ZooKeeper;
+use crate::context::{self, MultiBuffers, WatchKind};
+use crate::error::{Error, Result};
+use crate::multi::{Op, OpResult};
+use crate::path::{c_path, c_string, check_data};
+use crate::reply::{Payload, Reply, ZkFuture};
+use crate::types::{Acl, CreateMode, Stat, WatcherType};
+use crate::watch::Watch;
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int};
+use std::ptr;
+use zookeeper_sys as sys;
+
+/// Fails with the reply's error, or yields its payload.
+fn payload(reply: Reply) -> Result<Payload> {
+    Error::check(reply.rc)?;
+    Ok(reply.payload)
+}
+
+/// A payload of an unexpected shape: a bug in this binding, reported, not panicked on.
+fn unexpected<T>(payload: Payload) -> Result<T> {
+    log::error!("zookeeper-rs: unexpected completion payload {payload:?}");
+    Err(Error::SystemError)
+}
+
+fn stat_of(stat: Option<Stat>) -> Result<Stat> {
+    stat.ok_or(Error::SystemError)
+}
+
+fn version_of(version: Option<i32>) -> c_int {
+    version.unwrap_or(-1)
+}
+
+fn data_ptr(data: &[u8]) -> (*const c_char, c_int) {
+    if data.is_empty() {
+        // An empty value is sent as a zero-length buffer, not a null node.
+        (b"".as_ptr() as *const c_char, 0)
+    } else {
+        (data.as_ptr() as *const c_char, data.len() as c_int)
+    }
+}
+
+fn watch_of(watch: Option<Watch>) -> Result<Watch> {
+    watch.ok_or(Error::SystemError)
+}
+
+/// Everything a create needs, checked before it reaches C.
+struct CreateArgs {
+    path: CString,
+    acl: CAcl,
+    mode: c_int,
+    ttl: i64,
+}
+
+fn create_args(path: &str, data: &[u8], acl: &[Acl], mode: CreateMode) -> Result<CreateArgs> {
+    let path = c_path(path, mode.is_sequential())?;
+    check_data(data)?;
+    if acl.is_empty() {
+        return Err(Error::InvalidAcl);
+    }
+    let (mode, ttl) = mode.to_c()?;
+    Ok(CreateArgs {
+        path,
+        acl: CAcl::new(acl)?,
+        mode,
+        ttl,
+    })
+}
+
+impl ZooKeeper {
+    // ---------------- create ----------------
+
+    /// Creates a node; returns its path (with the sequence suffix for sequential modes).
+    pub fn create(&self, path: &str, data: &[u8], acl: &[Acl], mode: CreateMode) -> Result<String> {
+        self.create_async(path, data, acl, mode).wait()
+    }
+
+    /// Async [`create`](Self::create).
+    pub fn create_async(
+        &self,
+        path: &str,
+        data: &[u8],
+        acl: &[Acl],
+        mode: CreateMode,
+    ) -> ZkFuture<String> {
+        let mut args = match create_args(path, data, acl, mode) {
+            Ok(args) => args,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        let (value, len) = data_ptr(data);
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                let acl = args.acl.as_vector();
+                // SAFETY: live handle; path, value and ACL are valid for the call and
+                // serialized by C before it returns; the completion is ours and its
+                // context is a registry id.
+                unsafe {
+                    sys::zoo_acreate_ttl(
+                        zh,
+                        args.path.as_ptr(),
+                        value,
+                        len,
+                        &acl,
+                        args.mode,
+                        args.ttl,
+                        Some(context::string_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| match payload(reply)? {
+                Payload::Path(path, _) => Ok(path),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    /// Creates a node and returns its path and `Stat` (`zoo_create2`).
+    pub fn create2(
+        &self,
+        path: &str,
+        data: &[u8],
+        acl: &[Acl],
+        mode: CreateMode,
+    ) -> Result<(String, Stat)> {
+        self.create2_async(path, data, acl, mode).wait()
+    }
+
+    /// Async [`create2`](Self::create2).
+    pub fn create2_async(
+        &self,
+        path: &str,
+        data: &[u8],
+        acl: &[Acl],
+        mode: CreateMode,
+    ) -> ZkFuture<(String, Stat)> {
+        let mut args = match create_args(path, data, acl, mode) {
+            Ok(args) => args,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        let (value, len) = data_ptr(data);
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                let acl = args.acl.as_vector();
+                // SAFETY: as in `create_async`.
+                unsafe {
+                    sys::zoo_acreate2_ttl(
+                        zh,
+                        args.path.as_ptr(),
+                        value,
+                        len,
+                        &acl,
+                        args.mode,
+                        args.ttl,
+                        Some(context::string_stat_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| match payload(reply)? {
+                Payload::Path(path, stat) => Ok((path, stat_of(stat)?)),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    // ---------------- delete ----------------
+
+    /// Deletes a node at `version` (`None`: any version).
+    pub fn delete(&self, path: &str, version: Option<i32>) -> Result<()> {
+        self.delete_async(path, version).wait()
+    }
+
+    /// Async [`delete`](Self::delete).
+    pub fn delete_async(&self, path: &str, version: Option<i32>) -> ZkFuture<()> {
+        let path = match c_path(path, false) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; the path is valid for the call; ours is the completion.
+                unsafe {
+                    sys::zoo_adelete(
+                        zh,
+                        path.as_ptr(),
+                        version_of(version),
+                        Some(context::void_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| payload(reply).map(drop),
+        )
+    }
+
+    // ---------------- exists ----------------
+
+    /// The node's `Stat`, or `None` if it does not exist.
+    pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.exists_async(path).wait()
+    }
+
+    /// Async [`exists`](Self::exists).
+    pub fn exists_async(&self, path: &str) -> ZkFuture<Option<Stat>> {
+        self.exists_impl(path, false, |stat, _| Ok(stat))
+    }
+
+    /// [`exists`](Self::exists) and a watch that fires on the node's creation, deletion
+    /// or data change (set whether or not the node exists).
+    pub fn exists_watch(&self, path: &str) -> Result<(Option<Stat>, Watch)> {
+        self.exists_watch_async(path).wait()
+    }
+
+    /// Async [`exists_watch`](Self::exists_watch).
+    pub fn exists_watch_async(&self, path: &str) -> ZkFuture<(Option<Stat>, Watch)> {
+        self.exists_impl(path, true, |stat, watch| Ok((stat, watch_of(watch)?)))
+    }
+
+    fn exists_impl<T: 'static>(
+        &self,
+        path_str: &str,
+        watch: bool,
+        finish: impl FnOnce(Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
+        let path = match c_path(path_str, false) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            watch.then_some((WatchKind::Exists, path_str)),
+            None,
+            |zh, watch_context, request| {
+                let watcher = if watch {
+                    Some(context::path_watcher as _)
+                } else {
+                    None
+                };
+                // SAFETY: live handle; path valid for the call; the watcher context is a
+                // registry id (or NULL with no watcher); ours is the completion.
+                unsafe {
+                    sys::zoo_awexists(
+                        zh,
+                        path.as_ptr(),
+                        watcher,
+                        watch_context,
+                        Some(context::stat_completion),
+                        request,
+                    )
+                }
+            },
+            move |reply, watch| {
+                if reply.rc == sys::ZNONODE {
+                    return finish(None, watch);
+                }
+                match payload(reply)? {
+                    Payload::Stat(stat) => finish(Some(stat_of(stat)?), watch),
+                    other => unexpected(other),
+                }
+            },
+        )
+    }
+
+    // ---------------- get ----------------
+
+    /// The node's data and `Stat`.
+    pub fn get(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
+        self.get_async(path).wait()
+    }
+
+    /// Async [`get`](Self::get).
+    pub fn get_async(&self, path: &str) -> ZkFuture<(Vec<u8>, Stat)> {
+        self.get_impl(path, false, |data, stat, _| Ok((data, stat)))
+    }
+
+    /// [`get`](Self::get) and a watch that fires on the node's data change or deletion.
+    pub fn get_watch(&self, path: &str) -> Result<(Vec<u8>, Stat, Watch)> {
+        self.get_watch_async(path).wait()
+    }
+
+    /// Async [`get_watch`](Self::get_watch).
+    pub fn get_watch_async(&self, path: &str) -> ZkFuture<(Vec<u8>, Stat, Watch)> {
+        self.get_impl(path, true, |data, stat, watch| {
+            Ok((data, stat, watch_of(watch)?))
+        })
+    }
+
+    fn get_impl<T: 'static>(
+        &self,
+        path_str: &str,
+        watch: bool,
+        finish: impl FnOnce(Vec<u8>, Stat, Option<Watch>) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
+        let path = match c_path(path_str, false) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            watch.then_some((WatchKind::Data, path_str)),
+            None,
+            |zh, watch_context, request| {
+                let watcher = if watch {
+                    Some(context::path_watcher as _)
+                } else {
+                    None
+                };
+                // SAFETY: as in `exists_impl`.
+                unsafe {
+                    sys::zoo_awget(
+                        zh,
+                        path.as_ptr(),
+                        watcher,
+                        watch_context,
+                        Some(context::data_completion),
+                        request,
+                    )
+                }
+            },
+            move |reply, watch| match payload(reply)? {
+                Payload::Data(data, stat) => finish(data, stat_of(stat)?, watch),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    // ---------------- set ----------------
+
+    /// Sets the node's data at `version` (`None`: any); returns the new `Stat` (`zoo_set2`).
+    pub fn set(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
+        self.set_async(path, data, version).wait()
+    }
+
+    /// Async [`set`](Self::set).
+    pub fn set_async(&self, path: &str, data: &[u8], version: Option<i32>) -> ZkFuture<Stat> {
+        let path = match c_path(path, false).and_then(|p| check_data(data).map(|_| p)) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        let (value, len) = data_ptr(data);
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; path and data valid for the call and serialized by
+                // C before it returns; ours is the completion.
+                unsafe {
+                    sys::zoo_aset(
+                        zh,
+                        path.as_ptr(),
+                        value,
+                        len,
+                        version_of(version),
+                        Some(context::stat_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| match payload(reply)? {
+                Payload::Stat(stat) => stat_of(stat),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    // ---------------- children ----------------
+
+    /// The names of the node's children (unsorted, as the server sends them).
+    pub fn get_children(&self, path: &str) -> Result<Vec<String>> {
+        self.get_children_async(path).wait()
+    }
+
+    /// Async [`get_children`](Self::get_children).
+    pub fn get_children_async(&self, path: &str) -> ZkFuture<Vec<String>> {
+        self.children_impl(path, false, |children, _, _| Ok(children))
+    }
+
+    /// The children and the parent's `Stat` (`zoo_get_children2`).
+    pub fn get_children2(&self, path: &str) -> Result<(Vec<String>, Stat)> {
+        self.get_children2_async(path).wait()
+    }
+
+    /// Async [`get_children2`](Self::get_children2).
+    pub fn get_children2_async(&self, path: &str) -> ZkFuture<(Vec<String>, Stat)> {
+        self.children_impl(path, false, |children, stat, _| {
+            Ok((children, stat_of(stat)?))
+        })
+    }
+
+    /// [`get_children`](Self::get_children) and a watch that fires when a child is added
+    /// or removed, or the node is deleted.
+    pub fn get_children_watch(&self, path: &str) -> Result<(Vec<String>, Watch)> {
+        self.get_children_watch_async(path).wait()
+    }
+
+    /// Async [`get_children_watch`](Self::get_children_watch).
+    pub fn get_children_watch_async(&self, path: &str) -> ZkFuture<(Vec<String>, Watch)> {
+        self.children_impl(path, true, |children, _, watch| {
+            Ok((children, watch_of(watch)?))
+        })
+    }
+
+    /// [`get_children2`](Self::get_children2) with a child watch.
+    pub fn get_children2_watch(&self, path: &str) -> Result<(Vec<String>, Stat, Watch)> {
+        self.children_impl(path, true, |children, stat, watch| {
+            Ok((children, stat_of(stat)?, watch_of(watch)?))
+        })
+        .wait()
+    }
+
+    fn children_impl<T: 'static>(
+        &self,
+        path_str: &str,
+        watch: bool,
+        finish: impl FnOnce(Vec<String>, Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
+        let path = match c_path(path_str, false) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            watch.then_some((WatchKind::Children, path_str)),
+            None,
+            |zh, watch_context, request| {
+                let watcher = if watch {
+                    Some(context::path_watcher as _)
+                } else {
+                    None
+                };
+                // SAFETY: as in `exists_impl`.
+                unsafe {
+                    sys::zoo_awget_children2(
+                        zh,
+                        path.as_ptr(),
+                        watcher,
+                        watch_context,
+                        Some(context::strings_stat_completion),
+                        request,
+                    )
+                }
+            },
+            move |reply, watch| match payload(reply)? {
+                Payload::Children(children, stat) => finish(children, stat, watch),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    // ---------------- ACLs and auth ----------------
+
+    /// The node's ACL and `Stat`.
+    pub fn get_acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
+        self.get_acl_async(path).wait()
+    }
+
+    /// Async [`get_acl`](Self::get_acl).
+    pub fn get_acl_async(&self, path: &str) -> ZkFuture<(Vec<Acl>, Stat)> {
+        let path = match c_path(path, false) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; path valid for the call; ours is the completion.
+                unsafe {
+                    sys::zoo_aget_acl(zh, path.as_ptr(), Some(context::acl_completion), request)
+                }
+            },
+            |reply, _| match payload(reply)? {
+                Payload::Acl(acl, stat) => Ok((acl, stat_of(stat)?)),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    /// Replaces the node's ACL at ACL `version` (`None`: any).
+    pub fn set_acl(&self, path: &str, acl: &[Acl], version: Option<i32>) -> Result<()> {
+        self.set_acl_async(path, acl, version).wait()
+    }
+
+    /// Async [`set_acl`](Self::set_acl).
+    pub fn set_acl_async(&self, path: &str, acl: &[Acl], version: Option<i32>) -> ZkFuture<()> {
+        if acl.is_empty() {
+            return ZkFuture::failed(Error::InvalidAcl);
+        }
+        let (path, mut acl) = match c_path(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))) {
+            Ok(args) => args,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                let mut vector = acl.as_vector();
+                // SAFETY: live handle; path and ACL valid for the call and serialized by C
+                // before it returns; ours is the completion.
+                unsafe {
+                    sys::zoo_aset_acl(
+                        zh,
+                        path.as_ptr(),
+                        version_of(version),
+                        &mut vector,
+                        Some(context::void_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| payload(reply).map(drop),
+        )
+    }
+
+    /// Adds credentials to the session (`zoo_add_auth`), e.g. `("digest", b"user:pass")`.
+    /// Wrong credentials for a scheme the server checks end the session (`AuthFailed`).
+    pub fn add_auth(&self, scheme: &str, credentials: &[u8]) -> Result<()> {
+        self.add_auth_async(scheme, credentials).wait()
+    }
+
+    /// Async [`add_auth`](Self::add_auth).
+    pub fn add_auth_async(&self, scheme: &str, credentials: &[u8]) -> ZkFuture<()> {
+        let scheme = match c_string(scheme, "auth scheme") {
+            Ok(scheme) if !scheme.as_bytes().is_empty() => scheme,
+            Ok(_) => return ZkFuture::failed(Error::InvalidArgument("empty auth scheme")),
+            Err(error) => return ZkFuture::failed(error),
+        };
+        let (cert, len) = data_ptr(credentials);
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; scheme and credentials are copied by C before it
+                // returns (it keeps them to resend on reconnect); ours is the completion.
+                unsafe {
+                    sys::zoo_add_auth(
+                        zh,
+                        scheme.as_ptr(),
+                        cert,
+                        len,
+                        Some(context::void_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| payload(reply).map(drop),
+        )
+    }
+
+    // ---------------- sync, config ----------------
+
+    /// Waits until the server this session is connected to has caught up with the
+    /// leader on `path` (`zoo_async`). Returns the path.
+    pub fn sync(&self, path: &str) -> Result<String> {
+        self.sync_async(path).wait()
+    }
+
+    /// Async [`sync`](Self::sync).
+    pub fn sync_async(&self, path: &str) -> ZkFuture<String> {
+        let path = match c_path(path, false) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; path valid for the call; ours is the completion.
+                unsafe {
+                    sys::zoo_async(zh, path.as_ptr(), Some(context::string_completion), request)
+                }
+            },
+            |reply, _| match payload(reply)? {
+                Payload::Path(path, _) => Ok(path),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    /// The ensemble configuration (`/zookeeper/config`) and its `Stat`.
+    pub fn get_config(&self) -> Result<(Vec<u8>, Stat)> {
+        self.config_impl(false, |data, stat, _| Ok((data, stat)))
+            .wait()
+    }
+
+    /// [`get_config`](Self::get_config) and a watch on the configuration node.
+    pub fn get_config_watch(&self) -> Result<(Vec<u8>, Stat, Watch)> {
+        self.config_impl(true, |data, stat, watch| Ok((data, stat, watch_of(watch)?)))
+            .wait()
+    }
+
+    /// Async [`get_config`](Self::get_config).
+    pub fn get_config_async(&self) -> ZkFuture<(Vec<u8>, Stat)> {
+        self.config_impl(false, |data, stat, _| Ok((data, stat)))
+    }
+
+    fn config_impl<T: 'static>(
+        &self,
+        watch: bool,
+        finish: impl FnOnce(Vec<u8>, Stat, Option<Watch>) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
+        self.submit(
+            watch.then_some((WatchKind::Data, "/zookeeper/config")),
+            None,
+            |zh, watch_context, request| {
+                let watcher = if watch {
+                    Some(context::path_watcher as _)
+                } else {
+                    None
+                };
+                // SAFETY: live handle; the watcher context is a registry id or NULL;
+                // ours is the completion.
+                unsafe {
+                    sys::zoo_awgetconfig(
+                        zh,
+                        watcher,
+                        watch_context,
+                        Some(context::data_completion),
+                        request,
+                    )
+                }
+            },
+            move |reply, watch| match payload(reply)? {
+                Payload::Data(data, stat) => finish(data, stat_of(stat)?, watch),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    /// Changes the ensemble membership (`zoo_reconfig`): incremental (`joining`,
+    /// `leaving`) or bulk (`members`), optionally only from config version
+    /// `from_config` (`None`: any). Returns the new configuration.
+    pub fn reconfig(
+        &self,
+        joining: Option<&str>,
+        leaving: Option<&str>,
+        members: Option<&str>,
+        from_config: Option<i64>,
+    ) -> Result<(Vec<u8>, Stat)> {
+        self.reconfig_async(joining, leaving, members, from_config)
+            .wait()
+    }
+
+    /// Async [`reconfig`](Self::reconfig).
+    pub fn reconfig_async(
+        &self,
+        joining: Option<&str>,
+        leaving: Option<&str>,
+        members: Option<&str>,
+        from_config: Option<i64>,
+    ) -> ZkFuture<(Vec<u8>, Stat)> {
+        let convert = |value: Option<&str>, what| value.map(|v| c_string(v, what)).transpose();
+        let (joining, leaving, members) = match (
+            convert(joining, "joining servers"),
+            convert(leaving, "leaving servers"),
+            convert(members, "members"),
+        ) {
+            (Ok(j), Ok(l), Ok(m)) => (j, l, m),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return ZkFuture::failed(e),
+        };
+        let as_ptr = |value: &Option<CString>| value.as_ref().map_or(ptr::null(), |v| v.as_ptr());
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; strings NULL or valid for the call; ours is the completion.
+                unsafe {
+                    sys::zoo_areconfig(
+                        zh,
+                        as_ptr(&joining),
+                        as_ptr(&leaving),
+                        as_ptr(&members),
+                        from_config.unwrap_or(-1),
+                        Some(context::data_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| match payload(reply)? {
+                Payload::Data(data, stat) => Ok((data, stat_of(stat)?)),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    // ---------------- multi ----------------
+
+    /// Runs `ops` atomically: all are applied or none. On failure the error is
+    /// `MultiFailed { index, error }` naming the first failing operation (or a session
+    /// error such as `ConnectionLoss` if the multi never got an answer).
+    pub fn multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        self.multi_async(ops).wait()
+    }
+
+    /// Async [`multi`](Self::multi).
+    pub fn multi_async(&self, ops: &[Op]) -> ZkFuture<Vec<OpResult>> {
+        let mut buffers = match multi_buffers(ops) {
+            Ok(buffers) => buffers,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        let kinds: Vec<OpKind> = ops.iter().map(OpKind::of).collect();
+        let count = ops.len() as c_int;
+        let ops_ptr = buffers.ops.as_ptr();
+        let results_ptr = buffers.results.as_mut_ptr();
+        self.submit(
+            None,
+            Some(buffers),
+            |zh, _, request| {
+                // SAFETY: live handle; `ops_ptr`/`results_ptr` point into the heap buffers
+                // of the `MultiBuffers` now owned by the request's registry entry, which
+                // lives until the completion has run (or close), as C requires.
+                unsafe {
+                    sys::zoo_amulti(
+                        zh,
+                        count,
+                        ops_ptr,
+                        results_ptr,
+                        Some(context::multi_completion),
+                        request,
+                    )
+                }
+            },
+            move |reply, _| {
+                let Payload::Multi(outcomes) = reply.payload else {
+                    Error::check(reply.rc)?;
+                    return unexpected(reply.payload);
+                };
+                if reply.rc != sys::ZOK {
+                    let failed = outcomes
+                        .iter()
+                        .position(|o| o.rc != sys::ZOK && o.rc != sys::ZRUNTIMEINCONSISTENCY);
+                    return Err(match failed {
+                        Some(index) => Error::MultiFailed {
+                            index,
+                            error: Box::new(
+                                Error::from_code(outcomes[index].rc).unwrap_or(Error::SystemError),
+                            ),
+                        },
+                        None => Error::from_code(reply.rc).unwrap_or(Error::SystemError),
+                    });
+                }
+                Ok(outcomes
+                    .into_iter()
+                    .zip(kinds)
+                    .map(|(outcome, kind)| match kind {
+                        OpKind::Create => OpResult::Created(outcome.path.unwrap_or_default()),
+                        OpKind::Delete => OpResult::Deleted,
+                        OpKind::SetData => OpResult::DataSet(outcome.stat.unwrap_or_default()),
+                        OpKind::Check => OpResult::Checked,
+                    })
+                    .collect())
+            },
+        )
+    }
+
+    // ---------------- watch removal ----------------
+
+    /// Removes this handle's watches on `path` of the given type (`zoo_remove_all_watches`).
+    /// With `local`, only the client forgets them (works while disconnected); without, the
+    /// server does too and answers `NoWatcher` if it had none. Each removed [`Watch`]
+    /// receives a `NotWatching` event.
+    pub fn remove_watches(&self, path: &str, which: WatcherType, local: bool) -> Result<()> {
+        let c_path = c_path(path, false)?;
+        let ids = context::watches_on(self.client_key(), path, which);
+        // SAFETY: live handle; path valid for the call. Sync form: `zoo_aremove_watches`
+        // with local=1 is broken in 3.8.0 (facts file).
+        let rc = self.with_handle(|zh| unsafe {
+            sys::zoo_remove_all_watches(zh, c_path.as_ptr(), which.to_c(), local as c_int)
+        })?;
+        Error::check(rc)?;
+        let state = self.state();
+        for id in ids {
+            context::forget_watch(id, state);
+        }
+        Ok(())
+    }
+
+    /// Removes one watch (`zoo_remove_watches` with its own watcher context); it receives
+    /// a `NotWatching` event. `NoWatcher` if it already fired or was removed.
+    pub fn remove_watch(&self, watch: &Watch, local: bool) -> Result<()> {
+        if watch.client != self.client_key() {
+            return Err(Error::InvalidArgument(
+                "the watch belongs to another handle",
+            ));
+        }
+        let c_path = c_path(&watch.path, false)?;
+        let which = match watch.kind {
+            WatchKind::Children => WatcherType::Children,
+            WatchKind::Exists | WatchKind::Data => WatcherType::Data,
+        };
+        // SAFETY: live handle; path valid for the call; watcher and context identify the
+        // registration exactly (every watch has its own registry id).
+        let rc = self.with_handle(|zh| unsafe {
+            sys::zoo_remove_watches(
+                zh,
+                c_path.as_ptr(),
+                which.to_c(),
+                Some(context::path_watcher),
+                context::id_to_ptr(watch.id),
+                local as c_int,
+            )
+        })?;
+        Error::check(rc)?;
+        context::forget_watch(watch.id, self.state());
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum OpKind {
+    Create,
+    Delete,
+    SetData,
+    Check,
+}
+
+impl OpKind {
+    fn of(op: &Op) -> OpKind {
+        match op {
+            Op::Create { .. } => OpKind::Create,
+            Op::Delete { .. } => OpKind::Delete,
+            Op::SetData { .. } => OpKind::SetData,
+            Op::Check { .. } => OpKind::Check,
+        }
+    }
+}
+
+/// Longest path C may write back for a created node: the request path plus a
+/// 10-digit sequence suffix and its NUL (plus slack).
+fn created_path_capacity(path: &str) -> usize {
+    path.len() + 32
+}
+
+/// Validates `ops` and lays out everything `zoo_amulti` reads and writes.
+fn multi_buffers(ops: &[Op]) -> Result<Box<MultiBuffers>> {
+    if ops.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a multi needs at least one operation",
+        ));
+    }
+    if ops.len() > i32::MAX as usize {
+        return Err(Error::InvalidArgument("too many operations"));
+    }
+    let total_data: usize = ops
+        .iter()
+        .map(|op| match op {
+            Op::Create { data, .. } | Op::SetData { data, .. } => data.len(),
+            _ => 0,
+        })
+        .sum();
+    if total_data > crate::path::MAX_DATA_LEN {
+        return Err(Error::DataTooLarge {
+            len: total_data,
+            max: crate::path::MAX_DATA_LEN,
+        });
+    }
+
+    let mut buffers = Box::new(MultiBuffers {
+        // SAFETY: zoo_op_t is a plain C struct/union for which all-zero is a valid value;
+        // each one is initialised by a zoo_*_op_init call below.
+        ops: (0..ops.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect(),
+        // SAFETY: zoo_op_result_t is plain data; all-zero is valid (C fills it in).
+        results: (0..ops.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect(),
+        path_buffers: Vec::with_capacity(ops.len()),
+        stats: vec![sys::Stat::default(); ops.len()],
+        _keep_alive: Vec::new(),
+    });
+    // Fill the path buffers first: pointers into them are taken below, after which no
+    // vector in `buffers` may reallocate.
+    for op in ops {
+        let capacity = match op {
+            Op::Create { path, .. } => created_path_capacity(path),
+            _ => 0,
+        };
+        buffers.path_buffers.push(vec![0; capacity]);
+    }
+    let MultiBuffers {
+        ops: c_ops,
+        path_buffers,
+        stats,
+        _keep_alive: keep,
+        ..
+    } = &mut *buffers;
+    for (index, op) in ops.iter().enumerate() {
+        let c_op: *mut sys::zoo_op_t = &mut c_ops[index];
+        match op {
+            Op::Create {
+                path,
+                data,
+                acl,
+                mode,
+            } => {
+                if matches!(
+                    mode,
+                    CreateMode::PersistentWithTtl(_) | CreateMode::PersistentSequentialWithTtl(_)
+                ) {
+                    return Err(Error::InvalidArgument(
+                        "the C client has no TTL create inside a multi",
+                    ));
+                }
+                let mut args = create_args(path, data, acl, *mode)?;
+                let (value, len) = data_ptr(data);
+                let vector = Box::new(args.acl.as_vector());
+                let buffer = &mut path_buffers[index];
+                // SAFETY: every pointer is to memory owned by `buffers` (kept in
+                // `_keep_alive` or its vectors) or by `ops`, which outlive the submission;
+                // the path buffer stays owned by `buffers` until the completion.
+                unsafe {
+                    sys::zoo_create_op_init(
+                        c_op,
+                        args.path.as_ptr(),
+                        value,
+                        len,
+                        &*vector,
+                        args.mode,
+                        buffer.as_mut_ptr(),
+                        buffer.len() as c_int,
+                    )
+                };
+                keep.push(Box::new(args.path));
+                keep.push(Box::new(args.acl));
+                keep.push(Box::new(SendBox(vector)));
+            }
+            Op::Delete { path, version } => {
+                let path = c_path(path, false)?;
+                // SAFETY: `c_op` is ours; the path is kept alive in `_keep_alive`.
+                unsafe { sys::zoo_delete_op_init(c_op, path.as_ptr(), *version) };
+                keep.push(Box::new(path));
+            }
+            Op::SetData {
+                path,
+                data,
+                version,
+            } => {
+                let path = c_path(path, false)?;
+                let (value, len) = data_ptr(data);
+                let stat: *mut sys::Stat = &mut stats[index];
+                // SAFETY: `c_op` and `stat` are ours and outlive the completion; path and
+                // data are valid through the submission, where C serializes them.
+                unsafe { sys::zoo_set_op_init(c_op, path.as_ptr(), value, len, *version, stat) };
+                keep.push(Box::new(path));
+            }
+            Op::Check { path, version } => {
+                let path = c_path(path, false)?;
+                // SAFETY: `c_op` is ours; the path is kept alive in `_keep_alive`.
+                unsafe { sys::zoo_check_op_init(c_op, path.as_ptr(), *version) };
+                keep.push(Box::new(path));
+            }
+        }
+    }
+    Ok(buffers)
+}
+
+/// An `ACL_vector` (raw pointers) owned by `MultiBuffers`.
+struct SendBox(#[allow(dead_code)] Box<sys::ACL_vector>);
+
+// SAFETY: it points into a `CAcl` owned by the same `MultiBuffers`.
+unsafe impl Send for SendBox {}

@@ -1,0 +1,225 @@
+//! What a C completion delivers, copied out of C memory on the completion thread, and
+//! the one-shot slot a caller waits on (blocking, or as a `Future` on any executor).
+
+use crate::error::{Error, Result};
+use crate::types::{Acl, Stat};
+use parking_lot::{Condvar, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// The payload of a completion, already copied into Rust memory.
+#[derive(Debug, Default)]
+pub(crate) enum Payload {
+    #[default]
+    Empty,
+    Stat(Option<Stat>),
+    Data(Vec<u8>, Option<Stat>),
+    Path(String, Option<Stat>),
+    Children(Vec<String>, Option<Stat>),
+    Acl(Vec<Acl>, Option<Stat>),
+    Multi(Vec<MultiOutcome>),
+}
+
+/// One operation's result inside a multi.
+#[derive(Debug)]
+pub(crate) struct MultiOutcome {
+    pub(crate) rc: i32,
+    pub(crate) path: Option<String>,
+    pub(crate) stat: Option<Stat>,
+}
+
+/// A completion: the C return code plus its payload.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) rc: i32,
+    pub(crate) payload: Payload,
+}
+
+enum SlotState {
+    Waiting(Option<Waker>),
+    Done(Result<Reply>),
+    Taken,
+}
+
+/// Where a completion lands; shared by the registry entry and the caller's future.
+pub(crate) struct ReplySlot {
+    state: Mutex<SlotState>,
+    ready: Condvar,
+}
+
+impl ReplySlot {
+    pub(crate) fn new() -> Arc<ReplySlot> {
+        Arc::new(ReplySlot {
+            state: Mutex::new(SlotState::Waiting(None)),
+            ready: Condvar::new(),
+        })
+    }
+
+    /// Stores the result once; later calls are ignored. Never blocks for long (the
+    /// mutex is only held to swap the state), so it is safe on the completion thread.
+    pub(crate) fn fulfill(&self, result: Result<Reply>) {
+        let waker = {
+            let mut state = self.state.lock();
+            match std::mem::replace(&mut *state, SlotState::Taken) {
+                SlotState::Waiting(waker) => {
+                    *state = SlotState::Done(result);
+                    waker
+                }
+                done => {
+                    *state = done;
+                    return;
+                }
+            }
+        };
+        self.ready.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<Reply>> {
+        let mut state = self.state.lock();
+        match std::mem::replace(&mut *state, SlotState::Taken) {
+            SlotState::Done(result) => Poll::Ready(result),
+            SlotState::Waiting(_) => {
+                *state = SlotState::Waiting(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+            SlotState::Taken => Poll::Ready(Err(Error::Closed)),
+        }
+    }
+
+    fn wait_take(&self, deadline: Option<Instant>) -> Option<Result<Reply>> {
+        let mut state = self.state.lock();
+        loop {
+            match std::mem::replace(&mut *state, SlotState::Taken) {
+                SlotState::Done(result) => return Some(result),
+                SlotState::Taken => return Some(Err(Error::Closed)),
+                waiting => *state = waiting,
+            }
+            match deadline {
+                None => self.ready.wait(&mut state),
+                Some(deadline) => {
+                    if self.ready.wait_until(&mut state, deadline).timed_out() {
+                        if let SlotState::Done(_) = &*state {
+                            continue;
+                        }
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Owned by a registry entry: delivers the reply, or `Closed` if the entry is dropped
+/// without one (the C client may drop pending completions at close, ZOOKEEPER-3868), so
+/// no caller ever waits forever.
+pub(crate) struct Fulfiller(pub(crate) Arc<ReplySlot>);
+
+impl Fulfiller {
+    pub(crate) fn fulfill(self, result: Result<Reply>) {
+        self.0.fulfill(result);
+    }
+}
+
+impl Drop for Fulfiller {
+    fn drop(&mut self) {
+        self.0.fulfill(Err(Error::Closed));
+    }
+}
+
+type Convert<T> = Box<dyn FnOnce(Reply) -> Result<T> + Send>;
+
+enum FutureState<T> {
+    Failed(Option<Error>),
+    Pending(Arc<ReplySlot>, Option<Convert<T>>),
+}
+
+/// The result of an asynchronous call: a `Future` for any executor (it needs no
+/// runtime; the C completion thread wakes it), or a value to block on with
+/// [`wait`](ZkFuture::wait).
+///
+/// The request is sent when the call that made this future returns, not when the future
+/// is first polled, so requests keep the order of the calls. Dropping the future does not
+/// cancel the request.
+#[must_use = "the request is sent either way; the future carries its result"]
+pub struct ZkFuture<T> {
+    state: FutureState<T>,
+}
+
+impl<T> ZkFuture<T> {
+    pub(crate) fn failed(error: Error) -> ZkFuture<T> {
+        ZkFuture {
+            state: FutureState::Failed(Some(error)),
+        }
+    }
+
+    pub(crate) fn pending(
+        slot: Arc<ReplySlot>,
+        convert: impl FnOnce(Reply) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
+        ZkFuture {
+            state: FutureState::Pending(slot, Some(Box::new(convert))),
+        }
+    }
+
+    fn finish(&mut self, result: Result<Reply>) -> Result<T> {
+        match &mut self.state {
+            FutureState::Failed(error) => Err(error.take().unwrap_or(Error::Closed)),
+            FutureState::Pending(_, convert) => match (result, convert.take()) {
+                (Ok(reply), Some(convert)) => convert(reply),
+                (Err(error), _) => Err(error),
+                (Ok(_), None) => Err(Error::Closed),
+            },
+        }
+    }
+
+    /// Blocks the calling thread until the reply arrives.
+    pub fn wait(mut self) -> Result<T> {
+        let result = match &self.state {
+            FutureState::Failed(_) => Err(Error::Closed),
+            FutureState::Pending(slot, _) => slot.wait_take(None).unwrap_or(Err(Error::Timeout)),
+        };
+        self.finish(result)
+    }
+
+    /// Blocks until the reply arrives or `timeout` passes (`Err(Timeout)`; the request
+    /// itself still completes, unobserved).
+    pub fn wait_timeout(mut self, timeout: Duration) -> Result<T> {
+        let result = match &self.state {
+            FutureState::Failed(_) => Err(Error::Closed),
+            FutureState::Pending(slot, _) => slot
+                .wait_take(Some(Instant::now() + timeout))
+                .unwrap_or(Err(Error::Timeout)),
+        };
+        self.finish(result)
+    }
+}
+
+impl<T> Unpin for ZkFuture<T> {}
+
+impl<T> Future for ZkFuture<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let this = self.get_mut();
+        let result = match &this.state {
+            FutureState::Failed(_) => Err(Error::Closed),
+            FutureState::Pending(slot, _) => match slot.poll_take(cx) {
+                Poll::Ready(result) => result,
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        Poll::Ready(this.finish(result))
+    }
+}
+
+impl<T> std::fmt::Debug for ZkFuture<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ZkFuture")
+    }
+}

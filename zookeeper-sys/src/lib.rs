@@ -1,0 +1,32 @@
+//! Raw FFI bindings to the Apache ZooKeeper multi-threaded C client, `libzookeeper_mt`
+//! (3.8.0).
+//!
+//! Nothing here is safe: every function is the C function, every struct the C struct. The
+//! `zookeeper-rs` crate builds the safe client on top; read
+//! `shared/notes/c-client-facts.md` in the repository for the threading and lifetime
+//! rules that C code imposes on any caller.
+//!
+//! How the library is found (system library, env vars, pkg-config or the `vendored`
+//! build) is described in `build.rs` and the repository README.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![allow(clippy::all)]
+
+#[cfg(not(feature = "buildtime-bindgen"))]
+mod bindings;
+#[cfg(feature = "buildtime-bindgen")]
+mod bindings {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+}
+
+pub use bindings::*;
+
+/// What the C compiler saw in the header in use, compiled from `src/layout_probe.c`.
+/// For tests of the bindings; not part of the C client's API.
+#[doc(hidden)]
+pub mod probe {
+    extern "C" {
+        pub fn zookeeper_sys_probe_version() -> *const libc::c_char;
+        pub fn zookeeper_sys_probe_size(which: libc::c_int) -> libc::size_t;
+        pub fn zookeeper_sys_probe_int(which: libc::c_int) -> libc::c_int;
+    }
+}
