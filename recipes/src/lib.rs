@@ -1,1 +1,29 @@
-//! Coordination recipes built on the safe client (work in progress).
+//! Coordination recipes built only on the safe client (`zookeeper-rs`), never on the
+//! raw bindings: blocking APIs with timeouts, thread-safe, typed errors.
+//!
+//! | recipe | module | from |
+//! |---|---|---|
+//! | FIFO queue with blocking take | [`queue`] | seed 000 |
+//! | lock watching only its predecessor | [`lock`] | seed 001 |
+//! | locking work queue without herd effect | [`work_queue`] | seed 002 |
+//! | id generator (CAS, batched) | [`id_generator`] | seed 003 |
+//! | config watch | [`config_watch`] | seed 003's next step |
+//! | barrier, double barrier | [`barrier`] | ZooKeeper recipes |
+//! | leader election | [`election`] | ZooKeeper recipes |
+//! | read-write lock | [`rwlock`] | ZooKeeper recipes |
+//! | semaphore | [`semaphore`] | ZooKeeper recipes |
+#![warn(missing_docs)]
+
+pub mod barrier;
+pub mod config_watch;
+pub mod election;
+pub mod error;
+pub mod id_generator;
+pub mod lock;
+pub mod queue;
+pub mod rwlock;
+pub mod semaphore;
+pub mod util;
+pub mod work_queue;
+
+pub use error::{RecipeError, Result};

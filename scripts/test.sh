@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: set-up, then every crate's tests against
+# real ZooKeeper servers the harness starts on loopback, then the raw-FFI tests again
+# against the vendored (statically linked, built from pinned source) C client.
+# This is the README's test command and what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./setup.sh
+
+echo "== cargo test --workspace (system libzookeeper_mt) =="
+cargo test --workspace --all-targets
+cargo test --workspace --doc
+
+echo "== zookeeper-sys against the vendored C client =="
+vendor/fetch-c-client.sh
+cargo test -p zookeeper-sys --features vendored
