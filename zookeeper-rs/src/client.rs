@@ -264,7 +264,13 @@ impl ZooKeeper {
     /// Runs `call` with the live C handle, holding the read lock so close cannot run
     /// concurrently. Fails fast on a closed or terminal session.
     pub(crate) fn with_handle<R>(&self, call: impl FnOnce(*mut sys::zhandle_t) -> R) -> Result<R> {
-        let guard = self.inner.handle.read();
+        // On the C completion thread (only a waker can get us here) a blocking read could
+        // wait on a closer that is joining this very thread: fail instead of deadlocking.
+        let guard = if context::in_c_callback() {
+            self.inner.handle.try_read().ok_or(Error::Closed)?
+        } else {
+            self.inner.handle.read()
+        };
         let Some(handle) = *guard else {
             return Err(Error::Closed);
         };
@@ -367,6 +373,29 @@ impl ZooKeeper {
                     .into_owned();
                 (!text.is_empty()).then_some(text)
             }
+        })
+    }
+
+    /// The address of the server the socket is connected to (`zookeeper_get_connected_host`),
+    /// or `None` while disconnected.
+    pub fn connected_host(&self) -> Result<Option<std::net::SocketAddr>> {
+        self.with_handle(|zh| {
+            // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+            let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // SAFETY: live handle; `storage`/`len` describe a writable buffer large enough
+            // for any address; C fills it or returns NULL.
+            let found = unsafe {
+                sys::zookeeper_get_connected_host(
+                    zh,
+                    &mut storage as *mut _ as *mut libc::sockaddr,
+                    &mut len,
+                )
+            };
+            if found.is_null() {
+                return None;
+            }
+            socket_addr(&storage)
         })
     }
 
@@ -474,5 +503,29 @@ impl Drop for Inner {
         if let Err(error) = close_inner(self) {
             log::debug!("zookeeper-rs: close on drop: {error}");
         }
+    }
+}
+
+fn socket_addr(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it is large
+            // enough and aligned for.
+            let v4 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::from((
+                Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)),
+                u16::from_be(v4.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let v6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::from((
+                Ipv6Addr::from(v6.sin6_addr.s6_addr),
+                u16::from_be(v6.sin6_port),
+            )))
+        }
+        _ => None,
     }
 }

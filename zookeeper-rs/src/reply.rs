@@ -132,6 +132,11 @@ impl Drop for Fulfiller {
     }
 }
 
+/// Blocking on the C completion thread (reachable only from a waker) would wait for a
+/// completion that only this thread can deliver.
+const COMPLETION_THREAD_WAIT: Error =
+    Error::InvalidArgument("blocking wait on the C completion thread would deadlock");
+
 type Convert<T> = Box<dyn FnOnce(Reply) -> Result<T> + Send>;
 
 enum FutureState<T> {
@@ -180,6 +185,9 @@ impl<T> ZkFuture<T> {
 
     /// Blocks the calling thread until the reply arrives.
     pub fn wait(mut self) -> Result<T> {
+        if crate::context::in_c_callback() {
+            return Err(COMPLETION_THREAD_WAIT);
+        }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
             FutureState::Pending(slot, _) => slot.wait_take(None).unwrap_or(Err(Error::Timeout)),
@@ -190,6 +198,9 @@ impl<T> ZkFuture<T> {
     /// Blocks until the reply arrives or `timeout` passes (`Err(Timeout)`; the request
     /// itself still completes, unobserved).
     pub fn wait_timeout(mut self, timeout: Duration) -> Result<T> {
+        if crate::context::in_c_callback() {
+            return Err(COMPLETION_THREAD_WAIT);
+        }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
             FutureState::Pending(slot, _) => slot
