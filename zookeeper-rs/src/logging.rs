@@ -4,8 +4,10 @@
 //! [`set_c_log_level`], each connect sets it from `log::max_level()`, so the C client
 //! does not format messages nobody will see.
 
+use crossbeam_channel::Sender;
 use log::{Level, LevelFilter};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use zookeeper_sys as sys;
 
 static EXPLICIT_LEVEL: AtomicBool = AtomicBool::new(false);
@@ -36,6 +38,10 @@ fn apply(level: LevelFilter) {
 }
 
 /// Maps one C log line (`time:pid(tid):ZOO_LEVEL@func@line: message`) to a `log` record.
+///
+/// Called on C threads, possibly while the C client holds one of its locks, so the
+/// installed logger (user code) must not run here: the record is handed to a dedicated
+/// thread. Only `log::max_level()` (a static) is consulted on the C thread.
 pub(crate) fn forward(line: &str) {
     let level = if line.contains("ZOO_ERROR@") {
         Level::Error
@@ -46,11 +52,35 @@ pub(crate) fn forward(line: &str) {
     } else {
         Level::Debug
     };
+    if level > log::max_level() {
+        return;
+    }
     let message = line
         .split_once("ZOO_")
         .map_or(line, |(_, rest)| {
             rest.split_once('@').map_or(rest, |(_, m)| m)
         })
-        .trim_end();
-    log::log!(target: "zookeeper::c", level, "{message}");
+        .trim_end()
+        .to_string();
+    let _ = log_thread().send((level, message));
+}
+
+/// The sending end of the thread that hands C log records to the `log` crate.
+fn log_thread() -> &'static Sender<(Level, String)> {
+    static SENDER: OnceLock<Sender<(Level, String)>> = OnceLock::new();
+    SENDER.get_or_init(|| {
+        let (sender, receiver) = crossbeam_channel::unbounded::<(Level, String)>();
+        let spawned = std::thread::Builder::new()
+            .name("zookeeper-c-log".into())
+            .spawn(move || {
+                for (level, message) in receiver {
+                    log::log!(target: "zookeeper::c", level, "{message}");
+                }
+            });
+        if let Err(error) = spawned {
+            // Without the thread records are dropped (the channel has no receiver).
+            eprintln!("zookeeper-rs: cannot start the C log thread: {error}");
+        }
+        sender
+    })
 }
