@@ -1,1 +1,538 @@
-//! (being written)
+//! Barriers: a single barrier that blocks processes until it is removed, and a double
+//! barrier that lets `N` participants start and finish a computation together (both
+//! from the ZooKeeper recipes page).
+//!
+//! # [`Barrier`]
+//! A barrier is one znode: while it exists, [`Barrier::wait`] blocks; when someone
+//! [removes](Barrier::remove) it, every waiter is released (each waiter holds one
+//! `exists` watch on the node, so one deletion wakes exactly the waiters).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use recipes::barrier::Barrier;
+//! use zookeeper::ZooKeeper;
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let barrier = Barrier::new(&zk, "/app/start-gate");
+//! barrier.set()?;                        // coordinator closes the gate
+//! // ... workers call barrier.wait(timeout) and block ...
+//! barrier.remove()?;                     // coordinator opens it: every waiter returns
+//! barrier.wait(Duration::from_secs(1))?; // returns at once now
+//! # Ok::<(), recipes::RecipeError>(())
+//! ```
+//!
+//! Guarantees: a waiter returns `Ok` only after it has seen the node absent; a removal
+//! is never missed (the watch is set by the same call that checks the node).
+//! Non-guarantees: a set/remove/set sequence quicker than a waiter's re-check may be
+//! seen only as "still set" (the waiter re-reads after every event and keeps waiting).
+//! The barrier node is persistent: it survives the session that set it.
+//!
+//! # [`DoubleBarrier`]
+//! `N` participants [`enter`](DoubleBarrier::enter): each creates an ephemeral
+//! sequential node under the barrier directory and returns once `N` nodes exist (the
+//! `N`-th creates a `ready` node that releases the others). They then
+//! [`leave`](DoubleBarrier::leave): each deletes its node and returns once every
+//! participant's node is gone. The lowest participant waits on the highest, the others
+//! on the lowest, so a departure wakes at most the processes that must re-check.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use recipes::barrier::DoubleBarrier;
+//! use zookeeper::ZooKeeper;
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let barrier = DoubleBarrier::new(&zk, "/app/phase-1", 3)?;
+//! barrier.enter(Duration::from_secs(30))?; // all 3 have arrived
+//! // ... compute ...
+//! barrier.leave(Duration::from_secs(30))?; // all 3 have finished
+//! # Ok::<(), recipes::RecipeError>(())
+//! ```
+//!
+//! Guarantees: `enter` returns `Ok` only after at least `N` participants have entered;
+//! `leave` returns `Ok` only after every participant of its round has left (or lost
+//! its session: participant nodes are ephemeral, so a crashed participant counts as
+//! left). The directory can be reused round after round: the last participant out
+//! removes `ready` before its own node, and `leave` ignores nodes of a next round.
+//!
+//! Non-guarantees: a participant's round is the set of nodes it sees right after
+//! passing `enter`; more than `N` participants may pass one round, and a surplus
+//! participant arriving after that is not waited for by `leave`. A participant whose
+//! session expires between enter and leave silently "leaves". If `enter` times out,
+//! the participant withdraws its node, but others may already have been released
+//! counting it.
+
+use crate::{RecipeError, Result};
+use parking_lot::Mutex;
+use std::time::Duration;
+use support::{
+    create_sequential, default_op_timeout, delete_node, ensure_dir, members, retry, wait_watch,
+    Deadline,
+};
+use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+
+/// A barrier znode: [`wait`](Self::wait) blocks while it exists. Cheap to clone
+/// (`Clone` shares the session); usable from any thread.
+#[derive(Debug, Clone)]
+pub struct Barrier {
+    zk: ZooKeeper,
+    path: String,
+}
+
+impl Barrier {
+    /// A barrier at `path` (nothing is created until [`set`](Self::set)).
+    pub fn new(zk: &ZooKeeper, path: &str) -> Barrier {
+        Barrier {
+            zk: zk.clone(),
+            path: path.to_string(),
+        }
+    }
+
+    /// The barrier's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Raises the barrier: creates the node (and missing parents). Setting a barrier
+    /// that is already set is fine.
+    pub fn set(&self) -> Result<()> {
+        let deadline = Deadline::after(default_op_timeout(&self.zk));
+        if let Some((parent, _)) = self.path.rsplit_once('/') {
+            if !parent.is_empty() {
+                ensure_dir(&self.zk, parent, deadline)?;
+            }
+        }
+        retry(&self.zk, deadline, || {
+            match self
+                .zk
+                .create(&self.path, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+            {
+                Ok(_) | Err(Error::NodeExists) => Ok(()),
+                Err(error) => Err(error),
+            }
+        })
+    }
+
+    /// Removes the barrier, releasing every waiter. Removing an absent barrier is fine.
+    pub fn remove(&self) -> Result<()> {
+        delete_node(
+            &self.zk,
+            &self.path,
+            Deadline::after(default_op_timeout(&self.zk)),
+        )
+    }
+
+    /// Whether the barrier is currently set.
+    pub fn is_set(&self) -> Result<bool> {
+        let deadline = Deadline::after(default_op_timeout(&self.zk));
+        Ok(retry(&self.zk, deadline, || self.zk.exists(&self.path))?.is_some())
+    }
+
+    /// Blocks until the barrier is absent. `Err(Timeout)` if it is still set after
+    /// `timeout`; a session error if the session ends while waiting.
+    pub fn wait(&self, timeout: Duration) -> Result<()> {
+        let deadline = Deadline::after(timeout);
+        loop {
+            let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&self.path))?;
+            if stat.is_none() {
+                return Ok(());
+            }
+            wait_watch(&watch, deadline)?;
+        }
+    }
+}
+
+/// Name prefix of participant nodes.
+const PARTICIPANT: &str = "p-";
+/// Name of the node that releases `enter`.
+const READY: &str = "ready";
+
+/// This participant's state between `enter` and `leave`.
+#[derive(Debug, Clone)]
+struct Entered {
+    /// Its node's name.
+    name: String,
+    /// Highest participant sequence of its round (read after passing `enter`): `leave`
+    /// waits only for nodes up to it, so early entrants of a next round are not waited
+    /// for.
+    round_max: u64,
+}
+
+/// A double barrier for `count` participants (see the [module docs](self)). One value
+/// is one participant; it may be used from any thread, but `enter`/`leave` calls on one
+/// value are serialized.
+#[derive(Debug)]
+pub struct DoubleBarrier {
+    zk: ZooKeeper,
+    dir: String,
+    count: usize,
+    entered: Mutex<Option<Entered>>,
+}
+
+impl DoubleBarrier {
+    /// A participant of the double barrier in directory `dir` (created if missing) for
+    /// `count` participants. Every participant must use the same `count`.
+    pub fn new(zk: &ZooKeeper, dir: &str, count: usize) -> Result<DoubleBarrier> {
+        if count == 0 {
+            return Err(RecipeError::InvalidArgument(
+                "a double barrier needs at least one participant",
+            ));
+        }
+        ensure_dir(zk, dir, Deadline::after(default_op_timeout(zk)))?;
+        Ok(DoubleBarrier {
+            zk: zk.clone(),
+            dir: dir.to_string(),
+            count,
+            entered: Mutex::new(None),
+        })
+    }
+
+    /// Number of participants the barrier waits for.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// This participant's node name while entered.
+    pub fn node(&self) -> Option<String> {
+        self.entered.lock().as_ref().map(|e| e.name.clone())
+    }
+
+    /// Enters: registers this participant and blocks until `count` participants have
+    /// entered. On timeout the participant withdraws (its node is deleted) and
+    /// `Err(Timeout)` is returned. Entering twice without leaving is an
+    /// `InvalidArgument` error.
+    pub fn enter(&self, timeout: Duration) -> Result<()> {
+        let deadline = Deadline::after(timeout);
+        let mut entered = self.entered.lock();
+        if entered.is_some() {
+            return Err(RecipeError::InvalidArgument(
+                "this participant has already entered",
+            ));
+        }
+        let ready = format!("{}/{READY}", self.dir);
+        // Watch for `ready` before registering, so its creation cannot be missed.
+        let (mut ready_stat, mut watch) =
+            retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
+        let name = create_sequential(
+            &self.zk,
+            &self.dir,
+            PARTICIPANT,
+            b"",
+            CreateMode::EphemeralSequential,
+            deadline,
+        )?;
+        let my_seq = crate::util::sequence_of(&name).unwrap_or_default();
+        let outcome = (|| loop {
+            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
+            let list = members(children, &[PARTICIPANT]);
+            let round_max = list.last().map_or(my_seq, |m| m.seq.max(my_seq));
+            if ready_stat.is_some() {
+                return Ok(round_max);
+            }
+            if list.len() >= self.count {
+                retry(&self.zk, deadline, || {
+                    match self
+                        .zk
+                        .create(&ready, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+                    {
+                        Ok(_) | Err(Error::NodeExists) => Ok(()),
+                        Err(error) => Err(error),
+                    }
+                })?;
+                return Ok(round_max);
+            }
+            wait_watch(&watch, deadline)?;
+            (ready_stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
+        })();
+        match outcome {
+            Ok(round_max) => {
+                *entered = Some(Entered { name, round_max });
+                Ok(())
+            }
+            Err(error) => {
+                // Withdraw: a participant that gave up must not be counted.
+                let path = format!("{}/{name}", self.dir);
+                let _ = delete_node(
+                    &self.zk,
+                    &path,
+                    Deadline::after(default_op_timeout(&self.zk)),
+                );
+                Err(error)
+            }
+        }
+    }
+
+    /// Leaves: deletes this participant's node and blocks until the node of every
+    /// participant of its round is gone. The last one out also deletes the `ready`
+    /// node, so the directory can serve a next round. Leaving without having entered is
+    /// an `InvalidArgument` error. After a timeout this participant has usually left
+    /// already (unless it was the lowest, which leaves last); calling `leave` again
+    /// resumes.
+    pub fn leave(&self, timeout: Duration) -> Result<()> {
+        let deadline = Deadline::after(timeout);
+        let mut entered = self.entered.lock();
+        let Some(Entered { name, round_max }) = entered.clone() else {
+            return Err(RecipeError::InvalidArgument(
+                "this participant has not entered",
+            ));
+        };
+        let my_path = format!("{}/{name}", self.dir);
+        let ready = format!("{}/{READY}", self.dir);
+        let outcome = (|| loop {
+            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
+            let mut list = members(children, &[PARTICIPANT]);
+            list.retain(|m| m.seq <= round_max);
+            let Some(lowest) = list.first() else {
+                return Ok(());
+            };
+            let me = list.iter().position(|m| m.name == name);
+            if list.len() == 1 && me == Some(0) {
+                // Last one out: clear `ready` first, so no new entrant sees a stale one.
+                delete_node(&self.zk, &ready, deadline)?;
+                delete_node(&self.zk, &my_path, deadline)?;
+                return Ok(());
+            }
+            let target = if me == Some(0) {
+                // Lowest: wait for the highest to go (the others wait on us).
+                list.last().map_or_else(String::new, |m| m.name.clone())
+            } else {
+                if me.is_some() {
+                    delete_node(&self.zk, &my_path, deadline)?;
+                }
+                lowest.name.clone()
+            };
+            let target_path = format!("{}/{target}", self.dir);
+            let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&target_path))?;
+            if stat.is_some() {
+                wait_watch(&watch, deadline)?;
+            }
+        })();
+        if outcome.is_ok() {
+            *entered = None;
+        }
+        outcome
+    }
+}
+
+impl Drop for DoubleBarrier {
+    /// A participant dropped while entered withdraws its node (best effort).
+    fn drop(&mut self) {
+        if let Some(entered) = self.entered.get_mut().take() {
+            let path = format!("{}/{}", self.dir, entered.name);
+            if let Err(error) = delete_node(
+                &self.zk,
+                &path,
+                Deadline::after(default_op_timeout(&self.zk)),
+            ) {
+                log::debug!("recipes: double barrier: withdrawing {path}: {error}");
+            }
+        }
+    }
+}
+
+/// Helpers shared by this crate's waiting recipes (barrier, election, read-write lock,
+/// semaphore): deadlines, retry on connection loss, protected sequential creates,
+/// sorting sequential children, and waiting on a watch.
+pub(crate) mod support {
+    use crate::util::{ensure_path, guid, sequence_of};
+    use crate::{RecipeError, Result};
+    use std::time::{Duration, Instant};
+    use zookeeper::{
+        Acl, CreateMode, Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper,
+    };
+
+    /// Longest timeout honoured (longer ones are clamped): keeps `Instant` arithmetic
+    /// inside the types' range.
+    const MAX_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+    /// A point in time a blocking call must not wait past.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Deadline(Instant);
+
+    impl Deadline {
+        /// `timeout` from now.
+        pub(crate) fn after(timeout: Duration) -> Deadline {
+            let now = Instant::now();
+            Deadline(
+                now.checked_add(timeout.min(MAX_TIMEOUT))
+                    .unwrap_or(now + Duration::from_secs(3600)),
+            )
+        }
+
+        /// Time left (zero once passed).
+        pub(crate) fn remaining(&self) -> Duration {
+            self.0.saturating_duration_since(Instant::now())
+        }
+
+        /// Time left, or `Err(Timeout)` once passed.
+        pub(crate) fn check(&self) -> Result<Duration> {
+            match self.remaining() {
+                left if left.is_zero() => Err(RecipeError::Timeout),
+                left => Ok(left),
+            }
+        }
+    }
+
+    /// How long non-waiting steps (create, delete, release) may retry a lost connection:
+    /// the negotiated session timeout, or 10 s.
+    pub(crate) fn default_op_timeout(zk: &ZooKeeper) -> Duration {
+        zk.session_timeout()
+            .unwrap_or(Duration::from_secs(10))
+            .max(Duration::from_secs(1))
+    }
+
+    /// Waits (until `deadline`) for the session to be connected again after a
+    /// connection loss.
+    pub(crate) fn wait_connected(zk: &ZooKeeper, deadline: Deadline) -> Result<()> {
+        let left = deadline.check()?;
+        if zk.state().is_connected() {
+            // The loss may not have reached the session state yet: back off a little
+            // instead of spinning on a connection that is going down.
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+        zk.wait_connected(deadline.check()?)?;
+        Ok(())
+    }
+
+    /// Runs an idempotent `op`, retrying (after reconnection) while it fails with a
+    /// retryable error (connection loss, throttling), until `deadline`.
+    pub(crate) fn retry<T>(
+        zk: &ZooKeeper,
+        deadline: Deadline,
+        mut op: impl FnMut() -> zookeeper::Result<T>,
+    ) -> Result<T> {
+        loop {
+            match op() {
+                Err(error) if error.is_retryable() => wait_connected(zk, deadline)?,
+                other => return other.map_err(RecipeError::from),
+            }
+        }
+    }
+
+    /// The error a terminal session event stands for.
+    pub(crate) fn session_error(state: SessionState) -> RecipeError {
+        RecipeError::ZooKeeper(match state {
+            SessionState::AuthFailed => Error::AuthFailed,
+            SessionState::Closed => Error::Closed,
+            _ => Error::SessionExpired,
+        })
+    }
+
+    /// Waits for `watch` to fire (until `deadline`). A node event is returned; the end
+    /// of the session is an error.
+    pub(crate) fn wait_watch(watch: &Watch, deadline: Deadline) -> Result<WatchedEvent> {
+        let left = deadline.check()?;
+        match watch.wait_timeout(left)? {
+            None => Err(RecipeError::Timeout),
+            Some(event) if event.event_type == EventType::Session => {
+                Err(session_error(event.state))
+            }
+            Some(event) => Ok(event),
+        }
+    }
+
+    /// `ensure_path`, retrying a lost connection until `deadline`.
+    pub(crate) fn ensure_dir(zk: &ZooKeeper, dir: &str, deadline: Deadline) -> Result<()> {
+        loop {
+            match ensure_path(zk, dir) {
+                Err(RecipeError::ZooKeeper(error)) if error.is_retryable() => {
+                    wait_connected(zk, deadline)?
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Deletes `path` (any version), retrying a lost connection; an absent node is fine.
+    pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, deadline: Deadline) -> Result<()> {
+        retry(zk, deadline, || match zk.delete(path, None) {
+            Ok(()) | Err(Error::NoNode) => Ok(()),
+            Err(error) => Err(error),
+        })
+    }
+
+    /// One sequential child: its name and sequence number.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct Member {
+        pub(crate) name: String,
+        pub(crate) seq: u64,
+    }
+
+    impl Member {
+        /// Whether the name starts with `prefix`.
+        pub(crate) fn is(&self, prefix: &str) -> bool {
+            self.name.starts_with(prefix)
+        }
+    }
+
+    /// The children named with one of `prefixes` and a sequence suffix, in sequence order.
+    pub(crate) fn members(children: Vec<String>, prefixes: &[&str]) -> Vec<Member> {
+        let mut list: Vec<Member> = children
+            .into_iter()
+            .filter(|name| prefixes.iter().any(|p| name.starts_with(p)))
+            .filter_map(|name| sequence_of(&name).map(|seq| Member { name, seq }))
+            .collect();
+        list.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
+        list
+    }
+
+    /// Creates a sequential child `dir/{prefix}{guid}-NNNNNNNNNN` and returns its name.
+    ///
+    /// Lost-create protection: if the reply is lost (connection loss), the children are
+    /// searched for the guid before retrying, so a create that did apply is found and
+    /// never duplicated. A missing `dir` is created.
+    pub(crate) fn create_sequential(
+        zk: &ZooKeeper,
+        dir: &str,
+        prefix: &str,
+        data: &[u8],
+        mode: CreateMode,
+        deadline: Deadline,
+    ) -> Result<String> {
+        let tagged = format!("{prefix}{}-", guid());
+        let base = format!("{dir}/{tagged}");
+        loop {
+            match zk.create(&base, data, &Acl::open_unsafe(), mode) {
+                Ok(path) => {
+                    let name = path.rsplit('/').next().unwrap_or_default();
+                    return Ok(name.to_string());
+                }
+                Err(Error::NoNode) => ensure_dir(zk, dir, deadline)?,
+                Err(error) if error.is_retryable() => {
+                    wait_connected(zk, deadline)?;
+                    let children = retry(zk, deadline, || zk.get_children(dir))?;
+                    if let Some(name) = children.into_iter().find(|c| c.starts_with(&tagged)) {
+                        return Ok(name);
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn members_sort_by_sequence_across_prefixes() {
+            let children = vec![
+                "write-b-0000000003".to_string(),
+                "read-a-0000000001".to_string(),
+                "ready".to_string(),
+                "read-c-0000000002".to_string(),
+                "other-0000000000".to_string(),
+            ];
+            let list = members(children, &["read-", "write-"]);
+            let names: Vec<_> = list.iter().map(|m| m.seq).collect();
+            assert_eq!(names, vec![1, 2, 3]);
+            assert!(list[2].is("write-"));
+        }
+
+        #[test]
+        fn deadlines() {
+            assert!(Deadline::after(Duration::ZERO).check().is_err());
+            assert!(Deadline::after(Duration::MAX).check().is_ok());
+            assert!(Deadline::after(Duration::from_secs(5)).remaining() > Duration::from_secs(4));
+        }
+    }
+}

@@ -1,1 +1,319 @@
-//! (being written)
+//! Config watch: follow one znode and receive each new value on a channel (the next
+//! step seed 003 announces: workers reloading their configuration when it changes).
+//!
+//! [`ConfigWatch::start`] reads the node once (delivering its current state first),
+//! then a background thread waits on a one-shot watch and, after every event, re-reads
+//! the node *with a new watch* (`get_watch`, or `exists_watch` while the node is absent).
+//! Because the watch is re-armed by the same read that fetches the value, no change made
+//! after a read can go unnoticed.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use recipes::config_watch::{ConfigEvent, ConfigWatch};
+//! use zookeeper::ZooKeeper;
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let config = ConfigWatch::start(&zk, "/app/config")?;
+//! for event in config.receiver() {
+//!     match event {
+//!         ConfigEvent::Value { data, stat } => println!("v{}: {data:?}", stat.version),
+//!         ConfigEvent::Deleted => println!("config removed"),
+//!     }
+//! }
+//! // The loop ends when the watch stops (session expired or closed).
+//! # Ok::<(), recipes::RecipeError>(())
+//! ```
+//!
+//! # What is delivered, exactly
+//! - The first event is the node's state at `start` (`Value`, or `Deleted` if absent).
+//! - Values arrive in strictly increasing modification order (`stat.mzxid`, which also
+//!   orders a node's re-creation after its deletion); a value is never delivered twice
+//!   (duplicates are skipped by `mzxid`), and `Deleted` is never sent twice in a row.
+//! - The latest value is always delivered: once updates stop, the last event received
+//!   is the node's final state.
+//! - Intermediate values may be **coalesced**: ZooKeeper watches are one-shot, and a
+//!   value written and overwritten between an event and the re-read is never seen
+//!   (`stat.version` may jump). A deletion followed quickly by a re-creation may arrive
+//!   as just the new `Value` (its `stat.czxid` differs from the previous value's).
+//!
+//! # Stopping
+//! The thread stops, and the channel disconnects (after delivering what it has),
+//! when the `ConfigWatch` is dropped or [`stop`](ConfigWatch::stop)ped, or when the
+//! session ends (expired,
+//! auth failed, closed); [`ConfigWatch::end_reason`] then tells why. A connection loss
+//! does not stop it: the watch survives reconnection and the thread re-reads once
+//! connected again.
+
+use crate::barrier::support::{default_op_timeout, session_error, wait_connected, Deadline};
+use crate::{RecipeError, Result};
+use crossbeam_channel::{select, Receiver, Sender};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use zookeeper::{Error, EventType, Stat, Watch, ZooKeeper};
+
+/// One state of the watched node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigEvent {
+    /// The node exists with this data.
+    Value {
+        /// The node's data.
+        data: Vec<u8>,
+        /// Its `Stat` (`version`, `mzxid`, `czxid`, ...).
+        stat: Stat,
+    },
+    /// The node does not exist (at start, or it was deleted).
+    Deleted,
+}
+
+impl ConfigEvent {
+    /// The data, if this is a value.
+    pub fn data(&self) -> Option<&[u8]> {
+        match self {
+            ConfigEvent::Value { data, .. } => Some(data),
+            ConfigEvent::Deleted => None,
+        }
+    }
+
+    /// The stat, if this is a value.
+    pub fn stat(&self) -> Option<&Stat> {
+        match self {
+            ConfigEvent::Value { stat, .. } => Some(stat),
+            ConfigEvent::Deleted => None,
+        }
+    }
+}
+
+/// A running watch on one znode (see the [module docs](self)). Dropping it stops the
+/// background thread and waits for it to finish.
+#[derive(Debug)]
+pub struct ConfigWatch {
+    path: String,
+    receiver: Receiver<ConfigEvent>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    end: Arc<Mutex<Option<RecipeError>>>,
+}
+
+impl ConfigWatch {
+    /// Starts watching `path`. The node's current state is read before this returns
+    /// (errors such as an invalid path or a closed session are reported here) and is the
+    /// first event on the channel.
+    pub fn start(zk: &ZooKeeper, path: &str) -> Result<ConfigWatch> {
+        let (events, receiver) = crossbeam_channel::unbounded();
+        let (stop, stop_rx) = crossbeam_channel::bounded(0);
+        let mut follower = Follower {
+            zk: zk.clone(),
+            path: path.to_string(),
+            events,
+            stop: stop_rx,
+            session: zk.session_events(),
+            last: Last::Nothing,
+        };
+        let deadline = Deadline::after(default_op_timeout(zk));
+        let watch = loop {
+            match follower.read() {
+                Ok(Some(watch)) => break watch,
+                Ok(None) => continue,
+                Err(error) if error.is_retryable() => wait_connected(zk, deadline)?,
+                Err(error) => return Err(error.into()),
+            }
+        };
+        let end = Arc::new(Mutex::new(None));
+        let end_slot = Arc::clone(&end);
+        let thread = std::thread::Builder::new()
+            .name(format!("config-watch {path}"))
+            .spawn(move || {
+                if let Some(reason) = follower.run(watch) {
+                    log::debug!("recipes: config watch on {}: {reason}", follower.path);
+                    *end_slot.lock() = Some(reason);
+                }
+            })
+            .map_err(|_| RecipeError::Lost("could not start the config watch thread"))?;
+        Ok(ConfigWatch {
+            path: path.to_string(),
+            receiver,
+            stop: Some(stop),
+            thread: Some(thread),
+            end,
+        })
+    }
+
+    /// The watched path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// A receiver of the node's states (clones share one queue: each event goes to one
+    /// of them). It disconnects once the watch has stopped and its events are drained.
+    pub fn receiver(&self) -> Receiver<ConfigEvent> {
+        self.receiver.clone()
+    }
+
+    /// Waits up to `timeout` for the next event; `Ok(None)` on timeout,
+    /// `Err(Lost)` if the watch has stopped and every event was received.
+    pub fn recv_timeout(&self, timeout: std::time::Duration) -> Result<Option<ConfigEvent>> {
+        match self.receiver.recv_timeout(timeout) {
+            Ok(event) => Ok(Some(event)),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(None),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(self
+                .end_reason()
+                .unwrap_or(RecipeError::Lost("config watch stopped"))),
+        }
+    }
+
+    /// The newest event already queued (draining the queue), if any.
+    pub fn latest(&self) -> Option<ConfigEvent> {
+        self.receiver.try_iter().last()
+    }
+
+    /// Whether the background thread still runs.
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Why the watch stopped by itself (session expired, closed, ...); `None` while it
+    /// runs or after a requested stop.
+    pub fn end_reason(&self) -> Option<RecipeError> {
+        self.end.lock().clone()
+    }
+
+    /// Stops the watch and waits for its thread. Events already queued stay readable
+    /// through receivers obtained earlier.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        // Dropping the sender wakes the thread's `select!`.
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ConfigWatch {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// What was last delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Last {
+    Nothing,
+    Value { mzxid: i64 },
+    Deleted,
+}
+
+/// The background side: reads, delivers, waits.
+struct Follower {
+    zk: ZooKeeper,
+    path: String,
+    events: Sender<ConfigEvent>,
+    stop: Receiver<()>,
+    session: Receiver<zookeeper::WatchedEvent>,
+    last: Last,
+}
+
+/// Why `run` returns: `None` for a requested stop.
+type EndReason = Option<RecipeError>;
+
+impl Follower {
+    /// Reads the node with a new watch and delivers its state if it is new.
+    /// `Ok(None)`: the node changed kind between the two reads; read again.
+    fn read(&mut self) -> zookeeper::Result<Option<Watch>> {
+        match self.zk.get_watch(&self.path) {
+            Ok((data, stat, watch)) => {
+                self.deliver(ConfigEvent::Value { data, stat });
+                Ok(Some(watch))
+            }
+            Err(Error::NoNode) => match self.zk.exists_watch(&self.path)? {
+                (None, watch) => {
+                    self.deliver(ConfigEvent::Deleted);
+                    Ok(Some(watch))
+                }
+                // Created in between: the exists watch will fire on the next change
+                // and be discarded; read the value with a data watch instead.
+                (Some(_), _) => Ok(None),
+            },
+            Err(error) => Err(error),
+        }
+    }
+
+    fn deliver(&mut self, event: ConfigEvent) {
+        let next = match &event {
+            ConfigEvent::Value { stat, .. } => match self.last {
+                Last::Value { mzxid } if stat.mzxid <= mzxid => return,
+                _ => Last::Value { mzxid: stat.mzxid },
+            },
+            ConfigEvent::Deleted => match self.last {
+                Last::Deleted => return,
+                _ => Last::Deleted,
+            },
+        };
+        self.last = next;
+        // A send fails only when every receiver is gone, i.e. the `ConfigWatch` was
+        // dropped, which also stops `run`.
+        let _ = self.events.send(event);
+    }
+
+    fn run(&mut self, mut watch: Watch) -> EndReason {
+        loop {
+            // Wait for the watch, a stop request, or (only to end) the session.
+            select! {
+                recv(watch.receiver()) -> event => match event {
+                    Ok(event) if event.event_type == EventType::Session => {
+                        return Some(session_error(event.state));
+                    }
+                    Ok(_) => {}
+                    Err(_) => return Some(RecipeError::ZooKeeper(Error::Closed)),
+                },
+                recv(self.stop) -> _ => return None,
+            }
+            watch = loop {
+                match self.read() {
+                    Ok(Some(watch)) => break watch,
+                    Ok(None) => continue,
+                    Err(error) if error.is_retryable() => {
+                        if let Some(reason) = self.wait_connected() {
+                            return reason;
+                        }
+                    }
+                    Err(error) => return Some(error.into()),
+                }
+            };
+        }
+    }
+
+    /// Waits for reconnection, a stop request or the session's end. `None`: connected.
+    fn wait_connected(&mut self) -> Option<EndReason> {
+        // Back off briefly if the state has not caught up with the loss yet.
+        let mut first = true;
+        loop {
+            let state = self.zk.state();
+            if state.is_terminal() {
+                return Some(Some(session_error(state)));
+            }
+            if state.is_connected() && !first {
+                return None;
+            }
+            let pause = if first {
+                std::time::Duration::from_millis(20)
+            } else {
+                std::time::Duration::from_secs(1)
+            };
+            first = false;
+            select! {
+                recv(self.session) -> event => {
+                    if event.is_err() {
+                        return Some(Some(RecipeError::ZooKeeper(Error::Closed)));
+                    }
+                }
+                recv(self.stop) -> _ => return Some(None),
+                default(pause) => {}
+            }
+        }
+    }
+}

@@ -4,7 +4,7 @@
 use crate::context::{self, RequestEntry, SweepReason, WatchEntry, WatchKind};
 use crate::error::{Error, Result};
 use crate::path::c_string;
-use crate::reply::{Fulfiller, Reply, ReplySlot, ZkFuture};
+use crate::reply::{deadline_after, Fulfiller, Reply, ReplySlot, ZkFuture};
 use crate::session::Session;
 use crate::types::{ClientId, SessionState, WatchedEvent};
 use crate::watch::Watch;
@@ -15,7 +15,7 @@ use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zookeeper_sys as sys;
 
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
@@ -204,7 +204,7 @@ impl ZooKeeperBuilder {
         match zk
             .inner
             .session
-            .wait_connected(Instant::now() + self.connect_timeout)
+            .wait_connected(deadline_after(self.connect_timeout))
         {
             state if state.is_connected() => Ok(zk),
             SessionState::Expired => Err(Error::SessionExpired),
@@ -252,7 +252,7 @@ impl ZooKeeper {
     /// Waits until the session is connected again (after a connection loss), or fails
     /// with `Timeout`, or with the terminal error.
     pub fn wait_connected(&self, timeout: Duration) -> Result<()> {
-        match self.inner.session.wait_connected(Instant::now() + timeout) {
+        match self.inner.session.wait_connected(deadline_after(timeout)) {
             state if state.is_connected() => Ok(()),
             SessionState::Expired => Err(Error::SessionExpired),
             SessionState::AuthFailed => Err(Error::AuthFailed),
@@ -466,7 +466,6 @@ fn close_inner(inner: &Inner) -> Result<()> {
     if context::in_c_callback() {
         // On the C completion thread (e.g. a waker dropped the last clone): closing here
         // would free the handle under the running completion loop. Hand it off.
-        let handle = handle;
         let session = Arc::clone(&inner.session);
         let session_context = inner.session_context as usize;
         let client = inner.client;

@@ -406,6 +406,12 @@ fn complete(
                     remove(watch_id);
                 }
             }
+            if rc == sys::ZCLOSING {
+                // A fake reply queued by `zookeeper_close`: report it like every other
+                // request cut off by close (`Closed`, as documented), not as `Closing`.
+                request.fulfiller.fulfill(Err(Error::Closed));
+                return;
+            }
             let payload = payload(request.multi.as_deref());
             request.fulfiller.fulfill(Ok(Reply { rc, payload }));
             // `request.multi` is dropped here, after C is done with it.

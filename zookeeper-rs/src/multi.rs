@@ -13,7 +13,7 @@ pub enum Op {
         data: Vec<u8>,
         /// ACL.
         acl: Vec<Acl>,
-        /// Mode (TTL modes are not supported inside a multi by the C client).
+        /// Mode (TTL and container modes are not supported inside a multi by the C client).
         mode: CreateMode,
     },
     /// Delete a node at `version` (-1: any).

@@ -911,6 +911,15 @@ fn multi_buffers(ops: &[Op]) -> Result<Box<MultiBuffers>> {
                         "the C client has no TTL create inside a multi",
                     ));
                 }
+                if *mode == CreateMode::Container {
+                    // The server answers a container create inside a multi with a
+                    // Create2Response (path + Stat) but the 3.8.0 C client parses a
+                    // CreateResponse (path only), loses sync and aborts the process
+                    // (`deserialize_multi: Assertion 'entry' failed`).
+                    return Err(Error::InvalidArgument(
+                        "the C client cannot create a container inside a multi",
+                    ));
+                }
                 let mut args = create_args(path, data, acl, *mode)?;
                 let (value, len) = data_ptr(data);
                 let vector = Box::new(args.acl.as_vector());

@@ -15,46 +15,66 @@ fn invalid(path: &str, reason: &'static str) -> Error {
     }
 }
 
-/// Checks a node path. `sequential` allows a trailing `/` (the server appends the
-/// sequence number to it).
+/// Checks a node path by the server's rules (`PathUtils.validatePath`). `sequential`
+/// allows a trailing `/`, `.` or `..` in the last name: the server validates the path
+/// with the sequence number appended (`/q/` becomes `/q/0000000001`).
+///
+/// Besides the structural rules (absolute, no empty, `.` or `..` names, no trailing
+/// `/`), the server rejects NUL, U+0001..U+001F, U+007F..U+009F, U+E000..U+F8FF,
+/// U+FFF0..U+FFFF and every character outside the Basic Multilingual Plane (Java sees
+/// those as UTF-16 surrogates, which it rejects). A path longer than [`MAX_DATA_LEN`]
+/// bytes is refused too: a request that large makes the server drop the connection.
 pub fn validate_path(path: &str, sequential: bool) -> Result<()> {
+    check_path(path, sequential).map_err(|reason| invalid(path, reason))
+}
+
+fn check_path(path: &str, sequential: bool) -> std::result::Result<(), &'static str> {
     if path.is_empty() {
-        return Err(invalid(path, "path is empty"));
+        return Err("path is empty");
     }
     if !path.starts_with('/') {
-        return Err(invalid(path, "path must start with /"));
+        return Err("path must start with /");
+    }
+    if path.len() > MAX_DATA_LEN {
+        return Err("path is longer than the server accepts in a request");
     }
     if path.len() == 1 {
         return Ok(()); // "/" itself; with `sequential` the server names "/0000000001"
     }
     if path.ends_with('/') && !sequential {
-        return Err(invalid(path, "path must not end with /"));
+        return Err("path must not end with /");
     }
     if path.contains('\0') {
-        return Err(invalid(path, "path contains a NUL character"));
+        return Err("path contains a NUL character");
     }
-    let body = path.strip_suffix('/').unwrap_or(path);
-    for component in body[1..].split('/') {
-        match component {
-            "" => return Err(invalid(path, "empty node name (//)")),
-            "." | ".." => return Err(invalid(path, "relative paths (. or ..) are not allowed")),
+    let mut names = path[1..].split('/').peekable();
+    while let Some(name) = names.next() {
+        // The last name of a sequential create gets the sequence number appended.
+        if sequential && names.peek().is_none() {
+            break;
+        }
+        match name {
+            "" => return Err("empty node name (//)"),
+            "." | ".." => return Err("relative paths (. or ..) are not allowed"),
             _ => {}
         }
     }
     if path.chars().any(is_forbidden_char) {
-        return Err(invalid(
-            path,
-            "path contains a character the server rejects",
-        ));
+        return Err("path contains a character the server rejects");
     }
     Ok(())
 }
 
 /// The server's forbidden ranges: control characters, the C1 block, the private-use
-/// block and the specials block (surrogates cannot occur in a Rust `str`).
+/// block, the specials block, and everything outside the BMP (encoded as surrogates,
+/// U+D800..U+DFFF, in the server's UTF-16 strings; those cannot occur in a `str`).
 fn is_forbidden_char(c: char) -> bool {
     matches!(c,
-        '\u{1}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+        '\u{1}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{e000}'..='\u{f8ff}'
+        | '\u{fff0}'..='\u{ffff}'
+        | '\u{10000}'..)
 }
 
 /// Validates and converts a path for C.
@@ -100,6 +120,11 @@ mod tests {
         }
         assert!(validate_path("/queue/item-", true).is_ok());
         assert!(validate_path("/queue/", true).is_ok());
+        // The server validates "/q/." + "0000000001": a valid name.
+        assert!(validate_path("/q/.", true).is_ok());
+        assert!(validate_path("/q/..", true).is_ok());
+        assert!(validate_path("/", true).is_ok());
+        assert!(validate_path(&format!("/{}", "a".repeat(100_000)), false).is_ok());
     }
 
     #[test]
@@ -120,6 +145,9 @@ mod tests {
             "/\u{7f}",
             "/\u{e000}",
             "/\u{fff5}",
+            "/\u{10000}",
+            "/emoji\u{1f600}",
+            "/\u{10ffff}",
         ] {
             assert!(
                 matches!(validate_path(bad, false), Err(Error::InvalidPath { .. })),
@@ -127,6 +155,14 @@ mod tests {
             );
         }
         assert!(validate_path("/a//", true).is_err());
+        assert!(validate_path("/./", true).is_err());
+        assert!(validate_path("/a/./", true).is_err());
+        assert!(validate_path("/a\u{1}/", true).is_err());
+        let huge = format!("/{}", "a".repeat(MAX_DATA_LEN));
+        assert!(matches!(
+            validate_path(&huge, false),
+            Err(Error::InvalidPath { .. })
+        ));
     }
 
     #[test]

@@ -204,7 +204,7 @@ impl<T> ZkFuture<T> {
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
             FutureState::Pending(slot, _) => slot
-                .wait_take(Some(Instant::now() + timeout))
+                .wait_take(Some(deadline_after(timeout)))
                 .unwrap_or(Err(Error::Timeout)),
         };
         self.finish(result)
@@ -233,4 +233,12 @@ impl<T> std::fmt::Debug for ZkFuture<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ZkFuture")
     }
+}
+
+/// `now + timeout`, saturating: a huge timeout (e.g. `Duration::MAX`) means "a very long
+/// time", not a panic.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }

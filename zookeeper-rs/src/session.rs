@@ -11,7 +11,8 @@ pub(crate) struct Session {
     pub(crate) client: u64,
     state: Mutex<SessionState>,
     changed: Condvar,
-    subscribers: Mutex<Vec<Sender<WatchedEvent>>>,
+    /// `None` once the handle is closed: later subscribers get an ended stream.
+    subscribers: Mutex<Option<Vec<Sender<WatchedEvent>>>>,
 }
 
 impl Session {
@@ -20,7 +21,7 @@ impl Session {
             client,
             state: Mutex::new(SessionState::NotConnected),
             changed: Condvar::new(),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Mutex::new(Some(Vec::new())),
         }
     }
 
@@ -55,19 +56,23 @@ impl Session {
     /// Sends `event` to every live subscriber without blocking (the channels are
     /// unbounded), dropping subscribers whose receiver is gone.
     pub(crate) fn publish(&self, event: WatchedEvent) {
-        self.subscribers
-            .lock()
-            .retain(|subscriber| subscriber.send(event.clone()).is_ok());
+        if let Some(subscribers) = self.subscribers.lock().as_mut() {
+            subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+        }
     }
 
     pub(crate) fn subscribe(&self) -> Receiver<WatchedEvent> {
         let (sender, receiver) = crossbeam_channel::unbounded();
-        self.subscribers.lock().push(sender);
+        // After close the sender is dropped at once: the stream has already ended.
+        if let Some(subscribers) = self.subscribers.lock().as_mut() {
+            subscribers.push(sender);
+        }
         receiver
     }
 
-    /// Ends every subscription (receivers see the channel close after the last event).
+    /// Ends every subscription (receivers see the channel close after the last event),
+    /// including those made later.
     pub(crate) fn close_subscribers(&self) {
-        self.subscribers.lock().clear();
+        self.subscribers.lock().take();
     }
 }

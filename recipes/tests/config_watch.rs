@@ -1,0 +1,216 @@
+//! Config watch against a real server: order, no duplicates, the final value under rapid
+//! updates, every value when the writer waits, deletion/re-creation, stopping.
+
+use crossbeam_channel::RecvTimeoutError;
+use recipes::config_watch::{ConfigEvent, ConfigWatch};
+use recipes::RecipeError;
+use std::thread;
+use std::time::Duration;
+use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn connect() -> ZooKeeper {
+    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
+}
+
+fn base(name: &str) -> String {
+    let path = format!("/recipes-tests/config/{name}-{}", recipes::util::guid());
+    path
+}
+
+fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
+    recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent)
+        .unwrap();
+}
+
+fn next(watch: &ConfigWatch) -> ConfigEvent {
+    watch
+        .recv_timeout(WAIT)
+        .expect("watch running")
+        .expect("an event in time")
+}
+
+fn value_of(event: &ConfigEvent) -> (String, i32) {
+    match event {
+        ConfigEvent::Value { data, stat } => {
+            (String::from_utf8(data.clone()).unwrap(), stat.version)
+        }
+        ConfigEvent::Deleted => panic!("expected a value, got Deleted"),
+    }
+}
+
+/// Updates faster than the watch can re-arm: values may be coalesced, but those
+/// delivered are in strictly increasing version order, each one genuine (data matches
+/// the version it was written at), and the final value always arrives.
+#[test]
+fn rapid_updates_arrive_in_order_with_the_final_value() {
+    let zk = connect();
+    let path = base("rapid");
+    create(&zk, &path, b"v0");
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    assert_eq!(value_of(&next(&watch)), ("v0".to_string(), 0));
+
+    let updates = 300;
+    let writer = {
+        let (zk, path) = (connect(), path.clone());
+        thread::spawn(move || {
+            for i in 1..=updates {
+                let stat = zk.set(&path, format!("v{i}").as_bytes(), None).unwrap();
+                assert_eq!(stat.version, i);
+            }
+        })
+    };
+    let mut versions = vec![0];
+    loop {
+        let (data, version) = value_of(&next(&watch));
+        assert_eq!(data, format!("v{version}"), "data matches its version");
+        assert!(
+            version > *versions.last().unwrap(),
+            "out of order: {versions:?} then {version}"
+        );
+        versions.push(version);
+        if version == updates {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    println!(
+        "{updates} rapid updates: {} values delivered, {} coalesced",
+        versions.len() - 1,
+        updates as usize + 1 - versions.len()
+    );
+    // Nothing after the final value.
+    assert!(watch
+        .recv_timeout(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+}
+
+/// A writer that waits for each value to be seen before the next write gets every
+/// single value, exactly once.
+#[test]
+fn every_update_arrives_when_the_writer_waits() {
+    let zk = connect();
+    let path = base("paced");
+    create(&zk, &path, b"0");
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    assert_eq!(value_of(&next(&watch)).1, 0);
+    for i in 1..=30 {
+        zk.set(&path, i.to_string().as_bytes(), None).unwrap();
+        assert_eq!(value_of(&next(&watch)), (i.to_string(), i));
+    }
+    assert!(watch.latest().is_none(), "no duplicates");
+}
+
+#[test]
+fn deletion_and_recreation() {
+    let zk = connect();
+    let path = base("lifecycle");
+    recipes::util::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    assert_eq!(next(&watch), ConfigEvent::Deleted, "absent at start");
+
+    zk.create(&path, b"a", &Acl::open_unsafe(), CreateMode::Persistent)
+        .unwrap();
+    let first = next(&watch);
+    assert_eq!(first.data(), Some(&b"a"[..]));
+
+    zk.set(&path, b"b", None).unwrap();
+    assert_eq!(next(&watch).data(), Some(&b"b"[..]));
+
+    zk.delete(&path, None).unwrap();
+    assert_eq!(next(&watch), ConfigEvent::Deleted);
+
+    zk.create(&path, b"c", &Acl::open_unsafe(), CreateMode::Persistent)
+        .unwrap();
+    let again = next(&watch);
+    assert_eq!(again.data(), Some(&b"c"[..]));
+    // A new incarnation: version restarts, czxid and mzxid move on.
+    assert_eq!(again.stat().unwrap().version, 0);
+    assert!(again.stat().unwrap().czxid > first.stat().unwrap().czxid);
+}
+
+#[test]
+fn stops_when_dropped() {
+    let zk = connect();
+    let path = base("drop");
+    create(&zk, &path, b"x");
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let receiver = watch.receiver();
+    assert!(watch.is_running());
+    drop(watch);
+    // The initial value is still there, then the channel is closed.
+    assert_eq!(receiver.recv().unwrap().data(), Some(&b"x"[..]));
+    assert_eq!(
+        receiver.recv_timeout(WAIT),
+        Err(RecvTimeoutError::Disconnected)
+    );
+    // The session itself is untouched.
+    zk.set(&path, b"y", None).unwrap();
+}
+
+#[test]
+fn stops_when_the_session_closes() {
+    let zk = connect();
+    let path = base("close");
+    create(&zk, &path, b"x");
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    next(&watch);
+    zk.close().unwrap();
+    assert!(matches!(
+        watch.recv_timeout(WAIT),
+        Err(RecipeError::ZooKeeper(Error::Closed))
+    ));
+    assert!(!watch.is_running());
+}
+
+/// Expires `zk`'s session: a second handle resumes it and closes it. The two handles
+/// can steal the connection from each other (a resumed session closes the other
+/// connection), so the close may not get through: repeat until `zk` sees the expiry.
+fn expire(zk: &ZooKeeper, hosts: &str) {
+    let events = zk.session_events();
+    let id = zk.client_id().unwrap();
+    for _ in 0..10 {
+        match ZooKeeper::builder(hosts).session(id).connect() {
+            Ok(twin) => twin.close().unwrap(),
+            Err(Error::SessionExpired) => {}
+            Err(error) => panic!("resuming the session: {error}"),
+        }
+        while let Ok(event) = events.recv_timeout(Duration::from_secs(3)) {
+            if event.state.is_terminal() {
+                return;
+            }
+        }
+    }
+    panic!("could not expire the session");
+}
+
+#[test]
+fn stops_when_the_session_expires() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let zk = connect();
+    let path = base("expire");
+    create(&zk, &path, b"x");
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    next(&watch);
+    expire(&zk, &hosts);
+    assert!(matches!(
+        watch.recv_timeout(WAIT),
+        Err(RecipeError::ZooKeeper(Error::SessionExpired))
+    ));
+    assert_eq!(
+        watch.end_reason(),
+        Some(RecipeError::ZooKeeper(Error::SessionExpired))
+    );
+}
+
+#[test]
+fn invalid_path_is_reported_at_start() {
+    let zk = connect();
+    assert!(matches!(
+        ConfigWatch::start(&zk, "no-slash"),
+        Err(RecipeError::ZooKeeper(Error::InvalidPath { .. }))
+    ));
+}

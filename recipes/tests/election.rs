@@ -1,0 +1,122 @@
+//! Leader election against a real server: one leader at a time, handoff on resign and
+//! when the leader's session closes.
+
+use recipes::election::LeaderElection;
+use recipes::RecipeError;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+use zookeeper::ZooKeeper;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn connect() -> ZooKeeper {
+    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
+}
+
+fn base(name: &str) -> String {
+    format!("/recipes-tests/election/{name}-{}", recipes::util::guid())
+}
+
+fn leaders(candidates: &[&LeaderElection]) -> Vec<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.is_leader().unwrap())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[test]
+fn first_candidate_leads_and_resign_hands_over() {
+    let dir = base("resign");
+    let (zk_a, zk_b, zk_c) = (connect(), connect(), connect());
+    let a = LeaderElection::join(&zk_a, &dir, b"a").unwrap();
+    let b = LeaderElection::join(&zk_b, &dir, b"b").unwrap();
+    let c = LeaderElection::join(&zk_c, &dir, b"c").unwrap();
+    assert!(a.sequence() < b.sequence() && b.sequence() < c.sequence());
+    a.wait_until_leader(WAIT).unwrap();
+    assert_eq!(leaders(&[&a, &b, &c]), vec![0]);
+    assert_eq!(b.leader_data().unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(
+        c.wait_until_leader(Duration::from_millis(200)),
+        Err(RecipeError::Timeout)
+    );
+
+    // b resigns while waiting in line: c now waits on a directly.
+    b.resign().unwrap();
+    let c_waits = thread::spawn(move || {
+        c.wait_until_leader(WAIT).unwrap();
+        c
+    });
+    a.resign().unwrap();
+    let c = c_waits.join().unwrap();
+    assert!(c.is_leader().unwrap());
+    assert_eq!(c.leader_data().unwrap().as_deref(), Some(&b"c"[..]));
+}
+
+#[test]
+fn handoff_when_the_leaders_session_closes() {
+    let dir = base("close");
+    let leader_zk = connect();
+    let leader = LeaderElection::join(&leader_zk, &dir, b"old").unwrap();
+    leader.wait_until_leader(WAIT).unwrap();
+
+    let follower_zk = connect();
+    let follower = LeaderElection::join(&follower_zk, &dir, b"new").unwrap();
+    assert!(!follower.is_leader().unwrap());
+    let (elected, elected_rx) = crossbeam_channel::bounded(1);
+    let waiting = thread::spawn(move || {
+        follower.wait_until_leader(WAIT).unwrap();
+        elected.send(()).unwrap();
+        follower
+    });
+    assert!(elected_rx.recv_timeout(Duration::from_millis(300)).is_err());
+    leader_zk.close().unwrap(); // the leader "dies": its ephemeral node goes
+    elected_rx.recv_timeout(WAIT).expect("handoff");
+    let follower = waiting.join().unwrap();
+    assert!(follower.is_leader().unwrap());
+    assert_eq!(
+        follower.leader_data().unwrap().as_deref(),
+        Some(&b"new"[..])
+    );
+    // The old candidate knows its session is gone.
+    assert!(leader.is_leader().is_err());
+}
+
+/// Several candidates in separate sessions take turns: each becomes leader, checks it
+/// is alone, then its session closes. Never two leaders at once.
+#[test]
+fn one_leader_at_a_time() {
+    let dir = base("turns");
+    let n = 6;
+    let active = Arc::new(AtomicUsize::new(0));
+    let turns = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (dir, active, turns) = (dir.clone(), Arc::clone(&active), Arc::clone(&turns));
+            thread::spawn(move || {
+                let zk = connect();
+                let me = LeaderElection::join(&zk, &dir, format!("{i}").as_bytes()).unwrap();
+                me.wait_until_leader(Duration::from_secs(30)).unwrap();
+                assert_eq!(active.fetch_add(1, Ordering::SeqCst), 0, "two leaders");
+                assert!(me.is_leader().unwrap());
+                assert_eq!(me.leader_data().unwrap(), Some(format!("{i}").into_bytes()));
+                turns.fetch_add(1, Ordering::SeqCst);
+                active.fetch_sub(1, Ordering::SeqCst);
+                // Odd ones resign, even ones just close their session.
+                if i % 2 == 1 {
+                    me.resign().unwrap();
+                } else {
+                    zk.close().unwrap();
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    assert_eq!(turns.load(Ordering::SeqCst), n);
+    assert!(connect().get_children(&dir).unwrap().is_empty());
+}

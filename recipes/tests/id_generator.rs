@@ -1,0 +1,317 @@
+//! Id generator against real servers: uniqueness across threads, processes and a server
+//! restart (connection loss during CAS), batch vs naive CAS counts.
+
+use recipes::id_generator::{IdGenerator, IdStats};
+use recipes::RecipeError;
+use std::collections::HashSet;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use zookeeper::ZooKeeper;
+
+/// Child mode of this test binary: `path,count,batch` in this variable.
+const CHILD_ENV: &str = "RECIPES_ID_GENERATOR_CHILD";
+
+fn connect_to(hosts: &str) -> ZooKeeper {
+    ZooKeeper::connect(hosts, Duration::from_secs(10)).expect("connect")
+}
+
+fn connect() -> ZooKeeper {
+    connect_to(&zk_harness::shared_test_connect_string())
+}
+
+fn base(name: &str) -> String {
+    format!("/recipes-tests/id/{name}-{}", recipes::util::guid())
+}
+
+fn assert_unique(ids: &[u64]) {
+    let mut seen = HashSet::with_capacity(ids.len());
+    for id in ids {
+        assert!(seen.insert(*id), "id {id} handed out twice");
+    }
+}
+
+fn sum(stats: &[IdStats]) -> IdStats {
+    stats.iter().fold(IdStats::default(), |a, s| IdStats {
+        ids: a.ids + s.ids,
+        reservations: a.reservations + s.reservations,
+        cas_attempts: a.cas_attempts + s.cas_attempts,
+        conflicts: a.conflicts + s.conflicts,
+        connection_losses: a.connection_losses + s.connection_losses,
+        recovered: a.recovered + s.recovered,
+        discarded_ranges: a.discarded_ranges + s.discarded_ranges,
+        discarded_ids: a.discarded_ids + s.discarded_ids,
+        reads: a.reads + s.reads,
+    })
+}
+
+#[test]
+fn ids_start_at_one_and_increase() {
+    let zk = connect();
+    let path = base("simple");
+    let ids = IdGenerator::new(&zk, &path).unwrap();
+    assert_eq!(ids.next_id().unwrap(), 1);
+    assert_eq!(ids.next_id().unwrap(), 2);
+    assert_eq!(ids.current().unwrap(), 2);
+    let stats = ids.stats();
+    assert_eq!((stats.ids, stats.reservations, stats.conflicts), (2, 2, 0));
+
+    // A second generator on the same counter continues above it.
+    let batched = IdGenerator::with_batch(&zk, &path, 10).unwrap();
+    assert_eq!(batched.next_id().unwrap(), 3);
+    assert_eq!(batched.remaining_in_batch(), 9);
+    assert_eq!(ids.next_id().unwrap(), 13);
+    assert_eq!(batched.next_id().unwrap(), 4);
+    assert_eq!(ids.reserve(5, Duration::from_secs(5)).unwrap(), 14..19);
+}
+
+#[test]
+fn seeded_and_corrupt_counters() {
+    let zk = connect();
+    let path = base("seeded");
+    let ids = IdGenerator::new(&zk, &path).unwrap();
+    zk.set(&path, b"1000", None).unwrap();
+    assert_eq!(ids.next_id().unwrap(), 1001);
+
+    zk.set(&path, b"not a number", None).unwrap();
+    assert!(matches!(ids.next_id(), Err(RecipeError::Corrupt(_))));
+
+    assert!(matches!(
+        IdGenerator::with_batch(&zk, &path, 0),
+        Err(RecipeError::InvalidArgument(_))
+    ));
+
+    zk.delete(&path, None).unwrap();
+    assert!(matches!(ids.next_id(), Err(RecipeError::Lost(_))));
+}
+
+/// 8 worker threads: 4 with their own session and generator (naive and batched), 4
+/// sharing one batched generator.
+#[test]
+fn unique_across_eight_threads() {
+    let path = base("threads");
+    let hosts = zk_harness::shared_test_connect_string();
+    let shared_zk = connect_to(&hosts);
+    let shared = Arc::new(IdGenerator::with_batch(&shared_zk, &path, 7).unwrap());
+    let per_thread = 150;
+    let workers: Vec<_> = (0..8)
+        .map(|worker| {
+            let (hosts, path, shared) = (hosts.clone(), path.clone(), Arc::clone(&shared));
+            thread::spawn(move || {
+                let own_zk;
+                let own;
+                let ids: &IdGenerator = if worker < 4 {
+                    own_zk = connect_to(&hosts);
+                    let batch = if worker % 2 == 0 { 1 } else { 5 };
+                    own = IdGenerator::with_batch(&own_zk, &path, batch).unwrap();
+                    &own
+                } else {
+                    &shared
+                };
+                let drawn: Vec<u64> = (0..per_thread).map(|_| ids.next_id().unwrap()).collect();
+                // Each worker's own sequence increases.
+                assert!(drawn.windows(2).all(|w| w[0] < w[1]), "worker {worker}");
+                (drawn, (worker < 4).then(|| ids.stats()))
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut stats = vec![shared.stats()];
+    for worker in workers {
+        let (drawn, own_stats) = worker.join().unwrap();
+        all.extend(drawn);
+        stats.extend(own_stats);
+    }
+    stats[0] = shared.stats();
+    assert_eq!(all.len(), 8 * per_thread);
+    assert_unique(&all);
+    let total = sum(&stats);
+    println!("8 threads: {total}");
+    assert_eq!(total.ids, 8 * per_thread as u64);
+    assert_eq!(total.cas_attempts, total.reservations + total.conflicts);
+}
+
+/// Entry point of the child processes of `unique_across_processes` (does nothing in a
+/// normal test run): draws ids and prints them one per line.
+#[test]
+fn child_process_entry() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut parts = spec.split(',');
+    let path = parts.next().unwrap().to_string();
+    let count: usize = parts.next().unwrap().parse().unwrap();
+    let batch: u64 = parts.next().unwrap().parse().unwrap();
+    let zk = connect();
+    let ids = IdGenerator::with_batch(&zk, &path, batch).unwrap();
+    // Two threads per process, sharing the generator.
+    let drawn: Vec<u64> = thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..count / 2)
+                        .map(|_| ids.next_id().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    // Start on a fresh line: libtest has printed "test child_process_entry ... ".
+    let mut out = String::from("\n");
+    for id in drawn {
+        out.push_str(&format!("ID {id}\n"));
+    }
+    out.push_str(&format!("STATS {}\n", ids.stats()));
+    print!("{out}");
+}
+
+#[test]
+fn unique_across_processes() {
+    let path = base("processes");
+    let hosts = zk_harness::shared_test_connect_string();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = [(200, 1), (200, 3), (200, 10), (200, 1)]
+        .iter()
+        .map(|(count, batch)| {
+            Command::new(&exe)
+                .args([
+                    "child_process_entry",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, format!("{path},{count},{batch}"))
+                .env(zk_harness::TEST_HOSTS_ENV, &hosts)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    // The parent draws too, concurrently with the children.
+    let zk = connect_to(&hosts);
+    let ids = IdGenerator::with_batch(&zk, &path, 2).unwrap();
+    let mut all: Vec<u64> = (0..100).map(|_| ids.next_id().unwrap()).collect();
+    for (index, child) in children.into_iter().enumerate() {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "child {index} failed");
+        let text = String::from_utf8(output.stdout).unwrap();
+        let drawn: Vec<u64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("ID "))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(drawn.len(), 200, "child {index} output:\n{text}");
+        if let Some(stats) = text.lines().find(|l| l.starts_with("STATS ")) {
+            println!("child {index}: {stats}");
+        }
+        all.extend(drawn);
+    }
+    assert_eq!(all.len(), 900);
+    assert_unique(&all);
+}
+
+fn run_workers(hosts: &str, path: &str, workers: usize, per_worker: usize, batch: u64) -> IdStats {
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let (hosts, path) = (hosts.to_string(), path.to_string());
+            thread::spawn(move || {
+                let zk = connect_to(&hosts);
+                let ids = IdGenerator::with_batch(&zk, &path, batch).unwrap();
+                let drawn: Vec<u64> = (0..per_worker).map(|_| ids.next_id().unwrap()).collect();
+                (drawn, ids.stats())
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut stats = Vec::new();
+    for handle in handles {
+        let (drawn, s) = handle.join().unwrap();
+        all.extend(drawn);
+        stats.push(s);
+    }
+    assert_unique(&all);
+    sum(&stats)
+}
+
+#[test]
+fn batches_cut_cas_round_trips() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let (workers, per_worker) = (4, 100);
+    let naive = run_workers(&hosts, &base("naive"), workers, per_worker, 1);
+    let batched = run_workers(&hosts, &base("batched"), workers, per_worker, 50);
+    println!("naive   (batch 1):  {naive}");
+    println!("batched (batch 50): {batched}");
+    let total = (workers * per_worker) as u64;
+    assert_eq!(naive.reservations, total);
+    assert_eq!(batched.reservations, total / 50);
+    assert!(naive.cas_attempts >= total);
+    assert!(batched.cas_attempts * 10 < naive.cas_attempts);
+}
+
+/// Connection loss in the middle of CAS traffic: the server is killed and restarted
+/// (sessions survive a standalone restart) while 4 workers draw ids.
+#[test]
+fn unique_across_server_restart() {
+    let hosts = zk_harness::test_hosts().expect("test server");
+    let Some(server) = hosts.server() else {
+        eprintln!("skipped: needs an embedded server (ZK_TEST_HOSTS is set)");
+        return;
+    };
+    let connect_string = hosts.connect_string();
+    let path = base("restart");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sender, received) = crossbeam_channel::unbounded();
+    let workers: Vec<_> = (0..4)
+        .map(|worker| {
+            let (hosts, path, stop, sender) = (
+                connect_string.clone(),
+                path.clone(),
+                Arc::clone(&stop),
+                sender.clone(),
+            );
+            thread::spawn(move || {
+                let zk = connect_to(&hosts);
+                let batch = [1, 3, 1, 4][worker];
+                let ids = IdGenerator::with_batch(&zk, &path, batch).unwrap();
+                let mut drawn = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let id = ids.next_id_timeout(Duration::from_secs(30)).unwrap();
+                    drawn.push(id);
+                    let _ = sender.send(id);
+                }
+                (drawn, ids.stats())
+            })
+        })
+        .collect();
+    drop(sender);
+    let take = |n: usize| {
+        for _ in 0..n {
+            received
+                .recv_timeout(Duration::from_secs(30))
+                .expect("ids keep coming");
+        }
+    };
+    take(200);
+    server.kill();
+    let started = Instant::now();
+    server.restart().expect("restart");
+    println!("server down for {:?}", started.elapsed());
+    take(200);
+    stop.store(true, Ordering::SeqCst);
+    let mut all = Vec::new();
+    let mut stats = Vec::new();
+    for worker in workers {
+        let (drawn, s) = worker.join().unwrap();
+        all.extend(drawn);
+        stats.push(s);
+    }
+    let total = sum(&stats);
+    println!("across a restart: {total}");
+    assert_unique(&all);
+}

@@ -1,0 +1,170 @@
+//! Read-write lock against a real server: writers exclusive, readers concurrent, FIFO,
+//! timeouts withdraw.
+
+use recipes::rwlock::ReadWriteLock;
+use recipes::RecipeError;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+use zookeeper::ZooKeeper;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn connect() -> ZooKeeper {
+    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
+}
+
+fn base(name: &str) -> String {
+    format!("/recipes-tests/rwlock/{name}-{}", recipes::util::guid())
+}
+
+#[test]
+fn readers_share_writers_exclude() {
+    let zk = connect();
+    let lock = ReadWriteLock::new(&zk, &base("basic")).unwrap();
+    let r1 = lock.read(WAIT).unwrap();
+    let r2 = lock.read(WAIT).unwrap(); // concurrent readers
+    assert!(
+        lock.try_write().unwrap().is_none(),
+        "no writer while reading"
+    );
+    assert!(lock.try_read().unwrap().is_some());
+    drop(r1);
+    assert!(lock.try_write().unwrap().is_none());
+    r2.release().unwrap();
+    let w = lock.try_write().unwrap().expect("free now");
+    assert!(w.is_held().unwrap());
+    assert!(
+        lock.try_read().unwrap().is_none(),
+        "no reader while writing"
+    );
+    assert!(lock.try_write().unwrap().is_none(), "one writer");
+    assert_eq!(
+        lock.write(Duration::from_millis(200)).err(),
+        Some(RecipeError::Timeout)
+    );
+    drop(w);
+    // Timed-out requests withdrew their nodes: nothing is left.
+    assert!(zk.get_children(lock.dir()).unwrap().is_empty());
+}
+
+/// A reader queued behind a writer does not overtake it (FIFO), and is released when
+/// the writer is.
+#[test]
+fn readers_wait_for_the_preceding_writer() {
+    let zk = connect();
+    let dir = base("fifo");
+    let lock = ReadWriteLock::new(&zk, &dir).unwrap();
+    let reading = lock.read(WAIT).unwrap();
+    let (order, order_rx) = crossbeam_channel::unbounded();
+    let writer = {
+        let (dir, order) = (dir.clone(), order.clone());
+        thread::spawn(move || {
+            let zk = connect();
+            let lock = ReadWriteLock::new(&zk, &dir).unwrap();
+            let guard = lock.write(WAIT).unwrap();
+            order.send("writer").unwrap();
+            guard.release().unwrap();
+        })
+    };
+    // Wait until the writer's request is queued before queueing the second reader.
+    let watched = zk.get_children_watch(&dir).unwrap();
+    if watched.0.len() < 2 {
+        watched
+            .1
+            .wait_timeout(WAIT)
+            .unwrap()
+            .expect("writer queued");
+    }
+    let reader = {
+        let dir = dir.clone();
+        thread::spawn(move || {
+            let zk = connect();
+            let lock = ReadWriteLock::new(&zk, &dir).unwrap();
+            let guard = lock.read(WAIT).unwrap();
+            order.send("reader").unwrap();
+            drop(guard);
+        })
+    };
+    // Both wait for the first reader.
+    assert!(order_rx.recv_timeout(Duration::from_millis(300)).is_err());
+    drop(reading);
+    assert_eq!(order_rx.recv_timeout(WAIT).unwrap(), "writer");
+    assert_eq!(order_rx.recv_timeout(WAIT).unwrap(), "reader");
+    writer.join().unwrap();
+    reader.join().unwrap();
+}
+
+/// 4 writers and 6 readers, each in its own session, hammering one lock: a writer is
+/// always alone, readers overlap.
+#[test]
+fn exclusion_under_contention() {
+    let dir = base("stress");
+    let readers_in = Arc::new(AtomicUsize::new(0));
+    let writers_in = Arc::new(AtomicUsize::new(0));
+    let max_readers = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..10)
+        .map(|i| {
+            let dir = dir.clone();
+            let (readers_in, writers_in, max_readers) = (
+                Arc::clone(&readers_in),
+                Arc::clone(&writers_in),
+                Arc::clone(&max_readers),
+            );
+            thread::spawn(move || {
+                let zk = connect();
+                let lock = ReadWriteLock::new(&zk, &dir).unwrap();
+                for round in 0..8 {
+                    if i < 4 {
+                        let guard = lock.write(WAIT).unwrap();
+                        assert_eq!(writers_in.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "reader during write");
+                        // Some work on the server while holding the lock.
+                        zk.exists(&dir).unwrap();
+                        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "reader during write");
+                        writers_in.fetch_sub(1, Ordering::SeqCst);
+                        drop(guard);
+                    } else {
+                        let guard = lock.read(WAIT).unwrap();
+                        let now = readers_in.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_readers.fetch_max(now, Ordering::SeqCst);
+                        assert_eq!(writers_in.load(Ordering::SeqCst), 0, "writer during read");
+                        for _ in 0..(1 + round % 3) {
+                            zk.exists(&dir).unwrap();
+                        }
+                        assert_eq!(writers_in.load(Ordering::SeqCst), 0, "writer during read");
+                        readers_in.fetch_sub(1, Ordering::SeqCst);
+                        drop(guard);
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    println!(
+        "max concurrent readers: {}",
+        max_readers.load(Ordering::SeqCst)
+    );
+    assert!(connect().get_children(&dir).unwrap().is_empty());
+}
+
+#[test]
+fn lock_is_lost_with_the_session() {
+    let dir = base("session");
+    let zk = connect();
+    let lock = ReadWriteLock::new(&zk, &dir).unwrap();
+    let guard = lock.write(WAIT).unwrap();
+    let other_zk = connect();
+    let other = ReadWriteLock::new(&other_zk, &dir).unwrap();
+    let waiting = thread::spawn(move || other.write(WAIT).map(drop));
+    zk.close().unwrap();
+    waiting
+        .join()
+        .unwrap()
+        .expect("the lock passes on when the session closes");
+    assert!(guard.is_held().is_err(), "closed session");
+    drop(guard); // releasing on a closed session is quiet
+}

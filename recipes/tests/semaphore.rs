@@ -1,0 +1,163 @@
+//! Semaphore against a real server: never more than N holders, FIFO hand-over,
+//! timeouts withdraw, permit count agreement.
+
+use recipes::semaphore::Semaphore;
+use recipes::RecipeError;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+use zookeeper::ZooKeeper;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn connect() -> ZooKeeper {
+    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
+}
+
+fn base(name: &str) -> String {
+    format!("/recipes-tests/semaphore/{name}-{}", recipes::util::guid())
+}
+
+#[test]
+fn n_permits_then_blocks() {
+    let zk = connect();
+    let dir = base("basic");
+    let sem = Semaphore::new(&zk, &dir, 3).unwrap();
+    let leases: Vec<_> = (0..3).map(|_| sem.acquire(WAIT).unwrap()).collect();
+    assert!(sem.try_acquire().unwrap().is_none());
+    assert_eq!(
+        sem.acquire(Duration::from_millis(200)).err(),
+        Some(RecipeError::Timeout)
+    );
+    assert_eq!(sem.requests().unwrap(), 3, "timed-out requests withdrew");
+    let mut leases = leases.into_iter();
+    leases.next().unwrap().release().unwrap();
+    let again = sem.try_acquire().unwrap().expect("a permit is free");
+    assert!(again.is_held().unwrap());
+    assert!(sem.try_acquire().unwrap().is_none());
+    drop(leases);
+    drop(again);
+    assert_eq!(sem.requests().unwrap(), 0);
+}
+
+#[test]
+fn permit_count_must_agree() {
+    let zk = connect();
+    let dir = base("agree");
+    Semaphore::new(&zk, &dir, 2).unwrap();
+    Semaphore::new(&zk, &dir, 2).unwrap();
+    assert!(matches!(
+        Semaphore::new(&zk, &dir, 3),
+        Err(RecipeError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Semaphore::new(&zk, &base("zero"), 0),
+        Err(RecipeError::InvalidArgument(_))
+    ));
+}
+
+/// Waiters queue FIFO and each release wakes the next one, even when the holders
+/// release in another order than they acquired.
+#[test]
+fn releases_in_any_order_wake_waiters_in_order() {
+    let zk = connect();
+    let dir = base("order");
+    let sem = Semaphore::new(&zk, &dir, 2).unwrap();
+    let a = sem.acquire(WAIT).unwrap();
+    let b = sem.acquire(WAIT).unwrap();
+    let (granted, granted_rx) = crossbeam_channel::unbounded();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let (waiter_dir, granted) = (dir.clone(), granted.clone());
+        waiters.push(thread::spawn(move || {
+            let zk = connect();
+            let sem = Semaphore::new(&zk, &waiter_dir, 2).unwrap();
+            let lease = sem.acquire(WAIT).unwrap();
+            granted.send(i).unwrap();
+            // Hold until told to go (the test drives the releases).
+            lease
+        }));
+        // Queue them in a known order.
+        let queued = i + 3;
+        loop {
+            let (children, watch) = zk.get_children_watch(&dir).unwrap();
+            if children.len() >= queued {
+                break;
+            }
+            watch.wait_timeout(WAIT).unwrap().expect("waiter queued");
+        }
+    }
+    assert!(granted_rx.recv_timeout(Duration::from_millis(300)).is_err());
+    drop(b); // the second holder releases first
+    assert_eq!(granted_rx.recv_timeout(WAIT).unwrap(), 0);
+    assert!(granted_rx.recv_timeout(Duration::from_millis(300)).is_err());
+    drop(a);
+    assert_eq!(granted_rx.recv_timeout(WAIT).unwrap(), 1);
+    let first = waiters.remove(0).join().unwrap();
+    drop(first);
+    assert_eq!(granted_rx.recv_timeout(WAIT).unwrap(), 2);
+    for waiter in waiters {
+        drop(waiter.join().unwrap());
+    }
+}
+
+/// 10 threads in separate sessions, 3 permits: the number of concurrent holders never
+/// exceeds 3.
+#[test]
+fn never_more_than_n_holders() {
+    let dir = base("stress");
+    let permits = 3;
+    let holding = Arc::new(AtomicUsize::new(0));
+    let max_holding = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..10)
+        .map(|_| {
+            let dir = dir.clone();
+            let (holding, max_holding) = (Arc::clone(&holding), Arc::clone(&max_holding));
+            thread::spawn(move || {
+                let zk = connect();
+                let sem = Semaphore::new(&zk, &dir, permits).unwrap();
+                for round in 0..6 {
+                    let lease = sem.acquire(WAIT).unwrap();
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_holding.fetch_max(now, Ordering::SeqCst);
+                    assert!(now <= permits as usize, "{now} holders");
+                    for _ in 0..(1 + round % 3) {
+                        zk.exists(&dir).unwrap(); // work while holding
+                    }
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    drop(lease);
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    let max = max_holding.load(Ordering::SeqCst);
+    println!("max concurrent holders: {max} of {permits}");
+    assert!(max <= permits as usize);
+    assert_eq!(
+        Semaphore::new(&connect(), &dir, permits)
+            .unwrap()
+            .requests()
+            .unwrap(),
+        0
+    );
+}
+
+#[test]
+fn lease_goes_with_its_session() {
+    let dir = base("session");
+    let holder_zk = connect();
+    let holder = Semaphore::new(&holder_zk, &dir, 1).unwrap();
+    let lease = holder.acquire(WAIT).unwrap();
+    let other = Semaphore::new(&connect(), &dir, 1).unwrap();
+    let waiting = thread::spawn(move || other.acquire(WAIT).map(drop));
+    holder_zk.close().unwrap();
+    waiting
+        .join()
+        .unwrap()
+        .expect("permit passes on when the session closes");
+    drop(lease);
+}
