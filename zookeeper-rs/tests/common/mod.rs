@@ -1,0 +1,372 @@
+//! Helpers shared by the integration tests: connecting to the harness's servers, unique
+//! znode paths, a std-only `block_on`, SHA-1/base64 for digest ACL ids, waiting on session
+//! events, and a small TCP proxy that can cut a client off from its server.
+//!
+//! Each test file is its own crate and uses a subset of these.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use zookeeper::crossbeam_channel::{Receiver, RecvTimeoutError};
+use zookeeper::{Acl, CreateMode, SessionState, WatchedEvent, ZooKeeper};
+
+/// Upper bound for anything a test waits on (events, futures, threads). Generous: it is
+/// only reached when something is broken, and then the test fails instead of hanging.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The shared server of this test binary.
+pub fn hosts() -> String {
+    zk_harness::shared_test_connect_string()
+}
+
+/// A new session on the shared server.
+pub fn connect() -> ZooKeeper {
+    connect_to(&hosts())
+}
+
+/// A new session on `hosts` (10 s session timeout).
+pub fn connect_to(hosts: &str) -> ZooKeeper {
+    ZooKeeper::connect(hosts, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("connecting to {hosts}: {e}"))
+}
+
+/// A znode path no other test (or earlier run against an external server) uses.
+pub fn unique(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "/zkrs-{name}-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Creates a persistent node with open ACL; panics on failure.
+pub fn create(zk: &ZooKeeper, path: &str, data: &[u8]) -> String {
+    zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent)
+        .unwrap_or_else(|e| panic!("creating {path}: {e}"))
+}
+
+/// Creates a persistent node with open ACL in the given mode; panics on failure.
+pub fn create_mode(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) -> String {
+    zk.create(path, data, &Acl::open_unsafe(), mode)
+        .unwrap_or_else(|e| panic!("creating {path} ({mode:?}): {e}"))
+}
+
+// ---------------------------------------------------------------- block_on
+
+struct ThreadWaker {
+    thread: Thread,
+    woken: AtomicBool,
+}
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// Drives `future` to completion on this thread with a thread-parking waker; panics if it
+/// takes longer than [`WAIT`].
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    block_on_timeout(future, WAIT).expect("future did not complete in time")
+}
+
+/// Like [`block_on`], `None` if `timeout` passes first.
+pub fn block_on_timeout<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
+    let deadline = Instant::now() + timeout;
+    let mut future = pin!(future);
+    let state = Arc::new(ThreadWaker {
+        thread: thread::current(),
+        woken: AtomicBool::new(false),
+    });
+    let waker = Waker::from(Arc::clone(&state));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return Some(value);
+        }
+        // Park until woken (spurious unparks just poll again).
+        while !state.woken.swap(false, Ordering::Acquire) {
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            thread::park_timeout(deadline - now);
+        }
+    }
+}
+
+/// Polls `future` once with a no-op waker.
+pub fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = Waker::from(Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    std::pin::Pin::new(future).poll(&mut cx)
+}
+
+// ---------------------------------------------------------------- session events
+
+/// Receives session events until one has `state`; returns every event seen (the last
+/// one has `state`). Panics after `timeout` or if the stream ends first.
+pub fn wait_for_state(
+    events: &Receiver<WatchedEvent>,
+    state: SessionState,
+    timeout: Duration,
+) -> Vec<WatchedEvent> {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok(event) => {
+                let done = event.state == state;
+                seen.push(event);
+                if done {
+                    return seen;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no session event with state {state:?} within {timeout:?}; saw {seen:?}")
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("session stream ended before state {state:?}; saw {seen:?}")
+            }
+        }
+    }
+}
+
+/// Waits until the session event stream ends (the handle closed); returns the events seen.
+pub fn wait_for_stream_end(
+    events: &Receiver<WatchedEvent>,
+    timeout: Duration,
+) -> Vec<WatchedEvent> {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok(event) => seen.push(event),
+            Err(RecvTimeoutError::Disconnected) => return seen,
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("session stream still open after {timeout:?}; saw {seen:?}")
+            }
+        }
+    }
+}
+
+/// Polls `condition` every few ms until it holds; panics after `timeout`. Only for
+/// conditions no event reports (e.g. a context count).
+pub fn poll_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// ---------------------------------------------------------------- digest ids
+
+/// SHA-1 (FIPS 180-1).
+pub fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [
+        0x6745_2301,
+        0xEFCD_AB89,
+        0x98BA_DCFE,
+        0x1032_5476,
+        0xC3D2_E1F0,
+    ];
+    let mut message = data.to_vec();
+    message.push(0x80);
+    while message.len() % 64 != 56 {
+        message.push(0);
+    }
+    message.extend_from_slice(&((data.len() as u64).wrapping_mul(8)).to_be_bytes());
+    for block in message.chunks_exact(64) {
+        let mut w = [0u32; 80];
+        for (word, bytes) in w.iter_mut().zip(block.chunks_exact(4)) {
+            *word = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, word) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A82_7999),
+                20..=39 => (b ^ c ^ d, 0x6ED9_EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC),
+                _ => (b ^ c ^ d, 0xCA62_C1D6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(*word);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (state, value) in h.iter_mut().zip([a, b, c, d, e]) {
+            *state = state.wrapping_add(value);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (chunk, word) in out.chunks_exact_mut(4).zip(h) {
+        chunk.copy_from_slice(&word.to_be_bytes());
+    }
+    out
+}
+
+/// Standard base64 with padding.
+pub fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The id of a `digest` ACL entry for `user:password`: `user:base64(sha1(user:password))`.
+pub fn digest_id(user: &str, password: &str) -> String {
+    format!(
+        "{user}:{}",
+        base64(&sha1(format!("{user}:{password}").as_bytes()))
+    )
+}
+
+// ---------------------------------------------------------------- proxy
+
+/// A TCP forwarder in front of a server. [`block`](Proxy::block) cuts every connection
+/// and refuses new ones (accepts and closes them at once) until
+/// [`unblock`](Proxy::unblock): a client behind it is cut off from the server while the
+/// server (and other clients) keep running.
+pub struct Proxy {
+    address: SocketAddr,
+    blocked: Arc<AtomicBool>,
+    stopped: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    /// Starts forwarding a new port on 127.0.0.1 to `target` (`host:port`).
+    pub fn start(target: &str) -> Proxy {
+        Proxy::start_on("127.0.0.1", target)
+    }
+
+    /// Starts forwarding a new port on the loopback address `ip` (any of 127.0.0.0/8)
+    /// to `target`.
+    pub fn start_on(ip: &str, target: &str) -> Proxy {
+        let listener = TcpListener::bind((ip, 0)).expect("binding the proxy");
+        let address = listener.local_addr().expect("proxy address");
+        let proxy = Proxy {
+            address,
+            blocked: Arc::new(AtomicBool::new(false)),
+            stopped: Arc::new(AtomicBool::new(false)),
+            connections: Arc::new(Mutex::new(Vec::new())),
+        };
+        let target = target.to_string();
+        let blocked = Arc::clone(&proxy.blocked);
+        let stopped = Arc::clone(&proxy.stopped);
+        let connections = Arc::clone(&proxy.connections);
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                if blocked.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&target) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                ) else {
+                    continue;
+                };
+                {
+                    let mut list = connections.lock().unwrap();
+                    list.push(c3);
+                    list.push(s3);
+                }
+                thread::spawn(move || pump(client, server));
+                thread::spawn(move || pump(s2, c2));
+            }
+        });
+        proxy
+    }
+
+    /// `IP:PORT` of the proxy, for a client's connect string.
+    pub fn connect_string(&self) -> String {
+        self.address.to_string()
+    }
+
+    /// Cuts every open connection and refuses new ones.
+    pub fn block(&self) {
+        self.blocked.store(true, Ordering::SeqCst);
+        for stream in self.connections.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Forwards new connections again.
+    pub fn unblock(&self) {
+        self.blocked.store(false, Ordering::SeqCst);
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream) {
+    let _ = io::copy(&mut from, &mut to);
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.block();
+        // Wake the accept loop so it sees `stopped` and exits.
+        let _ = TcpStream::connect(self.address);
+    }
+}

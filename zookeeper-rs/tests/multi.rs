@@ -1,0 +1,262 @@
+//! `multi`: per-operation results, atomicity (a failure anywhere applies nothing), the
+//! index and error of the failing operation, and what the binding rejects up front.
+
+mod common;
+
+use common::{block_on, connect, create, unique};
+use std::time::Duration;
+use zookeeper::{Acl, CreateMode, Error, Op, OpResult, MAX_DATA_LEN};
+
+fn failed(index: usize, error: Error) -> Error {
+    Error::MultiFailed {
+        index,
+        error: Box::new(error),
+    }
+}
+
+#[test]
+fn every_op_kind_with_results() {
+    let zk = connect();
+    let base = unique("multi-all");
+    create(&zk, &base, b"base");
+    create(&zk, &format!("{base}/doomed"), b"");
+    let results = zk
+        .multi(&[
+            Op::check(&base, 0),
+            Op::create(&format!("{base}/a"), b"A", CreateMode::Persistent),
+            Op::create(&format!("{base}/q-"), b"", CreateMode::PersistentSequential),
+            Op::create(&format!("{base}/e"), b"", CreateMode::Ephemeral),
+            Op::set_data(&base, b"base-2", 0),
+            Op::set_data(&format!("{base}/a"), b"A-2", -1),
+            Op::delete(&format!("{base}/doomed"), 0),
+            Op::check(&base, 1),
+        ])
+        .unwrap();
+    assert_eq!(results.len(), 8);
+    assert_eq!(results[0], OpResult::Checked);
+    assert_eq!(results[1], OpResult::Created(format!("{base}/a")));
+    let OpResult::Created(sequential) = &results[2] else {
+        panic!("{results:?}")
+    };
+    let suffix = sequential.strip_prefix(&format!("{base}/q-")).unwrap();
+    assert_eq!(suffix.len(), 10);
+    assert_eq!(results[3], OpResult::Created(format!("{base}/e")));
+    let OpResult::DataSet(base_stat) = results[4] else {
+        panic!("{results:?}")
+    };
+    assert_eq!(base_stat.version, 1);
+    assert_eq!(base_stat.data_length, 6);
+    let OpResult::DataSet(a_stat) = results[5] else {
+        panic!("{results:?}")
+    };
+    // Created and changed in the same transaction.
+    assert_eq!(a_stat.version, 1);
+    assert_eq!(a_stat.czxid, a_stat.mzxid);
+    assert_eq!(results[6], OpResult::Deleted);
+    assert_eq!(results[7], OpResult::Checked);
+
+    // The server state matches (the Stat of a set is taken at that op: later ops of the
+    // same multi changed the children since).
+    let (data, stat) = zk.get(&base).unwrap();
+    assert_eq!(data, b"base-2");
+    assert_eq!(
+        (stat.version, stat.mzxid),
+        (base_stat.version, base_stat.mzxid)
+    );
+    assert_eq!(base_stat.num_children, 4);
+    assert_eq!(stat.num_children, 3);
+    assert_eq!(zk.get(&format!("{base}/a")).unwrap().0, b"A-2");
+    assert!(zk.exists(sequential).unwrap().is_some());
+    assert_eq!(
+        zk.exists(&format!("{base}/e"))
+            .unwrap()
+            .unwrap()
+            .ephemeral_owner,
+        zk.client_id().unwrap().session_id
+    );
+    assert_eq!(zk.exists(&format!("{base}/doomed")).unwrap(), None);
+}
+
+#[test]
+fn failing_check_rolls_back_the_creates() {
+    let zk = connect();
+    let base = unique("multi-rollback");
+    create(&zk, &base, b"");
+    let watch = zk.get_children_watch(&base).unwrap().1;
+    let error = zk
+        .multi(&[
+            Op::create(&format!("{base}/one"), b"", CreateMode::Persistent),
+            Op::create(&format!("{base}/two"), b"", CreateMode::Ephemeral),
+            Op::set_data(&base, b"changed", -1),
+            Op::check(&base, 0), // the set above made it version 1
+            Op::create(&format!("{base}/three"), b"", CreateMode::Persistent),
+        ])
+        .unwrap_err();
+    assert_eq!(error, failed(3, Error::BadVersion));
+    assert!(error.to_string().contains("multi operation 3 failed"));
+    // Nothing was applied.
+    assert!(zk.get_children(&base).unwrap().is_empty());
+    let (data, stat) = zk.get(&base).unwrap();
+    assert!(data.is_empty());
+    assert_eq!(stat.version, 0);
+    assert_eq!(stat.cversion, 0);
+    // No event fired either.
+    zk.sync(&base).unwrap();
+    assert_eq!(watch.try_get(), Ok(None));
+}
+
+#[test]
+fn the_failing_index_and_error_are_reported() {
+    let zk = connect();
+    let base = unique("multi-index");
+    create(&zk, &base, b"");
+    let child = format!("{base}/child");
+    create(&zk, &child, b"");
+
+    let cases: Vec<(Vec<Op>, Error)> = vec![
+        (
+            vec![Op::delete(&format!("{base}/missing"), -1)],
+            failed(0, Error::NoNode),
+        ),
+        (
+            vec![
+                Op::check(&base, -1),
+                Op::create(&child, b"", CreateMode::Persistent),
+            ],
+            failed(1, Error::NodeExists),
+        ),
+        (
+            vec![
+                Op::check(&base, 0),
+                Op::set_data(&child, b"", 0),
+                Op::set_data(&child, b"", 0), // version is 1 by now
+            ],
+            failed(2, Error::BadVersion),
+        ),
+        (
+            vec![Op::check(&base, -1), Op::delete(&base, -1)],
+            failed(1, Error::NotEmpty),
+        ),
+        (
+            vec![Op::check(&format!("{base}/missing"), -1)],
+            failed(0, Error::NoNode),
+        ),
+        (
+            vec![Op::Create {
+                path: format!("{base}/noacl"),
+                data: vec![],
+                acl: Acl::creator_all(),
+                mode: CreateMode::Persistent,
+            }],
+            failed(0, Error::InvalidAcl),
+        ),
+    ];
+    for (ops, expected) in cases {
+        assert_eq!(zk.multi(&ops).unwrap_err(), expected, "{ops:?}");
+    }
+    // Every multi failed as a whole.
+    assert_eq!(zk.get(&child).unwrap().1.version, 0);
+    assert_eq!(zk.get_children(&base).unwrap(), ["child"]);
+}
+
+#[test]
+fn ephemeral_parent_in_multi() {
+    let zk = connect();
+    let base = unique("multi-ephemeral");
+    let error = zk
+        .multi(&[
+            Op::create(&base, b"", CreateMode::Ephemeral),
+            Op::create(&format!("{base}/c"), b"", CreateMode::Persistent),
+        ])
+        .unwrap_err();
+    assert_eq!(error, failed(1, Error::NoChildrenForEphemerals));
+    assert_eq!(zk.exists(&base).unwrap(), None);
+}
+
+#[test]
+fn async_multi_both_ways() {
+    let zk = connect();
+    let base = unique("multi-async");
+    let results = block_on(zk.multi_async(&[
+        Op::create(&base, b"", CreateMode::Persistent),
+        Op::create(&format!("{base}/x"), b"", CreateMode::EphemeralSequential),
+    ]))
+    .unwrap();
+    assert_eq!(results[0], OpResult::Created(base.clone()));
+    let OpResult::Created(x) = &results[1] else {
+        panic!("{results:?}")
+    };
+    assert!(x.starts_with(&format!("{base}/x")) && x.len() == base.len() + 12);
+    let error = zk
+        .multi_async(&[Op::delete(x, 0), Op::delete(&base, 5)])
+        .wait()
+        .unwrap_err();
+    assert_eq!(error, failed(1, Error::BadVersion));
+    assert!(zk.exists(x).unwrap().is_some());
+
+    // Many multis in flight at once, all on one handle.
+    let futures: Vec<_> = (0..50)
+        .map(|i| {
+            zk.multi_async(&[
+                Op::create(&format!("{base}/m{i}"), b"", CreateMode::Persistent),
+                Op::set_data(&base, format!("{i}").as_bytes(), i),
+            ])
+        })
+        .collect();
+    for (i, future) in futures.into_iter().enumerate() {
+        let results = future.wait().unwrap();
+        assert!(matches!(&results[1], OpResult::DataSet(stat) if stat.version == i as i32 + 1));
+    }
+    assert_eq!(zk.get_children(&base).unwrap().len(), 51);
+    assert_eq!(zk.live_contexts(), 0);
+}
+
+#[test]
+fn rejected_before_reaching_c() {
+    let zk = connect();
+    let base = unique("multi-reject");
+    assert!(matches!(zk.multi(&[]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        zk.multi(&[
+            Op::create(&base, b"", CreateMode::Persistent),
+            Op::check("bad//path", -1)
+        ]),
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        zk.multi(&[Op::create(
+            &base,
+            b"",
+            CreateMode::PersistentWithTtl(Duration::from_secs(5))
+        )]),
+        Err(Error::InvalidArgument(_))
+    ));
+    // The 3.8.0 C client misparses the reply to a container create inside a multi and
+    // aborts the process: the binding refuses it.
+    assert!(matches!(
+        zk.multi(&[
+            Op::create(&base, b"", CreateMode::Persistent),
+            Op::create(&format!("{base}/c"), b"", CreateMode::Container)
+        ]),
+        Err(Error::InvalidArgument(_))
+    ));
+    let half = vec![0u8; MAX_DATA_LEN / 2 + 1];
+    assert!(matches!(
+        zk.multi(&[
+            Op::create(&base, &half, CreateMode::Persistent),
+            Op::set_data(&base, &half, -1)
+        ]),
+        Err(Error::DataTooLarge { .. })
+    ));
+    assert!(matches!(
+        zk.multi(&[Op::Create {
+            path: base.clone(),
+            data: vec![],
+            acl: vec![],
+            mode: CreateMode::Persistent
+        }]),
+        Err(Error::InvalidAcl)
+    ));
+    assert_eq!(zk.live_contexts(), 0);
+    assert_eq!(zk.exists(&base).unwrap(), None);
+}
