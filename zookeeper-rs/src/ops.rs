@@ -58,11 +58,13 @@ struct CreateArgs {
 }
 
 fn create_args(path: &str, data: &[u8], acl: &[Acl], mode: CreateMode) -> Result<CreateArgs> {
-    let path = c_path(path, mode.is_sequential())?;
+    let c_path = c_path(path, mode.is_sequential())?;
     check_data(data)?;
     if acl.is_empty() {
         return Err(Error::InvalidAcl);
     }
+    check_request_len(request_len(path, data, acl))?;
+    let path = c_path;
     let (mode, ttl) = mode.to_c()?;
     Ok(CreateArgs {
         path,
@@ -343,7 +345,12 @@ impl ZooKeeper {
 
     /// Async [`set`](Self::set).
     pub fn set_async(&self, path: &str, data: &[u8], version: Option<i32>) -> ZkFuture<Stat> {
-        let path = match c_path(path, false).and_then(|p| check_data(data).map(|_| p)) {
+        let checked = c_path(path, false).and_then(|c| {
+            check_data(data)?;
+            check_request_len(request_len(path, data, &[]))?;
+            Ok(c)
+        });
+        let path = match checked {
             Ok(path) => path,
             Err(error) => return ZkFuture::failed(error),
         };
@@ -735,6 +742,12 @@ impl ZooKeeper {
                     return unexpected(reply.payload);
                 };
                 if reply.rc != sys::ZOK {
+                    let whole = Error::from_code(reply.rc).unwrap_or(Error::SystemError);
+                    if !is_per_op_error(&whole) {
+                        // The multi as a whole got no answer (connection loss, expiry,
+                        // close...): report that, so `is_connection_loss()` etc. hold.
+                        return Err(whole);
+                    }
                     let failed = outcomes
                         .iter()
                         .position(|o| o.rc != sys::ZOK && o.rc != sys::ZRUNTIMEINCONSISTENCY);
@@ -850,20 +863,6 @@ fn multi_buffers(ops: &[Op]) -> Result<Box<MultiBuffers>> {
     if ops.len() > i32::MAX as usize {
         return Err(Error::InvalidArgument("too many operations"));
     }
-    let total_data: usize = ops
-        .iter()
-        .map(|op| match op {
-            Op::Create { data, .. } | Op::SetData { data, .. } => data.len(),
-            _ => 0,
-        })
-        .sum();
-    if total_data > crate::path::MAX_DATA_LEN {
-        return Err(Error::DataTooLarge {
-            len: total_data,
-            max: crate::path::MAX_DATA_LEN,
-        });
-    }
-
     let mut buffers = Box::new(MultiBuffers {
         // SAFETY: zoo_op_t is a plain C struct/union for which all-zero is a valid value;
         // each one is initialised by a zoo_*_op_init call below.
@@ -955,6 +954,7 @@ fn multi_buffers(ops: &[Op]) -> Result<Box<MultiBuffers>> {
                 version,
             } => {
                 let path = c_path(path, false)?;
+                check_data(data)?;
                 let (value, len) = data_ptr(data);
                 let stat: *mut sys::Stat = &mut stats[index];
                 // SAFETY: `c_op` and `stat` are ours and outlive the completion; path and
@@ -970,6 +970,17 @@ fn multi_buffers(ops: &[Op]) -> Result<Box<MultiBuffers>> {
             }
         }
     }
+    let total: usize = ops
+        .iter()
+        .map(|op| match op {
+            Op::Create {
+                path, data, acl, ..
+            } => request_len(path, data, acl),
+            Op::SetData { path, data, .. } => request_len(path, data, &[]),
+            Op::Delete { path, .. } | Op::Check { path, .. } => request_len(path, &[], &[]),
+        })
+        .sum();
+    check_request_len(total)?;
     Ok(buffers)
 }
 
@@ -978,3 +989,45 @@ struct SendBox(#[allow(dead_code)] Box<sys::ACL_vector>);
 
 // SAFETY: it points into a `CAcl` owned by the same `MultiBuffers`.
 unsafe impl Send for SendBox {}
+
+/// Errors the server reports for one operation of a multi (the others then read
+/// `RuntimeInconsistency`); anything else concerns the request as a whole.
+fn is_per_op_error(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::NoNode
+            | Error::NoAuth
+            | Error::BadVersion
+            | Error::NoChildrenForEphemerals
+            | Error::NodeExists
+            | Error::NotEmpty
+            | Error::InvalidAcl
+            | Error::EphemeralOnLocalSession
+            | Error::BadArguments
+            | Error::Unimplemented
+    )
+}
+
+/// The server drops the connection on a request above `jute.maxbuffer` (default
+/// 0xfffff bytes) instead of answering: refuse such a request before sending it.
+const MAX_REQUEST_LEN: usize = 0xfffff;
+
+/// A generous estimate of one (sub)request's serialized size: the strings and data with
+/// their length prefixes, plus headers.
+fn request_len(path: &str, data: &[u8], acl: &[Acl]) -> usize {
+    let acl_len: usize = acl
+        .iter()
+        .map(|entry| 12 + entry.scheme.len() + entry.id.len())
+        .sum();
+    64 + path.len() + data.len() + acl_len
+}
+
+fn check_request_len(len: usize) -> Result<()> {
+    if len > MAX_REQUEST_LEN {
+        return Err(Error::DataTooLarge {
+            len,
+            max: MAX_REQUEST_LEN,
+        });
+    }
+    Ok(())
+}

@@ -240,7 +240,8 @@ fn rejected_before_reaching_c() {
         ]),
         Err(Error::InvalidArgument(_))
     ));
-    let half = vec![0u8; MAX_DATA_LEN / 2 + 1];
+    // Each part fits; together they exceed the request limit (0xfffff bytes).
+    let half = vec![0u8; MAX_DATA_LEN / 2 + 1024];
     assert!(matches!(
         zk.multi(&[
             Op::create(&base, &half, CreateMode::Persistent),
