@@ -1,0 +1,291 @@
+//! FIFO queue against real servers: ordering, blocking with timeout, concurrent consumers,
+//! and puts surviving a server kill + restart without duplicates or losses.
+
+use recipes::queue::Queue;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use zookeeper::ZooKeeper;
+
+fn connect(hosts: &str) -> ZooKeeper {
+    ZooKeeper::connect(hosts, Duration::from_secs(10)).expect("connect")
+}
+
+fn shared() -> ZooKeeper {
+    connect(&zk_harness::shared_test_connect_string())
+}
+
+fn unique_path(test: &str) -> String {
+    format!("/recipes-tests/queue/{test}-{}", recipes::util::guid())
+}
+
+/// Waits until `n` threads are blocked in `take` on `queue`. Nothing signals "another
+/// thread is now blocked", so this polls the queue's own counter.
+fn wait_until_blocked(queue: &Queue, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue.waiting() < n {
+        assert!(Instant::now() < deadline, "consumers never blocked");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// No watch or request context left behind once the recipe values are gone. (A sync
+/// request first: completions are delivered in order, so earlier ones are done.)
+fn assert_no_leftover_contexts(zk: &ZooKeeper) {
+    zk.exists("/").unwrap();
+    assert_eq!(
+        zk.live_contexts(),
+        0,
+        "a watch or request was left registered"
+    );
+}
+
+#[test]
+fn queue_is_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Queue>();
+}
+
+#[test]
+fn items_come_out_in_put_order() {
+    let zk = shared();
+    let queue = Queue::new(&zk, &unique_path("order")).unwrap();
+    assert!(queue.is_empty().unwrap());
+    for i in 0..12 {
+        queue.put(format!("queue item {i}").as_bytes()).unwrap();
+    }
+    assert_eq!(queue.len().unwrap(), 12);
+    // Alternate the non-blocking and blocking forms: both follow the sequence order.
+    for i in 0..12 {
+        let expected = format!("queue item {i}").into_bytes();
+        let got = if i % 2 == 0 {
+            queue.get().unwrap().unwrap()
+        } else {
+            queue.take().unwrap()
+        };
+        assert_eq!(got, expected);
+    }
+    assert_eq!(queue.get().unwrap(), None);
+    assert!(queue.is_empty().unwrap());
+    // Binary and empty items round-trip.
+    queue.put(&[0, 255, 10, 0]).unwrap();
+    queue.put(b"").unwrap();
+    assert_eq!(queue.get().unwrap().unwrap(), vec![0, 255, 10, 0]);
+    assert_eq!(queue.get().unwrap().unwrap(), Vec::<u8>::new());
+}
+
+#[test]
+fn take_times_out_then_wakes_on_put() {
+    let zk = shared();
+    let path = unique_path("blocking");
+    let queue = Arc::new(Queue::new(&zk, &path).unwrap());
+
+    let started = Instant::now();
+    assert_eq!(
+        queue.take_timeout(Duration::from_millis(300)).unwrap(),
+        None
+    );
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+
+    // A consumer blocks (on another session), then a put wakes it.
+    let consumer_zk = shared();
+    let consumer_queue = Arc::new(Queue::new(&consumer_zk, &path).unwrap());
+    let (done, result) = mpsc::channel();
+    let consumer = {
+        let consumer_queue = Arc::clone(&consumer_queue);
+        thread::spawn(move || {
+            let got = consumer_queue
+                .take_timeout(Duration::from_secs(20))
+                .unwrap();
+            done.send(()).unwrap();
+            (got, consumer_queue.wakeups())
+        })
+    };
+    wait_until_blocked(&consumer_queue, 1);
+    assert!(
+        result.try_recv().is_err(),
+        "take returned before anything was put"
+    );
+    let put_at = Instant::now();
+    queue.put(b"wake up").unwrap();
+    result.recv_timeout(Duration::from_secs(10)).unwrap();
+    let (got, wakeups) = consumer.join().unwrap();
+    assert_eq!(got.as_deref(), Some(&b"wake up"[..]));
+    assert!(wakeups >= 1, "the consumer was not woken by its watch");
+    assert!(put_at.elapsed() < Duration::from_secs(5));
+
+    // Several threads blocked on one shared Queue value share its one watch.
+    let (sent, received) = mpsc::channel();
+    let takers: Vec<_> = (0..3)
+        .map(|_| {
+            let queue = Arc::clone(&queue);
+            let sent = sent.clone();
+            thread::spawn(move || {
+                let item = queue.take_timeout(Duration::from_secs(20)).unwrap();
+                sent.send(item).unwrap();
+            })
+        })
+        .collect();
+    wait_until_blocked(&queue, 3);
+    let other = Queue::new(&consumer_zk, &path).unwrap();
+    for i in 0..3 {
+        other.put(format!("shared {i}").as_bytes()).unwrap();
+    }
+    let mut got: Vec<Vec<u8>> = (0..3)
+        .map(|_| {
+            received
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, [b"shared 0", b"shared 1", b"shared 2"]);
+    for taker in takers {
+        taker.join().unwrap();
+    }
+    // A timed-out take leaves its armed watch to the value, which removes it on drop.
+    assert_eq!(other.take_timeout(Duration::from_millis(50)).unwrap(), None);
+    drop((queue, consumer_queue, other));
+    assert_no_leftover_contexts(&zk);
+    assert_no_leftover_contexts(&consumer_zk);
+}
+
+#[test]
+fn concurrent_consumers_never_get_the_same_item() {
+    const ITEMS: usize = 200;
+    let path = unique_path("concurrent");
+    let producer_zk = shared();
+    let producer = Queue::new(&producer_zk, &path).unwrap();
+    let taken = Arc::new(AtomicUsize::new(0));
+
+    // Four consumers on their own sessions, plus two threads sharing one Queue value.
+    let shared_zk = shared();
+    let shared_queue = Arc::new(Queue::new(&shared_zk, &path).unwrap());
+    let mut consumers = Vec::new();
+    for c in 0..6 {
+        let taken = Arc::clone(&taken);
+        let (queue, own) = if c < 4 {
+            (Arc::new(Queue::new(&shared(), &path).unwrap()), true)
+        } else {
+            (Arc::clone(&shared_queue), false)
+        };
+        consumers.push(thread::spawn(move || {
+            let mut got = Vec::new();
+            while taken.load(Ordering::SeqCst) < ITEMS {
+                if let Some(item) = queue.take_timeout(Duration::from_millis(200)).unwrap() {
+                    taken.fetch_add(1, Ordering::SeqCst);
+                    got.push(String::from_utf8(item).unwrap());
+                }
+            }
+            (own, got)
+        }));
+    }
+    for i in 0..ITEMS {
+        producer.put(format!("{i:05}").as_bytes()).unwrap();
+    }
+    let mut all = Vec::new();
+    for consumer in consumers {
+        let (own, got) = consumer.join().unwrap();
+        if own {
+            // A consumer with its own Queue value sees items in put order.
+            let mut sorted = got.clone();
+            sorted.sort();
+            assert_eq!(got, sorted, "one consumer's items out of order");
+        }
+        all.extend(got);
+    }
+    assert_eq!(all.len(), ITEMS, "an item was delivered twice or lost");
+    let distinct: BTreeSet<_> = all.iter().cloned().collect();
+    let expected: BTreeSet<_> = (0..ITEMS).map(|i| format!("{i:05}")).collect();
+    assert_eq!(distinct, expected);
+    assert_eq!(producer.get().unwrap(), None);
+}
+
+#[test]
+fn puts_survive_a_server_kill_without_duplicates_or_losses() {
+    let hosts = zk_harness::test_hosts().unwrap();
+    let Some(server) = hosts.server() else {
+        eprintln!("external ZK_TEST_HOSTS: cannot kill the server, skipping");
+        return;
+    };
+    const PRODUCERS: usize = 3;
+    const PUTS: usize = 60;
+    let connect_string = hosts.connect_string();
+    let path = "/recipes-tests/queue/connection-loss";
+    Queue::new(&connect(&connect_string), path).unwrap();
+
+    let (acked_tx, acked_rx) = mpsc::channel::<()>();
+    let outcomes = Arc::new(Mutex::new(HashMap::new()));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let zk = connect(&connect_string);
+            let outcomes = Arc::clone(&outcomes);
+            let acked_tx = acked_tx.clone();
+            thread::spawn(move || {
+                let queue = Queue::new(&zk, path)
+                    .unwrap()
+                    .with_reconnect_timeout(Duration::from_secs(40));
+                let mut longest = Duration::ZERO;
+                for i in 0..PUTS {
+                    let item = format!("p{p}-{i:03}");
+                    let started = Instant::now();
+                    let result = queue.put(item.as_bytes());
+                    longest = longest.max(started.elapsed());
+                    let ok = result.is_ok();
+                    if let Err(e) = &result {
+                        eprintln!("put {item} failed: {e}");
+                    }
+                    outcomes.lock().unwrap().insert(item, ok);
+                    let _ = acked_tx.send(());
+                }
+                longest
+            })
+        })
+        .collect();
+    drop(acked_tx);
+
+    // Kill the server while puts are in flight, once some have been acknowledged.
+    for _ in 0..20 {
+        acked_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    }
+    server.kill();
+    server.restart().unwrap();
+
+    let longest = producers
+        .into_iter()
+        .map(|p| p.join().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        longest > Duration::from_millis(500),
+        "no put spanned the outage ({longest:?})"
+    );
+
+    let consumer = Queue::new(&connect(&connect_string), path).unwrap();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    while let Some(item) = consumer.get().unwrap() {
+        *seen.entry(String::from_utf8(item).unwrap()).or_default() += 1;
+    }
+    let outcomes = outcomes.lock().unwrap();
+    assert_eq!(outcomes.len(), PRODUCERS * PUTS);
+    for (item, count) in &seen {
+        assert_eq!(*count, 1, "{item} was enqueued {count} times");
+        assert!(outcomes.contains_key(item), "unknown item {item}");
+    }
+    for (item, acked) in outcomes.iter() {
+        if *acked {
+            assert!(seen.contains_key(item), "acknowledged put {item} was lost");
+        }
+    }
+    let acked = outcomes.values().filter(|ok| **ok).count();
+    eprintln!(
+        "{acked} of {} puts acknowledged, {} items found, longest put {longest:?}",
+        outcomes.len(),
+        seen.len()
+    );
+}

@@ -1,0 +1,347 @@
+//! Locking work queue against real servers: FIFO take/complete, release and RAII
+//! give-back, ownership-checked completion, exclusive concurrent consumers, the herd
+//! count, and a consumer killed (SIGKILL, another process) giving its item back.
+
+use recipes::work_queue::WorkQueue;
+use recipes::RecipeError;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use zookeeper::ZooKeeper;
+
+/// Set in a child process started by `consumer_killed_mid_item_gives_it_back`.
+const CHILD_ENV: &str = "RECIPES_WORK_QUEUE_TEST_CHILD";
+/// Session timeout of the child consumer.
+const CHILD_SESSION: Duration = Duration::from_secs(4);
+
+fn connect(hosts: &str) -> ZooKeeper {
+    ZooKeeper::connect(hosts, Duration::from_secs(10)).expect("connect")
+}
+
+fn shared() -> ZooKeeper {
+    connect(&zk_harness::shared_test_connect_string())
+}
+
+fn unique_path(test: &str) -> String {
+    format!("/recipes-tests/work-queue/{test}-{}", recipes::util::guid())
+}
+
+/// Waits until `n` threads are blocked in `take` across `queues`. Nothing signals
+/// "another thread is now blocked", so this polls the queues' own counters.
+fn wait_until_blocked(queues: &[Arc<WorkQueue>], n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queues.iter().map(|q| q.waiting()).sum::<usize>() < n {
+        assert!(Instant::now() < deadline, "consumers never blocked");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn work_queue_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<WorkQueue>();
+    send_sync::<recipes::work_queue::WorkItem>();
+}
+
+#[test]
+fn take_and_complete_in_fifo_order() {
+    let zk = shared();
+    let queue = WorkQueue::new(&zk, &unique_path("fifo")).unwrap();
+    assert!(queue.try_take().unwrap().is_none());
+    for i in 0..5 {
+        queue.put(format!("link {i}").as_bytes()).unwrap();
+    }
+    assert_eq!(queue.len().unwrap(), 5);
+    for i in 0..5 {
+        let item = queue.take().unwrap();
+        assert_eq!(item.data(), format!("link {i}").as_bytes());
+        assert_eq!(queue.in_progress().unwrap(), 1);
+        assert!(item.is_held().unwrap());
+        item.complete().unwrap();
+        assert_eq!(queue.in_progress().unwrap(), 0);
+    }
+    assert!(queue.is_empty().unwrap());
+
+    let started = Instant::now();
+    assert!(queue
+        .take_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(queue.waiters_in_line().unwrap(), 0, "left the line");
+}
+
+#[test]
+fn release_and_drop_give_items_back() {
+    let path = unique_path("release");
+    let first = WorkQueue::new(&shared(), &path).unwrap();
+    let second = WorkQueue::new(&shared(), &path).unwrap();
+    first.put(b"only item").unwrap();
+
+    let item = first.try_take().unwrap().expect("an item");
+    assert!(second.try_take().unwrap().is_none(), "it is locked");
+    item.release().unwrap();
+
+    let item = second.try_take().unwrap().expect("released");
+    assert_eq!(item.data(), b"only item");
+    drop(item); // an unfinished item is given back
+    let item = first
+        .take_timeout(Duration::from_secs(5))
+        .unwrap()
+        .expect("dropped item came back");
+    item.complete().unwrap();
+    assert!(first.is_empty().unwrap());
+    assert_eq!(first.in_progress().unwrap(), 0);
+}
+
+#[test]
+fn complete_is_refused_once_the_claim_is_lost() {
+    let zk = shared();
+    let path = unique_path("lost");
+    let first = WorkQueue::new(&zk, &path).unwrap();
+    let second = WorkQueue::new(&shared(), &path).unwrap();
+    first.put(b"contested").unwrap();
+    let stale = first.try_take().unwrap().unwrap();
+
+    // The lock disappears behind the holder's back and someone else claims the item.
+    let locks = zk.get_children(&format!("{path}/locks")).unwrap();
+    zk.delete(&format!("{path}/locks/{}", locks[0]), None)
+        .unwrap();
+    assert!(!stale.is_held().unwrap());
+    let fresh = second.try_take().unwrap().expect("free again");
+    assert!(matches!(stale.complete(), Err(RecipeError::Lost(_))));
+    assert_eq!(
+        first.len().unwrap(),
+        1,
+        "the refused completion removed nothing"
+    );
+    assert!(fresh.is_held().unwrap());
+    fresh.complete().unwrap();
+    assert!(first.is_empty().unwrap());
+}
+
+#[test]
+fn concurrent_consumers_process_each_item_once() {
+    const ITEMS: usize = 120;
+    const CONSUMERS: usize = 5;
+    let path = unique_path("concurrent");
+    let producer = WorkQueue::new(&shared(), &path).unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let processed = Arc::new(Mutex::new(Vec::new()));
+    let consumers: Vec<_> = (0..CONSUMERS)
+        .map(|_| {
+            let queue = WorkQueue::new(&shared(), &path).unwrap();
+            let done = Arc::clone(&done);
+            let processed = Arc::clone(&processed);
+            thread::spawn(move || {
+                while done.load(Ordering::SeqCst) < ITEMS {
+                    let Some(item) = queue.take_timeout(Duration::from_millis(300)).unwrap() else {
+                        continue;
+                    };
+                    let data = String::from_utf8(item.data().to_vec()).unwrap();
+                    item.complete().unwrap();
+                    processed.lock().unwrap().push(data);
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                queue.stats()
+            })
+        })
+        .collect();
+    for i in 0..ITEMS {
+        producer.put(format!("{i:04}").as_bytes()).unwrap();
+    }
+    let stats: Vec<_> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
+    let processed = processed.lock().unwrap();
+    assert_eq!(processed.len(), ITEMS, "an item was processed twice");
+    let distinct: BTreeSet<_> = processed.iter().cloned().collect();
+    let expected: BTreeSet<_> = (0..ITEMS).map(|i| format!("{i:04}")).collect();
+    assert_eq!(distinct, expected);
+    assert_eq!(stats.iter().map(|s| s.claims).sum::<u64>(), ITEMS as u64);
+    assert!(producer.is_empty().unwrap());
+    assert_eq!(producer.in_progress().unwrap(), 0);
+}
+
+#[test]
+fn idle_consumers_are_not_herded() {
+    const CONSUMERS: usize = 8;
+    const PUTS: usize = 24;
+    let path = unique_path("herd");
+    let producer = WorkQueue::new(&shared(), &path).unwrap();
+    let sessions: Vec<ZooKeeper> = (0..CONSUMERS).map(|_| shared()).collect();
+    let queues: Vec<Arc<WorkQueue>> = sessions
+        .iter()
+        .map(|zk| Arc::new(WorkQueue::new(zk, &path).unwrap()))
+        .collect();
+    let (done_tx, done_rx) = mpsc::channel();
+    let consumers: Vec<_> = queues
+        .iter()
+        .map(|queue| {
+            let queue = Arc::clone(queue);
+            let done_tx = done_tx.clone();
+            thread::spawn(move || loop {
+                let item = queue
+                    .take_timeout(Duration::from_secs(60))
+                    .unwrap()
+                    .expect("an item within 60 s");
+                let stop = item.data() == b"stop";
+                item.complete().unwrap();
+                if stop {
+                    return;
+                }
+                done_tx.send(()).unwrap();
+            })
+        })
+        .collect();
+
+    // Each put finds all consumers idle: blocked in take, one at the head of the line.
+    wait_until_blocked(&queues, CONSUMERS);
+    for i in 0..PUTS {
+        producer.put(format!("link {i}").as_bytes()).unwrap();
+        done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        wait_until_blocked(&queues, CONSUMERS);
+    }
+    let stats: Vec<_> = queues.iter().map(|q| q.stats()).collect();
+
+    for _ in 0..CONSUMERS {
+        producer.put(b"stop").unwrap();
+    }
+    for consumer in consumers {
+        consumer.join().unwrap();
+    }
+    // No watch accumulates: once the values are gone, nothing is left registered.
+    drop(queues);
+    for zk in &sessions {
+        zk.exists("/").unwrap();
+        assert_eq!(zk.live_contexts(), 0, "a watch was left registered");
+    }
+
+    let wakeups: u64 = stats.iter().map(|s| s.wakeups).sum();
+    let notifications: u64 = stats.iter().map(|s| s.notifications).sum();
+    let claims: u64 = stats.iter().map(|s| s.claims).sum();
+    let herd = (PUTS * CONSUMERS) as u64;
+    eprintln!(
+        "{PUTS} puts, {CONSUMERS} idle consumers: {wakeups} wake-ups, {notifications} \
+         notifications (a herd: >= {herd}); per consumer: {:?}",
+        stats
+            .iter()
+            .map(|s| (s.wakeups, s.claims))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(claims, PUTS as u64);
+    // Per put: the head wakes, its successor wakes, the head wakes on completion.
+    assert!(
+        wakeups <= 4 * PUTS as u64,
+        "{wakeups} wake-ups for {PUTS} puts"
+    );
+    assert!(
+        wakeups * 2 < herd,
+        "{wakeups} wake-ups is herd-like ({herd})"
+    );
+    assert!(notifications * 2 < herd);
+}
+
+/// Kills the child on drop (also when the test fails).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads the child's stdout (on a helper thread, so a silent child cannot hang the test)
+/// until a line contains `marker`; returns what follows it.
+fn wait_for_marker(child: &mut ChildGuard, marker: &str) -> String {
+    let stdout = child.0.stdout.take().unwrap();
+    let (line_tx, line_rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if line_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = line_rx
+            .recv_timeout(left)
+            .expect("the child did not report in time (or exited)");
+        // libtest prints "test child_... ... " before the child's own output.
+        if let Some((_, rest)) = line.split_once(marker) {
+            return rest.trim().to_string();
+        }
+    }
+}
+
+#[test]
+fn consumer_killed_mid_item_gives_it_back() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let path = unique_path("killed");
+    let queue = WorkQueue::new(&shared(), &path).unwrap();
+    queue.put(b"http://example.com/slow-page").unwrap();
+
+    let mut child = ChildGuard(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_consumer", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env(CHILD_ENV, format!("{hosts}\n{path}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let taken = wait_for_marker(&mut child, "TOOK ");
+    assert_eq!(taken, "http://example.com/slow-page");
+    assert!(queue.try_take().unwrap().is_none(), "the child holds it");
+    assert_eq!(queue.in_progress().unwrap(), 1);
+
+    let killed_at = Instant::now();
+    child.0.kill().unwrap(); // SIGKILL mid-item
+    child.0.wait().unwrap();
+    let item = queue
+        .take_timeout(Duration::from_secs(30))
+        .unwrap()
+        .expect("the item came back");
+    let waited = killed_at.elapsed();
+    eprintln!("item back {waited:?} after SIGKILL (child session timeout {CHILD_SESSION:?})");
+    assert_eq!(item.data(), b"http://example.com/slow-page");
+    assert!(
+        waited < CHILD_SESSION + Duration::from_secs(4),
+        "took {waited:?}"
+    );
+    item.complete().unwrap();
+    assert!(queue.is_empty().unwrap());
+}
+
+/// Not a test of its own: the child process of `consumer_killed_mid_item_gives_it_back`
+/// (does nothing unless the environment variable is set). It takes an item, reports it
+/// and hangs mid-item.
+#[test]
+fn child_consumer() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (hosts, path) = spec.split_once('\n').unwrap();
+    // Exit if the parent goes away (its end of our stdin closes).
+    thread::spawn(|| {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        std::process::exit(0);
+    });
+    let zk = ZooKeeper::connect(hosts, CHILD_SESSION).unwrap();
+    let queue = WorkQueue::new(&zk, path).unwrap();
+    let item = queue.take().unwrap();
+    let mut out = std::io::stdout();
+    writeln!(out, "TOOK {}", String::from_utf8_lossy(item.data())).unwrap();
+    out.flush().unwrap();
+    loop {
+        thread::park();
+    }
+}
