@@ -6,6 +6,8 @@
 #   default-jre-headless a Java runtime for that server
 #   pkg-config           one of the ways build.rs looks for the C client
 #   python3-kazoo        the Python client the comparison benchmarks measure against
+#   python3-dev dpkg-dev build zkpython (seed 000's Python bindings) from Debian's source
+#                        package for the benchmarks and the behaviour comparison test
 #   npm                  only if missing: fetches the pinned C client source for `vendored`
 #
 # Runs apt-get as root, or through sudo. Prints what it installs; does nothing if all
@@ -18,7 +20,7 @@ if [ "${ZK_SETUP_SKIP:-0}" = "1" ]; then
   exit 0
 fi
 
-packages=(libzookeeper-mt-dev zookeeper default-jre-headless pkg-config python3-kazoo)
+packages=(libzookeeper-mt-dev zookeeper default-jre-headless pkg-config python3-kazoo python3-dev dpkg-dev)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()

@@ -1,0 +1,84 @@
+//! `zookeeper-bench`: the same scenarios through our Rust crates, the raw C client,
+//! zkpython (seed 000's Python bindings) and kazoo, against servers the harness starts,
+//! printed as one Markdown table with ratios. See `bench/README.md`.
+//!
+//! ```text
+//! zookeeper-bench [run] [--quick] [--rounds R] [--configs fsync-on,fsync-off,ensemble]
+//!                 [--clients rust,c,zkpython,kazoo] [--only sync,async,...] [--out FILE]
+//! zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
+//! zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
+//! zookeeper-bench client --hosts H --scenario S [...]      (the Rust client process)
+//! ```
+
+mod compare;
+mod flags;
+mod memcheck;
+mod proto;
+mod recipes_bench;
+mod report;
+mod runner;
+mod rust_client;
+
+use flags::Flags;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = match args.first().map(String::as_str) {
+        Some(c @ ("run" | "client" | "memcheck" | "compare" | "help")) => (c, &args[1..]),
+        Some("--help" | "-h") => ("help", &args[1..]),
+        _ => ("run", &args[..]),
+    };
+    let switches: &[&str] = match cmd {
+        "run" => &["quick", "no-zkpython-build"],
+        "compare" => &["inject-difference", "no-zkpython-build"],
+        _ => &[],
+    };
+    let flags = match Flags::parse(rest, switches) {
+        Ok(f) => f,
+        Err(e) => return usage_error(&e),
+    };
+    let outcome = match cmd {
+        "run" => runner::main(&flags),
+        "client" => rust_client::Params::from_flags(&flags)
+            .map_err(Into::into)
+            .and_then(|p| rust_client::run(&p)),
+        "memcheck" => memcheck::main(&flags),
+        "compare" => compare::main(&flags),
+        _ => {
+            print!("{}", USAGE);
+            return ExitCode::SUCCESS;
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zookeeper-bench {cmd}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("zookeeper-bench: {msg}\n{USAGE}");
+    ExitCode::from(2)
+}
+
+const USAGE: &str = "\
+usage:
+  zookeeper-bench [run] [--quick] [--rounds R] [--configs fsync-on,fsync-off,ensemble]
+                  [--clients rust,c,zkpython,kazoo] [--only sync,async,watch,queue,lock,idgen]
+                  [--timeout SECS] [--out FILE] [--no-zkpython-build]
+      Starts the servers, runs every scenario through every client (each its own
+      process), prints Markdown tables (ops/s median with min-max, ratios, peak RSS,
+      watch notifications per op). --quick: CI size (one config, small counts).
+  zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
+                  [--max-growth-mb 16]
+      RSS of our client across N watch registrations + firings (fails if it grows).
+  zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
+      Runs the behaviour script (basic ops, error kinds, watches, seed 000's queue)
+      through zkpython and through our crates; fails on any difference.
+  zookeeper-bench client --hosts H --scenario S [--rounds R] [--n N] [--window W]
+                  [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
+      One Rust client process (the runner starts these).
+";
