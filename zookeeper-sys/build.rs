@@ -41,9 +41,16 @@ fn main() {
     let include_dir = match locate(&out_dir) {
         Ok(dir) => dir,
         Err(reason) => {
-            // One clear message beats a wall of linker errors.
-            eprintln!("{}", not_found_message(&reason));
-            panic!("{}", not_found_message(&reason));
+            // One clear message beats a wall of linker errors. A library a `tls`/`sasl`
+            // feature needs is not the C client: the advice below would mislead.
+            let message =
+                if reason.starts_with("feature `tls`") || reason.starts_with("feature `sasl`") {
+                    format!("\n\nzookeeper-sys: {reason}.\n")
+                } else {
+                    not_found_message(&reason)
+                };
+            eprintln!("{message}");
+            panic!("{message}");
         }
     };
     println!("cargo:include={}", include_dir.display());
@@ -58,7 +65,7 @@ fn main() {
 fn locate(out_dir: &Path) -> Result<PathBuf, String> {
     #[cfg(feature = "vendored")]
     {
-        return vendored::build(out_dir);
+        vendored::build(out_dir)
     }
     #[cfg(not(feature = "vendored"))]
     {
@@ -166,12 +173,22 @@ fn emit_link(static_link: bool) {
 /// A tiny C file reporting sizes, offsets and constants as the C compiler sees them, so a
 /// test can compare them with the committed Rust bindings.
 fn compile_layout_probe(include_dir: &Path) {
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    build
         .file("src/layout_probe.c")
         .include(include_dir)
         .define("THREADED", None)
-        .warnings(false)
-        .compile("zookeeper_sys_layout_probe");
+        .warnings(false);
+    // With `tls`/`sasl` the vendored header includes the OpenSSL / Cyrus SASL headers and
+    // declares more: the probe must see exactly what the library was compiled with.
+    #[cfg(feature = "vendored")]
+    vendored::configure_dependent(&mut build);
+    #[cfg(any(feature = "tls", feature = "sasl"))]
+    {
+        println!("cargo:rerun-if-changed=src/security_probe.c");
+        build.file("src/security_probe.c");
+    }
+    build.compile("zookeeper_sys_layout_probe");
 }
 
 fn not_found_message(reason: &str) -> String {

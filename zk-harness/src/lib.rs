@@ -44,6 +44,7 @@ mod error;
 mod fourlw;
 mod hosts;
 mod options;
+mod security;
 mod server;
 mod spawner;
 mod util;
@@ -56,6 +57,7 @@ pub use hosts::{
     TEST_HOSTS_ENV,
 };
 pub use options::ServerOptions;
+pub use security::{ServerSasl, ServerTls, TlsMaterial};
 pub use server::Server;
 pub use spawner::process_alive;
 pub use util::{free_port, free_ports};

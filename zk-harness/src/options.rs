@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::security::{ServerSasl, ServerTls};
+
 /// How to start a server (or every member of an ensemble).
 ///
 /// Fields are public; the same-named methods set them in a builder style:
@@ -49,6 +51,11 @@ pub struct ServerOptions {
     pub extra_config: Vec<(String, String)>,
     /// Extra JVM arguments, placed before the main class.
     pub jvm_args: Vec<String>,
+    /// A TLS client port as well (see [`ServerTls`]; its number is
+    /// [`Server::secure_port`](crate::Server::secure_port)). Default `None`.
+    pub tls: Option<ServerTls>,
+    /// SASL authentication (see [`ServerSasl`]). Default `None`.
+    pub sasl: Option<ServerSasl>,
 }
 
 impl Default for ServerOptions {
@@ -66,6 +73,8 @@ impl Default for ServerOptions {
             log_level: "INFO".to_string(),
             extra_config: Vec::new(),
             jvm_args: Vec::new(),
+            tls: None,
+            sasl: None,
         }
     }
 }
@@ -152,6 +161,18 @@ impl ServerOptions {
     /// Appends a JVM argument.
     pub fn jvm_arg(mut self, arg: impl Into<String>) -> Self {
         self.jvm_args.push(arg.into());
+        self
+    }
+
+    /// Sets [`tls`](Self::tls): also serve TLS on a secure client port.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Sets [`sasl`](Self::sasl).
+    pub fn sasl(mut self, sasl: ServerSasl) -> Self {
+        self.sasl = Some(sasl);
         self
     }
 }

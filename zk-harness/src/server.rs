@@ -53,6 +53,8 @@ struct ProcState {
 pub struct Server {
     label: String,
     port: u16,
+    /// The TLS client port, when started with [`ServerOptions::tls`].
+    secure_port: Option<u16>,
     dir: PathBuf,
     data_dir: PathBuf,
     log_path: PathBuf,
@@ -115,11 +117,21 @@ impl Server {
     ) -> Result<Server> {
         let java = util::find_java()?;
         let classpath = util::server_classpath()?;
+        let secure_port = match opts.tls {
+            Some(_) => Some(
+                util::free_ports(2)?
+                    .into_iter()
+                    .find(|p| *p != port)
+                    .unwrap_or(port.wrapping_add(1)),
+            ),
+            None => None,
+        };
         let dir = util::create_temp_dir()?;
         // From here on the Server owns `dir` and removes it on drop, also on error.
         let mut server = Server {
             label,
             port,
+            secure_port,
             data_dir: dir.join("data"),
             log_path: dir.join("server.log"),
             cfg_path: dir.join("zoo.cfg"),
@@ -174,6 +186,24 @@ impl Server {
             }
             write(&self.data_dir.join("myid"), &format!("{}\n", q.my_id))?;
         }
+        if let (Some(tls), Some(secure_port)) = (&opts.tls, self.secure_port) {
+            let _ = writeln!(cfg, "secureClientPort={secure_port}");
+            let _ = writeln!(cfg, "secureClientPortAddress=127.0.0.1");
+            let _ = writeln!(
+                cfg,
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"
+            );
+            let _ = writeln!(cfg, "ssl.keyStore.location={}", tls.key_store.display());
+            let _ = writeln!(cfg, "ssl.keyStore.password={}", tls.key_store_password);
+            let _ = writeln!(cfg, "ssl.keyStore.type={}", tls.store_type);
+            let _ = writeln!(cfg, "ssl.trustStore.location={}", tls.trust_store.display());
+            let _ = writeln!(cfg, "ssl.trustStore.password={}", tls.trust_store_password);
+            let _ = writeln!(cfg, "ssl.trustStore.type={}", tls.store_type);
+            let _ = writeln!(cfg, "ssl.clientAuth={}", tls.client_auth);
+        }
+        if let Some(sasl) = &opts.sasl {
+            write(&self.dir.join("jaas.conf"), &sasl.jaas_config()?)?;
+        }
         for (key, value) in &opts.extra_config {
             let _ = writeln!(cfg, "{key}={value}");
         }
@@ -212,9 +242,29 @@ impl Server {
         if !opts.force_sync {
             args.push("-Dzookeeper.forceSync=no".to_string());
         }
+        if let Some(sasl) = &opts.sasl {
+            args.push(format!(
+                "-Djava.security.auth.login.config={}",
+                self.dir.join("jaas.conf").display()
+            ));
+            args.push(
+                "-Dzookeeper.authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+                    .to_string(),
+            );
+            if sasl.require_sasl {
+                args.push("-Dzookeeper.sessionRequireClientSASLAuth=true".to_string());
+            }
+        }
         args.extend(opts.jvm_args.iter().cloned());
         args.push("-cp".to_string());
-        args.push(classpath.to_string());
+        let mut classpath = classpath.to_string();
+        if opts.tls.is_some() {
+            for jar in crate::security::netty_classpath() {
+                classpath.push(':');
+                classpath.push_str(&jar);
+            }
+        }
+        args.push(classpath);
         args.push(MAIN_CLASS.to_string());
         args.push(self.cfg_path.display().to_string());
         args
@@ -273,6 +323,16 @@ impl Server {
     /// The client port (on 127.0.0.1). It stays the same across restarts.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS client port (on 127.0.0.1) when started with [`ServerOptions::tls`].
+    pub fn secure_port(&self) -> Option<u16> {
+        self.secure_port
+    }
+
+    /// `"127.0.0.1:SECURE_PORT"` when started with [`ServerOptions::tls`].
+    pub fn secure_connect_string(&self) -> Option<String> {
+        self.secure_port.map(|port| format!("127.0.0.1:{port}"))
     }
 
     /// The server log: the JVM's stdout and stderr, log4j output included. Appended to

@@ -39,6 +39,9 @@ struct Inner {
     /// The `Arc<Session>` leaked to C as the global watcher context.
     session_context: *const Session,
     client: u64,
+    /// What the C handle references for TLS/SASL; outlives `zookeeper_close`.
+    #[cfg(any(feature = "tls", feature = "sasl"))]
+    security: Arc<crate::security::Keepalive>,
 }
 
 // SAFETY: `session_context` is only dereferenced by C callbacks and reclaimed once, after
@@ -87,6 +90,8 @@ pub struct ZooKeeperBuilder {
     read_only: bool,
     deterministic_order: Option<bool>,
     resolution_delay: Duration,
+    #[cfg(any(feature = "tls", feature = "sasl"))]
+    pub(crate) security: crate::security::SecurityOptions,
 }
 
 impl ZooKeeperBuilder {
@@ -153,6 +158,10 @@ impl ZooKeeperBuilder {
             raw
         });
 
+        // TLS files loaded once and strings checked before anything is handed to C.
+        #[cfg(any(feature = "tls", feature = "sasl"))]
+        let security = crate::security::Prepared::new(&self.security)?;
+
         crate::logging::apply_default_level();
         if let Some(deterministic) = self.deterministic_order {
             // SAFETY: sets a process-wide int; no preconditions.
@@ -170,6 +179,7 @@ impl ZooKeeperBuilder {
         // SAFETY: `hosts` is NUL-terminated and copied by C; `client_id` is NULL or a
         // valid clientid_t copied by C; the context is a live `Arc<Session>` reclaimed only
         // after `zookeeper_close` (or right below if init fails); the callbacks are ours.
+        #[cfg(not(any(feature = "tls", feature = "sasl")))]
         let zh = unsafe {
             sys::zookeeper_init2(
                 hosts.as_ptr(),
@@ -179,6 +189,18 @@ impl ZooKeeperBuilder {
                 session_context as *mut c_void,
                 flags,
                 Some(context::log_callback),
+            )
+        };
+        // SAFETY: as above; the keepalive holds what C references for TLS/SASL and is
+        // kept in `Inner` until after `zookeeper_close`.
+        #[cfg(any(feature = "tls", feature = "sasl"))]
+        let (zh, keepalive) = unsafe {
+            security.init(
+                hosts.as_ptr(),
+                session_ms,
+                client_id.as_ref().map_or(ptr::null(), |id| id as *const _),
+                session_context as *mut c_void,
+                flags,
             )
         };
         let Some(zh) = NonNull::new(zh) else {
@@ -199,13 +221,20 @@ impl ZooKeeperBuilder {
                 session,
                 session_context,
                 client,
+                #[cfg(any(feature = "tls", feature = "sasl"))]
+                security: Arc::new(keepalive),
             }),
         };
-        match zk
-            .inner
-            .session
-            .wait_connected(deadline_after(self.connect_timeout))
-        {
+        let deadline = deadline_after(self.connect_timeout);
+        #[cfg(any(feature = "tls", feature = "sasl"))]
+        let state = if self.security.uses_sasl() {
+            crate::security::wait_connected(&zk, &zk.inner.session, deadline)
+        } else {
+            zk.inner.session.wait_connected(deadline)
+        };
+        #[cfg(not(any(feature = "tls", feature = "sasl")))]
+        let state = zk.inner.session.wait_connected(deadline);
+        match state {
             state if state.is_connected() => Ok(zk),
             SessionState::Expired => Err(Error::SessionExpired),
             SessionState::AuthFailed => Err(Error::AuthFailed),
@@ -233,6 +262,8 @@ impl ZooKeeper {
             read_only: false,
             deterministic_order: None,
             resolution_delay: Duration::from_secs(10),
+            #[cfg(any(feature = "tls", feature = "sasl"))]
+            security: Default::default(),
         }
         .fix_connect_timeout()
     }
@@ -469,8 +500,14 @@ fn close_inner(inner: &Inner) -> Result<()> {
         let session = Arc::clone(&inner.session);
         let session_context = inner.session_context as usize;
         let client = inner.client;
+        #[cfg(any(feature = "tls", feature = "sasl"))]
+        let keepalive = Arc::clone(&inner.security);
         std::thread::spawn(move || {
-            finish_close(handle, &session, session_context as *const Session, client)
+            let result = finish_close(handle, &session, session_context as *const Session, client);
+            // What C referenced for TLS/SASL goes only once the handle is closed.
+            #[cfg(any(feature = "tls", feature = "sasl"))]
+            drop(keepalive);
+            result
         });
         return Ok(());
     }

@@ -31,6 +31,8 @@ mod multi;
 mod ops;
 mod path;
 mod reply;
+#[cfg(any(feature = "tls", feature = "sasl"))]
+mod security;
 mod session;
 mod types;
 mod watch;
@@ -41,6 +43,10 @@ pub use logging::set_c_log_level;
 pub use multi::{Op, OpResult};
 pub use path::{validate_path, MAX_DATA_LEN};
 pub use reply::ZkFuture;
+#[cfg(feature = "sasl")]
+pub use security::SaslConfig;
+#[cfg(feature = "tls")]
+pub use security::TlsConfig;
 pub use types::{
     Acl, ClientId, CreateMode, EventType, Perms, SessionState, Stat, WatchedEvent, WatcherType,
     MAX_TTL,

@@ -3,8 +3,9 @@
 //! The recipe follows the C client's own build of `libzookeeper_mt` (CMakeLists.txt with
 //! WANT_SYNCAPI, or `libzkmt_la` + `libhashtable_la` in Makefile.am): the sources below,
 //! `THREADED`, `USE_STATIC_LIB`, and a `config.h` written here instead of by
-//! configure/cmake. OpenSSL and Cyrus SASL are left out; `Extras` is where a later `tls`
-//! or `sasl` feature adds its define, sources and libraries.
+//! configure/cmake. OpenSSL and Cyrus SASL are left out unless features `tls` / `sasl` ask
+//! for them: `extras()` then adds their defines, sources and libraries (found with
+//! pkg-config), and compiles `build/secure_init.c` in place of `src/zookeeper.c`.
 
 use std::env;
 use std::fs;
@@ -78,7 +79,7 @@ const CONFIG_H: &str = "\
 ";
 
 /// What an optional feature adds to the plain client.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Extras {
     /// Defines for the C sources; those tested in zookeeper.h (HAVE_OPENSSL_H,
     /// HAVE_CYRUS_SASL_H) change the public API, so dependents need them too.
@@ -86,11 +87,186 @@ struct Extras {
     /// Further sources, e.g. `src/zk_sasl.c` for SASL.
     sources: Vec<&'static str>,
     /// Further system libraries, e.g. `ssl` and `crypto`, or `sasl2`.
-    libs: Vec<&'static str>,
+    libs: Vec<String>,
+    /// Where those libraries live, if not in the linker's default paths.
+    lib_dirs: Vec<PathBuf>,
+    /// Include dirs of those libraries' headers; zookeeper.h includes
+    /// `openssl/ossl_typ.h` / `sasl/sasl.h` under the defines, so dependents need them too.
+    include_dirs: Vec<PathBuf>,
+    /// Compile this file (relative to the crate dir) instead of `src/zookeeper.c`.
+    replaces_zookeeper_c: Option<&'static str>,
 }
 
-fn extras() -> Extras {
-    Extras::default()
+/// Filled by `build()`, read by `configure_dependent()`.
+static EXTRAS: std::sync::OnceLock<Extras> = std::sync::OnceLock::new();
+
+fn extras() -> Result<Extras, String> {
+    #[allow(unused_mut)]
+    let mut extras = Extras::default();
+    #[cfg(feature = "tls")]
+    {
+        let found = system_library(
+            "tls",
+            "openssl",
+            "openssl/ssl.h",
+            &["ssl", "crypto"],
+            "libssl-dev",
+        )?;
+        extras.defines.push("HAVE_OPENSSL_H");
+        extras.absorb(found);
+    }
+    #[cfg(feature = "sasl")]
+    {
+        let found = system_library(
+            "sasl",
+            "libsasl2",
+            "sasl/sasl.h",
+            &["sasl2"],
+            "libsasl2-dev",
+        )?;
+        extras.defines.push("HAVE_CYRUS_SASL_H");
+        extras.sources.push("src/zk_sasl.c");
+        extras.absorb(found);
+    }
+    if cfg!(any(feature = "tls", feature = "sasl")) {
+        extras.replaces_zookeeper_c = Some("build/secure_init.c");
+    }
+    Ok(extras)
+}
+
+/// Headers, libraries and their dirs of one system library.
+#[cfg_attr(not(any(feature = "tls", feature = "sasl")), allow(dead_code))]
+struct SystemLibrary {
+    include_dirs: Vec<PathBuf>,
+    lib_dirs: Vec<PathBuf>,
+    libs: Vec<String>,
+}
+
+#[cfg_attr(not(any(feature = "tls", feature = "sasl")), allow(dead_code))]
+impl Extras {
+    fn absorb(&mut self, found: SystemLibrary) {
+        for dir in found.include_dirs {
+            if !self.include_dirs.contains(&dir) {
+                self.include_dirs.push(dir);
+            }
+        }
+        for dir in found.lib_dirs {
+            if !self.lib_dirs.contains(&dir) {
+                self.lib_dirs.push(dir);
+            }
+        }
+        self.libs.extend(found.libs);
+    }
+}
+
+/// Finds a system library for `feature`: pkg-config `module` first, else `header` in the
+/// compiler's default include path and `default_libs` on the default library path (a
+/// system without the .pc file). Fails with a message naming the package to install.
+#[cfg_attr(not(any(feature = "tls", feature = "sasl")), allow(dead_code))]
+fn system_library(
+    feature: &str,
+    module: &str,
+    header: &str,
+    default_libs: &[&str],
+    debian_package: &str,
+) -> Result<SystemLibrary, String> {
+    let missing = |detail: String| {
+        format!(
+            "feature `{feature}` needs the development files of {module} ({header}), but {detail}.\n\
+             \x20 * Debian/Ubuntu: `apt-get install {debian_package}`, or run `scripts/setup-security.sh`\n\
+             \x20   from the repository, which installs everything the `tls` and `sasl` features need;\n\
+             \x20 * elsewhere: install {module} with its headers and make `pkg-config {module}` find it\n\
+             \x20   (PKG_CONFIG_PATH)"
+        )
+    };
+    // Link lines are printed after the vendored archive (see build()): with
+    // `--as-needed` a shared library named before the archive that uses it is dropped.
+    let probed = pkg_config::Config::new()
+        .cargo_metadata(false)
+        .env_metadata(true)
+        .probe(module);
+    let found = match probed {
+        Ok(lib) => SystemLibrary {
+            include_dirs: lib.include_paths,
+            // The linker searches the system dirs anyway; naming them could only let a
+            // system library shadow one found elsewhere.
+            lib_dirs: lib
+                .link_paths
+                .into_iter()
+                .filter(|dir| !is_system_lib_dir(dir))
+                .collect(),
+            libs: lib.libs,
+        },
+        Err(pkg_error) => {
+            if !default_include_dirs()
+                .iter()
+                .any(|dir| dir.join(header).is_file())
+            {
+                let why = pkg_error.to_string();
+                let why = why.lines().map(str::trim).find(|line| !line.is_empty());
+                return Err(missing(format!(
+                    "pkg-config does not find it ({}) and no {header} is in /usr/include or \
+                     /usr/local/include",
+                    why.unwrap_or("not found")
+                )));
+            }
+            SystemLibrary {
+                include_dirs: Vec::new(),
+                lib_dirs: Vec::new(),
+                libs: default_libs.iter().map(|lib| lib.to_string()).collect(),
+            }
+        }
+    };
+    // pkg-config can know a module whose headers are gone (runtime package only, or a
+    // stale .pc file): say so now rather than with a compiler error deep in zookeeper.h.
+    let mut search = found.include_dirs.clone();
+    search.extend(default_include_dirs());
+    if !search.iter().any(|dir| dir.join(header).is_file()) {
+        return Err(missing(format!(
+            "{header} is in none of {}",
+            search
+                .iter()
+                .map(|dir| dir.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(found)
+}
+
+#[cfg_attr(not(any(feature = "tls", feature = "sasl")), allow(dead_code))]
+fn is_system_lib_dir(dir: &Path) -> bool {
+    let dir = dir.to_string_lossy();
+    let dir = dir.trim_end_matches('/');
+    ["/lib", "/lib64", "/usr/lib", "/usr/lib64"].contains(&dir)
+        || ((dir.starts_with("/usr/lib/") || dir.starts_with("/lib/"))
+            && dir.ends_with("-linux-gnu")
+            && dir.matches('/').count() == if dir.starts_with("/usr") { 3 } else { 2 })
+}
+
+#[cfg_attr(not(any(feature = "tls", feature = "sasl")), allow(dead_code))]
+fn default_include_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![
+        PathBuf::from("/usr/include"),
+        PathBuf::from("/usr/local/include"),
+    ];
+    if let Ok(arch) = env::var("CARGO_CFG_TARGET_ARCH") {
+        dirs.push(PathBuf::from(format!("/usr/include/{arch}-linux-gnu")));
+    }
+    dirs
+}
+
+/// Gives a C compilation that includes zookeeper.h (the layout probes) the defines and
+/// include dirs the vendored library was built with, so it sees the same API and layout.
+pub fn configure_dependent(build: &mut cc::Build) {
+    if let Some(extras) = EXTRAS.get() {
+        for define in &extras.defines {
+            build.define(define, None);
+        }
+        for dir in &extras.include_dirs {
+            build.include(dir);
+        }
+    }
 }
 
 /// Builds and links the C client; returns an include dir holding `zookeeper.h` and the
@@ -102,7 +278,8 @@ pub fn build(out_dir: &Path) -> Result<PathBuf, String> {
     if env::var("CARGO_CFG_TARGET_FAMILY").as_deref() != Ok("unix") {
         return Err("the vendored C client is only set up for Unix targets".into());
     }
-    let extras = extras();
+    let extras = extras()?;
+    let _ = EXTRAS.set(extras.clone());
 
     let include_dir = out_dir.join("include");
     copy_public_headers(&src, &include_dir)?;
@@ -128,8 +305,21 @@ pub fn build(out_dir: &Path) -> Result<PathBuf, String> {
     for define in DEFINES.iter().chain(&extras.defines) {
         build.define(define, None);
     }
+    for dir in &extras.include_dirs {
+        build.include(dir);
+    }
     for file in SOURCES.iter().chain(&extras.sources) {
-        build.file(src.join(file));
+        match extras.replaces_zookeeper_c {
+            // The replacement #includes "zookeeper.c", found through `src/` above.
+            Some(replacement) if *file == "src/zookeeper.c" => {
+                let manifest =
+                    env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?;
+                build.file(Path::new(&manifest).join(replacement));
+            }
+            _ => {
+                build.file(src.join(file));
+            }
+        }
     }
     // Prints cargo:rustc-link-lib=static=zookeeper_mt_vendored and its search path.
     build
@@ -137,8 +327,21 @@ pub fn build(out_dir: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("compiling the vendored C client: {e}"))?;
 
     // A static archive carries no dependencies of its own: name them after it.
-    for lib in extras.libs.iter().chain(&["pthread", "m"]) {
+    for dir in &extras.lib_dirs {
+        println!("cargo:rustc-link-search=native={}", dir.display());
+    }
+    for lib in extras
+        .libs
+        .iter()
+        .map(String::as_str)
+        .chain(["pthread", "m"])
+    {
         println!("cargo:rustc-link-lib={lib}");
+    }
+    if !extras.defines.is_empty() {
+        // For dependents' build scripts (DEP_ZOOKEEPER_MT_DEFINES) that compile C against
+        // zookeeper.h: it declares the TLS/SASL API only under these defines.
+        println!("cargo:defines={}", extras.defines.join(","));
     }
     if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         // clock_gettime lives in librt before glibc 2.17 (upstream's CMake links it too).

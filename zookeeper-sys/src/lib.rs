@@ -8,6 +8,12 @@
 //!
 //! How the library is found (system library, env vars, pkg-config or the `vendored`
 //! build) is described in `build.rs` and the repository README.
+//!
+//! The committed bindings are generated without OpenSSL and Cyrus SASL, as Debian's
+//! library is built. Features `tls` and `sasl` (each implying `vendored`) compile the C
+//! client with them and add hand-written declarations of that API: [`tls`], [`sasl`], and
+//! `zookeeper_sys_init_secure` (TLS, SASL and a log callback in one init call). A test
+//! checks them against the header compiled with the same defines.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![allow(clippy::all)]
 
@@ -20,6 +26,21 @@ mod bindings {
 
 pub use bindings::*;
 
+#[cfg(feature = "tls")]
+pub mod tls;
+#[cfg(feature = "tls")]
+pub use tls::*;
+
+#[cfg(feature = "sasl")]
+pub mod sasl;
+#[cfg(feature = "sasl")]
+pub use sasl::*;
+
+#[cfg(any(feature = "tls", feature = "sasl"))]
+mod secure_init;
+#[cfg(any(feature = "tls", feature = "sasl"))]
+pub use secure_init::*;
+
 /// What the C compiler saw in the header in use, compiled from `src/layout_probe.c`.
 /// For tests of the bindings; not part of the C client's API.
 #[doc(hidden)]
@@ -28,5 +49,15 @@ pub mod probe {
         pub fn zookeeper_sys_probe_version() -> *const libc::c_char;
         pub fn zookeeper_sys_probe_size(which: libc::c_int) -> libc::size_t;
         pub fn zookeeper_sys_probe_int(which: libc::c_int) -> libc::c_int;
+    }
+
+    // The TLS/SASL part, compiled from `src/security_probe.c` with the vendored build's
+    // defines (features `tls`, `sasl`).
+    #[cfg(any(feature = "tls", feature = "sasl"))]
+    extern "C" {
+        pub fn zookeeper_sys_probe_security_features() -> libc::c_int;
+        pub fn zookeeper_sys_probe_security_size(which: libc::c_int) -> libc::size_t;
+        pub fn zookeeper_sys_probe_security_int(which: libc::c_int) -> libc::c_long;
+        pub fn zookeeper_sys_probe_security_fn(which: libc::c_int) -> *mut libc::c_void;
     }
 }

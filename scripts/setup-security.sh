@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Idempotent set-up for the `tls` and `sasl` features (zookeeper-sys / zookeeper-rs) and
+# their tests. Installs only the Debian packages that are missing:
+#
+#   libssl-dev        OpenSSL headers + libssl/libcrypto, for `tls` (HAVE_OPENSSL_H)
+#   libsasl2-dev      Cyrus SASL headers + libsasl2, for `sasl` (HAVE_CYRUS_SASL_H)
+#   libsasl2-modules  the Cyrus SASL mechanism plugins, DIGEST-MD5 among them (a client
+#                     built with `sasl` fails at run time without them: "no mechanism")
+#   openssl           the CLI the tests use to make a CA and certificates
+#   pkg-config        how the build finds OpenSSL and Cyrus SASL
+#   default-jre-headless  `keytool`, for the server's keystore and truststore
+#
+# Runs apt-get as root, or through sudo. Set ZK_SETUP_SKIP=1 to skip entirely.
+set -euo pipefail
+
+if [ "${ZK_SETUP_SKIP:-0}" = "1" ]; then
+  echo "setup-security: ZK_SETUP_SKIP=1, skipping package checks"
+  exit 0
+fi
+
+packages=(libssl-dev libsasl2-dev libsasl2-modules openssl pkg-config default-jre-headless)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup-security: all required Debian packages are installed (${packages[*]})"
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "setup-security: missing packages: ${missing[*]}, and no apt-get here." >&2
+  echo "setup-security: install the equivalents yourself, then re-run with ZK_SETUP_SKIP=1." >&2
+  exit 1
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "setup-security: need root or sudo to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "setup-security: installing missing Debian packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup-security: done"

@@ -1,0 +1,623 @@
+//! TLS and SASL connections (features `tls` and `sasl`, which build the vendored C client
+//! with OpenSSL / Cyrus SASL: Debian's `libzookeeper_mt` has neither).
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "tls", feature = "sasl"))]
+//! # fn main() -> zookeeper::Result<()> {
+//! use zookeeper::{SaslConfig, TlsConfig, ZooKeeper};
+//!
+//! let zk = ZooKeeper::builder("zk1.example:2281")
+//!     .tls(TlsConfig::new("ca.pem", "client.pem", "client-key.pem"))
+//!     .sasl(SaslConfig::digest_md5("alice", "secret"))
+//!     .connect()?;
+//! # Ok(())
+//! # }
+//! # #[cfg(not(all(feature = "tls", feature = "sasl")))]
+//! # fn main() {}
+//! ```
+//!
+//! See [`ZooKeeperBuilder::tls`] and [`ZooKeeperBuilder::sasl`] for how failures show,
+//! and `docs/security.md` in the repository for the set-up.
+
+use crate::client::{ZooKeeper, ZooKeeperBuilder};
+use crate::error::{Error, Result};
+use crate::path::c_string;
+use crate::session::Session;
+use crate::types::SessionState;
+use std::ffi::CString;
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+use std::time::{Duration, Instant};
+use zookeeper_sys as sys;
+
+/// TLS settings: PEM files of the CA the server certificate must chain to, the client
+/// certificate (chain) and its private key (feature `tls`).
+///
+/// The C client verifies the server's chain against `ca` (and the system's default
+/// trust paths) but not its host name. ZooKeeper servers ask for a client certificate by
+/// default (`ssl.clientAuth=need`).
+#[cfg(feature = "tls")]
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// CA certificate(s), PEM.
+    pub ca: std::path::PathBuf,
+    /// Client certificate chain, PEM.
+    pub cert: std::path::PathBuf,
+    /// Client private key, PEM.
+    pub key: std::path::PathBuf,
+    /// Passphrase of `key` if it is encrypted.
+    pub key_password: Option<String>,
+}
+
+#[cfg(feature = "tls")]
+impl TlsConfig {
+    /// CA, client certificate and unencrypted client key.
+    pub fn new(
+        ca: impl Into<std::path::PathBuf>,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> TlsConfig {
+        TlsConfig {
+            ca: ca.into(),
+            cert: cert.into(),
+            key: key.into(),
+            key_password: None,
+        }
+    }
+
+    /// The passphrase of an encrypted key.
+    pub fn key_password(mut self, password: impl Into<String>) -> TlsConfig {
+        self.key_password = Some(password.into());
+        self
+    }
+
+    /// The C client's `"ca,cert,key[,passwd]"` string, after checking that each file can
+    /// be read (the C client would otherwise retry a missing file forever).
+    fn c_cert_string(&self) -> Result<CString> {
+        let mut fields = Vec::with_capacity(4);
+        for (path, what_bad, what_missing) in [
+            (&self.ca, "TLS CA path", "TLS CA file cannot be read"),
+            (
+                &self.cert,
+                "TLS certificate path",
+                "TLS certificate file cannot be read",
+            ),
+            (&self.key, "TLS key path", "TLS key file cannot be read"),
+        ] {
+            let text = path
+                .to_str()
+                .ok_or(Error::InvalidArgument("TLS file paths must be valid UTF-8"))?;
+            if text.is_empty() || text.contains(',') {
+                // The C client splits the string at commas.
+                return Err(Error::InvalidArgument(
+                    "TLS file paths must be non-empty and contain no ','",
+                ));
+            }
+            if std::fs::File::open(path).is_err() || !path.is_file() {
+                log::error!("zookeeper-rs: {what_missing}: {}", path.display());
+                return Err(Error::InvalidArgument(what_missing));
+            }
+            c_string(text, what_bad)?;
+            fields.push(text);
+        }
+        // OpenSSL asks for the passphrase of an encrypted key on the terminal when none is
+        // given: refuse instead of blocking the C IO thread on a prompt.
+        if self.key_password.is_none() && key_is_encrypted(&self.key) {
+            return Err(Error::InvalidArgument(
+                "TLS key is encrypted: set TlsConfig::key_password",
+            ));
+        }
+        if let Some(password) = &self.key_password {
+            if password.is_empty() || password.contains(',') {
+                return Err(Error::InvalidArgument(
+                    "TLS key password must be non-empty and contain no ','",
+                ));
+            }
+            fields.push(password);
+        }
+        let cert = c_string(&fields.join(","), "TLS key password")?;
+        check_tls_files(&cert)?;
+        Ok(cert)
+    }
+}
+
+/// Loads the files once as the C client will (`zookeeper_sys_check_tls`): a file it
+/// cannot use would otherwise make its IO thread retry without pause until the connect
+/// timeout, and only the C log would say why.
+#[cfg(feature = "tls")]
+fn check_tls_files(cert: &CString) -> Result<()> {
+    let mut reason = [0 as std::os::raw::c_char; 256];
+    // SAFETY: `cert` is NUL-terminated; `reason` is a writable buffer of the given length
+    // that C NUL-terminates; the call keeps neither pointer.
+    let step =
+        unsafe { sys::zookeeper_sys_check_tls(cert.as_ptr(), reason.as_mut_ptr(), reason.len()) };
+    if step == 0 {
+        return Ok(());
+    }
+    // SAFETY: C wrote a NUL-terminated string into `reason` (or left it empty, "").
+    let reason = unsafe { std::ffi::CStr::from_ptr(reason.as_ptr()) }.to_string_lossy();
+    let error = match step {
+        1 => Error::InvalidArgument("TLS CA file holds no usable PEM certificate"),
+        2 => Error::InvalidArgument("TLS certificate file holds no usable PEM certificate"),
+        3 => Error::InvalidArgument(
+            "TLS key cannot be used (not a PEM key, a wrong key_password, or not the certificate's key)",
+        ),
+        4 => Error::InvalidArgument("TLS key does not belong to the certificate"),
+        5 => Error::InvalidArgument("TLS settings are malformed"),
+        _ => Error::SystemError,
+    };
+    log::error!("zookeeper-rs: {error}: {reason}");
+    Err(error)
+}
+
+/// Whether a PEM key file is encrypted (PKCS#8 `ENCRYPTED PRIVATE KEY` or a legacy
+/// `Proc-Type: 4,ENCRYPTED` header).
+#[cfg(feature = "tls")]
+fn key_is_encrypted(path: &std::path::Path) -> bool {
+    std::fs::read(path).is_ok_and(|pem| {
+        let text = String::from_utf8_lossy(&pem);
+        text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+            || text.contains("Proc-Type: 4,ENCRYPTED")
+    })
+}
+
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field(
+                "key_password",
+                &self.key_password.as_ref().map(|_| "<hidden>"),
+            )
+            .finish()
+    }
+}
+
+/// SASL settings (feature `sasl`): a mechanism of the system's Cyrus SASL (Debian:
+/// `libsasl2-modules` has DIGEST-MD5) with a user name and password.
+///
+/// The defaults match a stock ZooKeeper server with DIGEST-MD5 users in its JAAS
+/// `Server` section: service `zookeeper`, server name `zk-sasl-md5`. After a successful
+/// authentication the session's identity is `sasl:<user>` (for ACLs).
+#[cfg(feature = "sasl")]
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslConfig {
+    /// Mechanism list, e.g. `DIGEST-MD5`.
+    pub mechanism: String,
+    /// Service name. Default `zookeeper`.
+    pub service: String,
+    /// Server name the mechanism authenticates to. Default `zk-sasl-md5` (the Java
+    /// server's DIGEST-MD5 name).
+    pub host: String,
+    /// User (authentication and authorization name).
+    pub user: String,
+    /// Password.
+    pub password: String,
+    /// Realm; `None` takes the first one the server offers.
+    pub realm: Option<String>,
+}
+
+#[cfg(feature = "sasl")]
+impl SaslConfig {
+    /// DIGEST-MD5 with the defaults above.
+    pub fn digest_md5(user: impl Into<String>, password: impl Into<String>) -> SaslConfig {
+        SaslConfig {
+            mechanism: "DIGEST-MD5".to_string(),
+            service: "zookeeper".to_string(),
+            host: "zk-sasl-md5".to_string(),
+            user: user.into(),
+            password: password.into(),
+            realm: None,
+        }
+    }
+
+    /// Sets [`mechanism`](Self::mechanism).
+    pub fn mechanism(mut self, mechanism: impl Into<String>) -> SaslConfig {
+        self.mechanism = mechanism.into();
+        self
+    }
+
+    /// Sets [`service`](Self::service).
+    pub fn service(mut self, service: impl Into<String>) -> SaslConfig {
+        self.service = service.into();
+        self
+    }
+
+    /// Sets [`host`](Self::host).
+    pub fn host(mut self, host: impl Into<String>) -> SaslConfig {
+        self.host = host.into();
+        self
+    }
+
+    /// Sets [`realm`](Self::realm).
+    pub fn realm(mut self, realm: impl Into<String>) -> SaslConfig {
+        self.realm = Some(realm.into());
+        self
+    }
+}
+
+#[cfg(feature = "sasl")]
+impl std::fmt::Debug for SaslConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslConfig")
+            .field("mechanism", &self.mechanism)
+            .field("service", &self.service)
+            .field("host", &self.host)
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .field("realm", &self.realm)
+            .finish()
+    }
+}
+
+/// What a builder asked for.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SecurityOptions {
+    #[cfg(feature = "tls")]
+    tls: Option<TlsConfig>,
+    #[cfg(feature = "sasl")]
+    sasl: Option<SaslConfig>,
+}
+
+impl SecurityOptions {
+    /// Whether `connect` must watch the C state for a failed SASL authentication.
+    pub(crate) fn uses_sasl(&self) -> bool {
+        #[cfg(feature = "sasl")]
+        return self.sasl.is_some();
+        #[cfg(not(feature = "sasl"))]
+        return false;
+    }
+}
+
+impl ZooKeeperBuilder {
+    /// Connect with TLS (feature `tls`). The hosts must be the servers' secure client
+    /// ports (`secureClientPort`).
+    ///
+    /// How failures show:
+    /// - files that cannot be used (unreadable, not PEM, a wrong or missing
+    ///   [`TlsConfig::key_password`], a key not matching the certificate) or a `,` in a
+    ///   path or the password (the C client splits its certificate string at commas):
+    ///   `connect` fails at once with `InvalidArgument`, before any C thread starts (the
+    ///   files are loaded once, as the C client will; it would retry them in a busy loop,
+    ///   and OpenSSL would prompt on the terminal for a missing password). The OpenSSL
+    ///   reason is logged;
+    /// - a failed handshake (server certificate not signed by `ca`, client certificate
+    ///   refused by the server, a plaintext port): the C client retries until the connect
+    ///   timeout, then `connect` returns `Timeout`. The C client reports the cause only in
+    ///   its log (target `zookeeper::c`, at ERROR: `zk retcode=-15 ... error in ssl
+    ///   connect`).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.security.tls = Some(tls);
+        self
+    }
+
+    /// Authenticate with SASL when the session is established (feature `sasl`); the
+    /// C client re-authenticates after every reconnect.
+    ///
+    /// A failed authentication (wrong password, unknown user, a mechanism the system's
+    /// Cyrus SASL lacks) makes `connect` return `AuthFailed` as soon as the C client
+    /// gives up, usually within milliseconds. The C client ends the session without a
+    /// session event, so `connect` polls the C state while it waits. Should a later
+    /// re-authentication fail, the handle stops the same way: calls fail and
+    /// [`ZooKeeper::is_unrecoverable`] is true, but no `AuthFailed` event is sent.
+    #[cfg(feature = "sasl")]
+    pub fn sasl(mut self, sasl: SaslConfig) -> Self {
+        self.security.sasl = Some(sasl);
+        self
+    }
+}
+
+/// Everything the C init call needs, built (and checked) before any context is handed
+/// to C, and what C keeps referencing for the life of the handle.
+pub(crate) struct Prepared {
+    cert: Option<CString>,
+    #[cfg(feature = "sasl")]
+    sasl: Option<Box<sasl::SaslState>>,
+}
+
+/// Kept alive until `zookeeper_close` has returned: the C handle references it.
+pub(crate) struct Keepalive {
+    #[cfg(feature = "sasl")]
+    _sasl: Option<Box<sasl::SaslState>>,
+}
+
+impl Prepared {
+    pub(crate) fn new(options: &SecurityOptions) -> Result<Prepared> {
+        #[cfg(feature = "tls")]
+        let cert = options
+            .tls
+            .as_ref()
+            .map(TlsConfig::c_cert_string)
+            .transpose()?;
+        #[cfg(not(feature = "tls"))]
+        let cert = None;
+        let _ = options;
+        Ok(Prepared {
+            cert,
+            #[cfg(feature = "sasl")]
+            sasl: options
+                .sasl
+                .as_ref()
+                .map(sasl::SaslState::new)
+                .transpose()?,
+        })
+    }
+
+    /// `zookeeper_sys_init_secure` with the global watcher and log callback of this crate.
+    ///
+    /// # Safety
+    /// As `zookeeper_init2`: `hosts` NUL-terminated, `client_id` NULL or valid, `context`
+    /// valid for the handle's life. The returned `Keepalive` must outlive the handle.
+    pub(crate) unsafe fn init(
+        self,
+        hosts: *const std::os::raw::c_char,
+        recv_timeout: c_int,
+        client_id: *const sys::clientid_t,
+        context: *mut c_void,
+        flags: c_int,
+    ) -> (*mut sys::zhandle_t, Keepalive) {
+        #[cfg(feature = "sasl")]
+        let sasl_params = self
+            .sasl
+            .as_ref()
+            .map_or(ptr::null_mut(), |state| state.params_ptr());
+        #[cfg(not(feature = "sasl"))]
+        let sasl_params: *mut c_void = ptr::null_mut();
+        // SAFETY: the caller's contract covers hosts, client_id and context; `cert` is
+        // NULL or NUL-terminated and copied by C; `sasl_params` is NULL or points into
+        // `self.sasl`, whose strings C copies and whose callback list (with everything
+        // the callbacks read) moves, unchanged in place, into the returned Keepalive.
+        let zh = unsafe {
+            sys::zookeeper_sys_init_secure(
+                hosts,
+                self.cert.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+                Some(crate::context::session_watcher),
+                recv_timeout,
+                client_id,
+                context,
+                flags,
+                Some(crate::context::log_callback),
+                sasl_params,
+            )
+        };
+        (
+            zh,
+            Keepalive {
+                #[cfg(feature = "sasl")]
+                _sasl: self.sasl,
+            },
+        )
+    }
+}
+
+/// Waits for the first connection like `Session::wait_connected`, but also notices the
+/// C client giving up on SASL: it then sets `ZOO_AUTH_FAILED_STATE` and stops without a
+/// session event, so the state is polled and the event supplied here.
+pub(crate) fn wait_connected(zk: &ZooKeeper, session: &Session, deadline: Instant) -> SessionState {
+    const POLL: Duration = Duration::from_millis(25);
+    loop {
+        let now = Instant::now();
+        let state = session.wait_connected(deadline.min(now + POLL));
+        if state.is_connected() || state.is_terminal() || Instant::now() >= deadline {
+            return state;
+        }
+        // SAFETY: live handle (with_handle holds the lock that keeps close out).
+        let c_state = zk.with_handle(|zh| unsafe { sys::zoo_state(zh) });
+        // SAFETY: reading an `extern const int` the C library defines and never writes.
+        let auth_failed = unsafe { sys::ZOO_AUTH_FAILED_STATE };
+        if c_state == Ok(auth_failed) {
+            session.on_state(SessionState::AuthFailed);
+            return SessionState::AuthFailed;
+        }
+    }
+}
+
+#[cfg(feature = "sasl")]
+mod sasl {
+    //! The Cyrus SASL side: one-time library init and the callback list that answers
+    //! user, password and realm from memory (upstream's helper reads the password from
+    //! a file, or prompts on the terminal without one).
+
+    use super::*;
+    use std::os::raw::{c_char, c_uint, c_ulong};
+    use std::sync::OnceLock;
+
+    /// The SASL parameters and everything their callbacks read. Boxed and never moved
+    /// or changed after `new`: C holds pointers into it until the handle is closed.
+    pub(crate) struct SaslState {
+        params: sys::zoo_sasl_params_t,
+        callbacks: Box<[sys::sasl_callback_t]>,
+        _service: CString,
+        _host: CString,
+        _mechanism: CString,
+        user: CString,
+        realm: Option<CString>,
+        /// A `sasl_secret_t` (length, then the bytes and a NUL), in `c_ulong` units for
+        /// its alignment.
+        secret: Box<[c_ulong]>,
+    }
+
+    // SAFETY: the raw pointers point into the state's own heap data, which is never
+    // written after construction; C reads it from its IO thread.
+    unsafe impl Send for SaslState {}
+    // SAFETY: as above.
+    unsafe impl Sync for SaslState {}
+
+    impl SaslState {
+        pub(crate) fn new(config: &SaslConfig) -> Result<Box<SaslState>> {
+            client_init()?;
+            if config.user.is_empty() {
+                return Err(Error::InvalidArgument("SASL user name is empty"));
+            }
+            let service = c_string(&config.service, "SASL service")?;
+            let host = c_string(&config.host, "SASL host")?;
+            let mechanism = c_string(&config.mechanism, "SASL mechanism")?;
+            let user = c_string(&config.user, "SASL user")?;
+            let realm = config
+                .realm
+                .as_deref()
+                .map(|realm| c_string(realm, "SASL realm"))
+                .transpose()?;
+            let password = c_string(&config.password, "SASL password")?;
+
+            let header = std::mem::size_of::<c_ulong>();
+            let bytes = password.as_bytes_with_nul();
+            let mut secret =
+                vec![0 as c_ulong; 1 + bytes.len().div_ceil(header)].into_boxed_slice();
+            secret[0] = password.as_bytes().len() as c_ulong;
+            // SAFETY: `secret` has room for the header word plus `bytes.len()` bytes; the
+            // regions do not overlap.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    (secret.as_mut_ptr() as *mut u8).add(header),
+                    bytes.len(),
+                );
+            }
+            // `sasl_secret_t.data` starts right after `len`: checked against the header
+            // by zookeeper-sys's layout test.
+            debug_assert_eq!(std::mem::offset_of!(sys::sasl_secret_t, data), header);
+
+            let mut state = Box::new(SaslState {
+                params: sys::zoo_sasl_params_t {
+                    service: service.as_ptr(),
+                    host: host.as_ptr(),
+                    mechlist: mechanism.as_ptr(),
+                    callbacks: ptr::null(),
+                },
+                callbacks: Box::new([]),
+                _service: service,
+                _host: host,
+                _mechanism: mechanism,
+                user,
+                realm,
+                secret,
+            });
+            let user_ptr = state.user.as_ptr() as *mut c_void;
+            let realm_ptr = state
+                .realm
+                .as_ref()
+                .map_or(ptr::null_mut(), |realm| realm.as_ptr() as *mut c_void);
+            let secret_ptr = state.secret.as_mut_ptr() as *mut c_void;
+            // SAFETY: Cyrus SASL stores every callback as `int (*)(void)` and calls it
+            // with the signature its id stands for; each function below has that one.
+            let (simple, pass, realm_cb) = unsafe {
+                (
+                    std::mem::transmute::<sys::sasl_getsimple_t, unsafe extern "C" fn() -> c_int>(
+                        get_simple,
+                    ),
+                    std::mem::transmute::<sys::sasl_getsecret_t, unsafe extern "C" fn() -> c_int>(
+                        get_secret,
+                    ),
+                    std::mem::transmute::<sys::sasl_getrealm_t, unsafe extern "C" fn() -> c_int>(
+                        get_realm,
+                    ),
+                )
+            };
+            let entry = |id, proc_, context| sys::sasl_callback_t { id, proc_, context };
+            state.callbacks = vec![
+                entry(sys::SASL_CB_GETREALM, Some(realm_cb), realm_ptr),
+                entry(sys::SASL_CB_USER, Some(simple), user_ptr),
+                entry(sys::SASL_CB_AUTHNAME, Some(simple), user_ptr),
+                entry(sys::SASL_CB_PASS, Some(pass), secret_ptr),
+                entry(sys::SASL_CB_LIST_END, None, ptr::null_mut()),
+            ]
+            .into_boxed_slice();
+            state.params.callbacks = state.callbacks.as_ptr();
+            Ok(state)
+        }
+
+        /// The `zoo_sasl_params_t *` for init; valid while `self` lives, unmoved.
+        pub(crate) fn params_ptr(&self) -> *mut c_void {
+            &self.params as *const sys::zoo_sasl_params_t as *mut c_void
+        }
+    }
+
+    /// `sasl_client_init`, once per process.
+    fn client_init() -> Result<()> {
+        static RESULT: OnceLock<c_int> = OnceLock::new();
+        // SAFETY: NULL callbacks are allowed; called once (OnceLock), before any handle
+        // of this crate uses SASL.
+        let rc = *RESULT.get_or_init(|| unsafe { sys::sasl_client_init(ptr::null()) });
+        if rc == sys::SASL_OK {
+            Ok(())
+        } else {
+            log::error!("zookeeper-rs: sasl_client_init failed ({rc})");
+            Err(Error::SystemError)
+        }
+    }
+
+    // The callbacks run on the C IO thread. They only copy pointers (nothing can panic
+    // or block) and hand out data owned by `SaslState`, which Cyrus SASL does not free.
+
+    /// `SASL_CB_USER` / `SASL_CB_AUTHNAME`: the user name.
+    unsafe extern "C" fn get_simple(
+        context: *mut c_void,
+        id: c_int,
+        result: *mut *const c_char,
+        len: *mut c_uint,
+    ) -> c_int {
+        let id = id as c_ulong;
+        if result.is_null()
+            || context.is_null()
+            || (id != sys::SASL_CB_USER && id != sys::SASL_CB_AUTHNAME)
+        {
+            return sys::SASL_BADPARAM;
+        }
+        // SAFETY: `context` is the user CString of a live SaslState; `result` and `len`
+        // (when not NULL) are out-parameters Cyrus provides.
+        unsafe {
+            *result = context as *const c_char;
+            if !len.is_null() {
+                *len = std::ffi::CStr::from_ptr(context as *const c_char)
+                    .to_bytes()
+                    .len() as c_uint;
+            }
+        }
+        sys::SASL_OK
+    }
+
+    /// `SASL_CB_PASS`: the password, as a `sasl_secret_t` owned by the state.
+    unsafe extern "C" fn get_secret(
+        _conn: *mut sys::sasl_conn_t,
+        context: *mut c_void,
+        id: c_int,
+        psecret: *mut *mut sys::sasl_secret_t,
+    ) -> c_int {
+        if psecret.is_null() || context.is_null() || id as c_ulong != sys::SASL_CB_PASS {
+            return sys::SASL_BADPARAM;
+        }
+        // SAFETY: `context` is the secret buffer of a live SaslState, laid out as a
+        // sasl_secret_t; `psecret` is an out-parameter Cyrus provides.
+        unsafe { *psecret = context as *mut sys::sasl_secret_t };
+        sys::SASL_OK
+    }
+
+    /// `SASL_CB_GETREALM`: the configured realm, else the first the server offers.
+    unsafe extern "C" fn get_realm(
+        context: *mut c_void,
+        id: c_int,
+        availrealms: *mut *const c_char,
+        result: *mut *const c_char,
+    ) -> c_int {
+        if result.is_null() || id as c_ulong != sys::SASL_CB_GETREALM {
+            return sys::SASL_BADPARAM;
+        }
+        // SAFETY: `context` is NULL or the realm CString of a live SaslState;
+        // `availrealms` is NULL or a NULL-terminated array Cyrus provides.
+        unsafe {
+            *result = if !context.is_null() {
+                context as *const c_char
+            } else if !availrealms.is_null() {
+                *availrealms
+            } else {
+                ptr::null()
+            };
+        }
+        sys::SASL_OK
+    }
+}
