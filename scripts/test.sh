@@ -15,3 +15,8 @@ cargo test --workspace --doc
 echo "== zookeeper-sys against the vendored C client =="
 vendor/fetch-c-client.sh
 cargo test -p zookeeper-sys --features vendored
+
+echo "== TLS and SASL through the vendored C client =="
+./scripts/setup-security.sh
+cargo test -p zookeeper-sys --features tls,sasl
+cargo test -p zookeeper-rs --features tls,sasl --test security
