@@ -61,14 +61,15 @@
 //! the participant withdraws its node, but others may already have been released
 //! counting it.
 
+use crate::support::{
+    create_if_absent, create_sequential, delete_node, ensure_dir, members, op_deadline, retry,
+    wait_watch, Deadline,
+};
+use crate::util::{guid, sequence_of};
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::time::Duration;
-use support::{
-    create_sequential, default_op_timeout, delete_node, ensure_dir, members, retry, wait_watch,
-    Deadline,
-};
-use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper::ZooKeeper;
 
 /// A barrier znode: [`wait`](Self::wait) blocks while it exists. Cheap to clone
 /// (`Clone` shares the session); usable from any thread.
@@ -95,36 +96,20 @@ impl Barrier {
     /// Raises the barrier: creates the node (and missing parents). Setting a barrier
     /// that is already set is fine.
     pub fn set(&self) -> Result<()> {
-        let deadline = Deadline::after(default_op_timeout(&self.zk));
-        if let Some((parent, _)) = self.path.rsplit_once('/') {
-            if !parent.is_empty() {
-                ensure_dir(&self.zk, parent, deadline)?;
-            }
-        }
-        retry(&self.zk, deadline, || {
-            match self
-                .zk
-                .create(&self.path, b"", &Acl::open_unsafe(), CreateMode::Persistent)
-            {
-                Ok(_) | Err(Error::NodeExists) => Ok(()),
-                Err(error) => Err(error),
-            }
-        })
+        create_if_absent(&self.zk, &self.path, b"", op_deadline(&self.zk))
     }
 
     /// Removes the barrier, releasing every waiter. Removing an absent barrier is fine.
     pub fn remove(&self) -> Result<()> {
-        delete_node(
-            &self.zk,
-            &self.path,
-            Deadline::after(default_op_timeout(&self.zk)),
-        )
+        delete_node(&self.zk, &self.path, op_deadline(&self.zk))
     }
 
     /// Whether the barrier is currently set.
     pub fn is_set(&self) -> Result<bool> {
-        let deadline = Deadline::after(default_op_timeout(&self.zk));
-        Ok(retry(&self.zk, deadline, || self.zk.exists(&self.path))?.is_some())
+        Ok(retry(&self.zk, op_deadline(&self.zk), || {
+            self.zk.exists(&self.path)
+        })?
+        .is_some())
     }
 
     /// Blocks until the barrier is absent. `Err(Timeout)` if it is still set after
@@ -177,7 +162,7 @@ impl DoubleBarrier {
                 "a double barrier needs at least one participant",
             ));
         }
-        ensure_dir(zk, dir, Deadline::after(default_op_timeout(zk)))?;
+        ensure_dir(zk, dir, op_deadline(zk))?;
         Ok(DoubleBarrier {
             zk: zk.clone(),
             dir: dir.to_string(),
@@ -212,15 +197,9 @@ impl DoubleBarrier {
         // Watch for `ready` before registering, so its creation cannot be missed.
         let (mut ready_stat, mut watch) =
             retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
-        let name = create_sequential(
-            &self.zk,
-            &self.dir,
-            PARTICIPANT,
-            b"",
-            CreateMode::EphemeralSequential,
-            deadline,
-        )?;
-        let my_seq = crate::util::sequence_of(&name).unwrap_or_default();
+        let tag = format!("{PARTICIPANT}{}-", guid());
+        let name = create_sequential(&self.zk, &self.dir, &tag, b"", deadline)?;
+        let my_seq = sequence_of(&name).unwrap_or_default();
         let outcome = (|| loop {
             let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
             let list = members(children, &[PARTICIPANT]);
@@ -229,15 +208,7 @@ impl DoubleBarrier {
                 return Ok(round_max);
             }
             if list.len() >= self.count {
-                retry(&self.zk, deadline, || {
-                    match self
-                        .zk
-                        .create(&ready, b"", &Acl::open_unsafe(), CreateMode::Persistent)
-                    {
-                        Ok(_) | Err(Error::NodeExists) => Ok(()),
-                        Err(error) => Err(error),
-                    }
-                })?;
+                create_if_absent(&self.zk, &ready, b"", deadline)?;
                 return Ok(round_max);
             }
             wait_watch(&watch, deadline)?;
@@ -251,11 +222,7 @@ impl DoubleBarrier {
             Err(error) => {
                 // Withdraw: a participant that gave up must not be counted.
                 let path = format!("{}/{name}", self.dir);
-                let _ = delete_node(
-                    &self.zk,
-                    &path,
-                    Deadline::after(default_op_timeout(&self.zk)),
-                );
+                let _ = delete_node(&self.zk, &path, op_deadline(&self.zk));
                 Err(error)
             }
         }
@@ -318,221 +285,9 @@ impl Drop for DoubleBarrier {
     fn drop(&mut self) {
         if let Some(entered) = self.entered.get_mut().take() {
             let path = format!("{}/{}", self.dir, entered.name);
-            if let Err(error) = delete_node(
-                &self.zk,
-                &path,
-                Deadline::after(default_op_timeout(&self.zk)),
-            ) {
+            if let Err(error) = delete_node(&self.zk, &path, op_deadline(&self.zk)) {
                 log::debug!("recipes: double barrier: withdrawing {path}: {error}");
             }
-        }
-    }
-}
-
-/// Helpers shared by this crate's waiting recipes (barrier, election, read-write lock,
-/// semaphore): deadlines, retry on connection loss, protected sequential creates,
-/// sorting sequential children, and waiting on a watch.
-pub(crate) mod support {
-    use crate::util::{ensure_path, guid, sequence_of};
-    use crate::{RecipeError, Result};
-    use std::time::{Duration, Instant};
-    use zookeeper::{
-        Acl, CreateMode, Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper,
-    };
-
-    /// Longest timeout honoured (longer ones are clamped): keeps `Instant` arithmetic
-    /// inside the types' range.
-    const MAX_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-    /// A point in time a blocking call must not wait past.
-    #[derive(Debug, Clone, Copy)]
-    pub(crate) struct Deadline(Instant);
-
-    impl Deadline {
-        /// `timeout` from now.
-        pub(crate) fn after(timeout: Duration) -> Deadline {
-            let now = Instant::now();
-            Deadline(
-                now.checked_add(timeout.min(MAX_TIMEOUT))
-                    .unwrap_or(now + Duration::from_secs(3600)),
-            )
-        }
-
-        /// Time left (zero once passed).
-        pub(crate) fn remaining(&self) -> Duration {
-            self.0.saturating_duration_since(Instant::now())
-        }
-
-        /// Time left, or `Err(Timeout)` once passed.
-        pub(crate) fn check(&self) -> Result<Duration> {
-            match self.remaining() {
-                left if left.is_zero() => Err(RecipeError::Timeout),
-                left => Ok(left),
-            }
-        }
-    }
-
-    /// How long non-waiting steps (create, delete, release) may retry a lost connection:
-    /// the negotiated session timeout, or 10 s.
-    pub(crate) fn default_op_timeout(zk: &ZooKeeper) -> Duration {
-        zk.session_timeout()
-            .unwrap_or(Duration::from_secs(10))
-            .max(Duration::from_secs(1))
-    }
-
-    /// Waits (until `deadline`) for the session to be connected again after a
-    /// connection loss.
-    pub(crate) fn wait_connected(zk: &ZooKeeper, deadline: Deadline) -> Result<()> {
-        let left = deadline.check()?;
-        if zk.state().is_connected() {
-            // The loss may not have reached the session state yet: back off a little
-            // instead of spinning on a connection that is going down.
-            std::thread::sleep(left.min(Duration::from_millis(20)));
-        }
-        zk.wait_connected(deadline.check()?)?;
-        Ok(())
-    }
-
-    /// Runs an idempotent `op`, retrying (after reconnection) while it fails with a
-    /// retryable error (connection loss, throttling), until `deadline`.
-    pub(crate) fn retry<T>(
-        zk: &ZooKeeper,
-        deadline: Deadline,
-        mut op: impl FnMut() -> zookeeper::Result<T>,
-    ) -> Result<T> {
-        loop {
-            match op() {
-                Err(error) if error.is_retryable() => wait_connected(zk, deadline)?,
-                other => return other.map_err(RecipeError::from),
-            }
-        }
-    }
-
-    /// The error a terminal session event stands for.
-    pub(crate) fn session_error(state: SessionState) -> RecipeError {
-        RecipeError::ZooKeeper(match state {
-            SessionState::AuthFailed => Error::AuthFailed,
-            SessionState::Closed => Error::Closed,
-            _ => Error::SessionExpired,
-        })
-    }
-
-    /// Waits for `watch` to fire (until `deadline`). A node event is returned; the end
-    /// of the session is an error.
-    pub(crate) fn wait_watch(watch: &Watch, deadline: Deadline) -> Result<WatchedEvent> {
-        let left = deadline.check()?;
-        match watch.wait_timeout(left)? {
-            None => Err(RecipeError::Timeout),
-            Some(event) if event.event_type == EventType::Session => {
-                Err(session_error(event.state))
-            }
-            Some(event) => Ok(event),
-        }
-    }
-
-    /// `ensure_path`, retrying a lost connection until `deadline`.
-    pub(crate) fn ensure_dir(zk: &ZooKeeper, dir: &str, deadline: Deadline) -> Result<()> {
-        loop {
-            match ensure_path(zk, dir) {
-                Err(RecipeError::ZooKeeper(error)) if error.is_retryable() => {
-                    wait_connected(zk, deadline)?
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Deletes `path` (any version), retrying a lost connection; an absent node is fine.
-    pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, deadline: Deadline) -> Result<()> {
-        retry(zk, deadline, || match zk.delete(path, None) {
-            Ok(()) | Err(Error::NoNode) => Ok(()),
-            Err(error) => Err(error),
-        })
-    }
-
-    /// One sequential child: its name and sequence number.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub(crate) struct Member {
-        pub(crate) name: String,
-        pub(crate) seq: u64,
-    }
-
-    impl Member {
-        /// Whether the name starts with `prefix`.
-        pub(crate) fn is(&self, prefix: &str) -> bool {
-            self.name.starts_with(prefix)
-        }
-    }
-
-    /// The children named with one of `prefixes` and a sequence suffix, in sequence order.
-    pub(crate) fn members(children: Vec<String>, prefixes: &[&str]) -> Vec<Member> {
-        let mut list: Vec<Member> = children
-            .into_iter()
-            .filter(|name| prefixes.iter().any(|p| name.starts_with(p)))
-            .filter_map(|name| sequence_of(&name).map(|seq| Member { name, seq }))
-            .collect();
-        list.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
-        list
-    }
-
-    /// Creates a sequential child `dir/{prefix}{guid}-NNNNNNNNNN` and returns its name.
-    ///
-    /// Lost-create protection: if the reply is lost (connection loss), the children are
-    /// searched for the guid before retrying, so a create that did apply is found and
-    /// never duplicated. A missing `dir` is created.
-    pub(crate) fn create_sequential(
-        zk: &ZooKeeper,
-        dir: &str,
-        prefix: &str,
-        data: &[u8],
-        mode: CreateMode,
-        deadline: Deadline,
-    ) -> Result<String> {
-        let tagged = format!("{prefix}{}-", guid());
-        let base = format!("{dir}/{tagged}");
-        loop {
-            match zk.create(&base, data, &Acl::open_unsafe(), mode) {
-                Ok(path) => {
-                    let name = path.rsplit('/').next().unwrap_or_default();
-                    return Ok(name.to_string());
-                }
-                Err(Error::NoNode) => ensure_dir(zk, dir, deadline)?,
-                Err(error) if error.is_retryable() => {
-                    wait_connected(zk, deadline)?;
-                    let children = retry(zk, deadline, || zk.get_children(dir))?;
-                    if let Some(name) = children.into_iter().find(|c| c.starts_with(&tagged)) {
-                        return Ok(name);
-                    }
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn members_sort_by_sequence_across_prefixes() {
-            let children = vec![
-                "write-b-0000000003".to_string(),
-                "read-a-0000000001".to_string(),
-                "ready".to_string(),
-                "read-c-0000000002".to_string(),
-                "other-0000000000".to_string(),
-            ];
-            let list = members(children, &["read-", "write-"]);
-            let names: Vec<_> = list.iter().map(|m| m.seq).collect();
-            assert_eq!(names, vec![1, 2, 3]);
-            assert!(list[2].is("write-"));
-        }
-
-        #[test]
-        fn deadlines() {
-            assert!(Deadline::after(Duration::ZERO).check().is_err());
-            assert!(Deadline::after(Duration::MAX).check().is_ok());
-            assert!(Deadline::after(Duration::from_secs(5)).remaining() > Duration::from_secs(4));
         }
     }
 }

@@ -44,13 +44,13 @@
 //! does not stop it: the watch survives reconnection and the thread re-reads once
 //! connected again.
 
-use crate::barrier::support::{default_op_timeout, session_error, wait_connected, Deadline};
+use crate::support::{await_reconnect, check_event, op_deadline, session_error};
 use crate::{RecipeError, Result};
 use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use zookeeper::{Error, EventType, Stat, Watch, ZooKeeper};
+use zookeeper::{Error, Stat, Watch, ZooKeeper};
 
 /// One state of the watched node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,12 +110,16 @@ impl ConfigWatch {
             session: zk.session_events(),
             last: Last::Nothing,
         };
-        let deadline = Deadline::after(default_op_timeout(zk));
+        let deadline = op_deadline(zk);
+        let mut attempt = 0;
         let watch = loop {
             match follower.read() {
                 Ok(Some(watch)) => break watch,
                 Ok(None) => continue,
-                Err(error) if error.is_retryable() => wait_connected(zk, deadline)?,
+                Err(error) if error.is_retryable() => {
+                    attempt += 1;
+                    await_reconnect(zk, deadline, attempt)?;
+                }
                 Err(error) => return Err(error.into()),
             }
         };
@@ -263,11 +267,9 @@ impl Follower {
         loop {
             // Wait for the watch, a stop request, or (only to end) the session.
             select! {
-                recv(watch.receiver()) -> event => match event {
-                    Ok(event) if event.event_type == EventType::Session => {
-                        return Some(session_error(event.state));
-                    }
-                    Ok(_) => {}
+                recv(watch.receiver()) -> event => match event.map(check_event) {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(session_ended)) => return Some(session_ended),
                     Err(_) => return Some(RecipeError::ZooKeeper(Error::Closed)),
                 },
                 recv(self.stop) -> _ => return None,

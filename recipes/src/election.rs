@@ -37,14 +37,15 @@
 //!   as a fencing token where the resource supports one.
 //! - No fairness beyond join order; a candidate that rejoins goes to the back.
 
-use crate::barrier::support::{
-    create_sequential, default_op_timeout, delete_node, ensure_dir, members, retry, wait_watch,
-    Deadline, Member,
+use crate::support::{
+    create_sequential, delete_node, ensure_dir, members, op_deadline, retry, wait_watch, Deadline,
+    Member,
 };
+use crate::util::{guid, sequence_of};
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use zookeeper::{CreateMode, ZooKeeper};
+use zookeeper::ZooKeeper;
 
 /// Name prefix of candidate nodes.
 const CANDIDATE: &str = "candidate-";
@@ -66,17 +67,11 @@ impl LeaderElection {
     ///
     /// [`leader_data`]: LeaderElection::leader_data
     pub fn join(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
-        let deadline = Deadline::after(default_op_timeout(zk));
+        let deadline = op_deadline(zk);
         ensure_dir(zk, dir, deadline)?;
-        let name = create_sequential(
-            zk,
-            dir,
-            CANDIDATE,
-            data,
-            CreateMode::EphemeralSequential,
-            deadline,
-        )?;
-        let seq = crate::util::sequence_of(&name).unwrap_or_default();
+        let tag = format!("{CANDIDATE}{}-", guid());
+        let name = create_sequential(zk, dir, &tag, data, deadline)?;
+        let seq = sequence_of(&name).unwrap_or_default();
         Ok(LeaderElection {
             zk: zk.clone(),
             dir: dir.to_string(),
@@ -113,7 +108,7 @@ impl LeaderElection {
     /// `Err(Lost)` if its node is gone; a session error if the session ended.
     pub fn is_leader(&self) -> Result<bool> {
         self.check_joined()?;
-        let list = self.candidates(Deadline::after(default_op_timeout(&self.zk)))?;
+        let list = self.candidates(op_deadline(&self.zk))?;
         match list.iter().position(|m| m.name == self.name) {
             Some(index) => Ok(index == 0),
             None => Err(RecipeError::Lost("the candidate node is gone")),
@@ -145,7 +140,7 @@ impl LeaderElection {
 
     /// The data of the current leader (the lowest candidate), if there is one.
     pub fn leader_data(&self) -> Result<Option<Vec<u8>>> {
-        let deadline = Deadline::after(default_op_timeout(&self.zk));
+        let deadline = op_deadline(&self.zk);
         loop {
             let Some(first) = self.candidates(deadline)?.into_iter().next() else {
                 return Ok(None);
@@ -171,11 +166,7 @@ impl LeaderElection {
             return Ok(());
         }
         let path = format!("{}/{}", self.dir, self.name);
-        delete_node(
-            &self.zk,
-            &path,
-            Deadline::after(default_op_timeout(&self.zk)),
-        )
+        delete_node(&self.zk, &path, op_deadline(&self.zk))
     }
 }
 

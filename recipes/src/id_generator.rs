@@ -53,15 +53,15 @@
 //! - A timeout (`Err(Timeout)`) after a connection loss leaves the outcome of the last
 //!   CAS unknown; its range is never used.
 
-use crate::barrier::support::{default_op_timeout, wait_connected, Deadline};
-use crate::util::ensure_path;
+use crate::support::{await_reconnect, create_if_absent, op_deadline, retry, Deadline};
+use crate::util::guid;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::{Acl, CreateMode, Error, Stat, ZooKeeper};
+use zookeeper::{Error, Stat, ZooKeeper};
 
 /// Default time `next_id` may take (retries on conflicts and connection loss included).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -122,6 +122,9 @@ struct Counters {
     reads: AtomicU64,
 }
 
+/// What a generator reports once its counter node is gone.
+const COUNTER_DELETED: &str = "the id counter node was deleted";
+
 fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
 }
@@ -158,33 +161,14 @@ impl IdGenerator {
                 "the batch size must be at least 1",
             ));
         }
-        let deadline = Deadline::after(default_op_timeout(zk));
-        loop {
-            let outcome = (|| {
-                if let Some((parent, _)) = path.rsplit_once('/') {
-                    if !parent.is_empty() {
-                        ensure_path(zk, parent)?;
-                    }
-                }
-                match zk.create(path, b"0", &Acl::open_unsafe(), CreateMode::Persistent) {
-                    Ok(_) | Err(Error::NodeExists) => Ok(()),
-                    Err(error) => Err(RecipeError::from(error)),
-                }
-            })();
-            match outcome {
-                Err(RecipeError::ZooKeeper(error)) if error.is_retryable() => {
-                    wait_connected(zk, deadline)?
-                }
-                other => break other?,
-            }
-        }
+        create_if_absent(zk, path, b"0", op_deadline(zk))?;
         Ok(IdGenerator {
             zk: zk.clone(),
             path: path.to_string(),
             batch,
             timeout: DEFAULT_TIMEOUT,
             local: Mutex::new(0..0),
-            owner: crate::util::guid(),
+            owner: guid(),
             attempt: AtomicU64::new(0),
             counters: Counters::default(),
         })
@@ -246,7 +230,7 @@ impl IdGenerator {
 
     /// The counter's current value: the highest id reserved by anyone so far.
     pub fn current(&self) -> Result<u64> {
-        let (data, _) = self.read(Deadline::after(default_op_timeout(&self.zk)))?;
+        let (data, _) = self.read(op_deadline(&self.zk))?;
         parse_counter(&data).map(|(high, _)| high)
     }
 
@@ -269,16 +253,13 @@ impl IdGenerator {
 
     /// Reads the counter, retrying a lost connection until `deadline`.
     fn read(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
-        loop {
+        let read = retry(&self.zk, deadline, || {
             bump(&self.counters.reads, 1);
-            match self.zk.get(&self.path) {
-                Ok(read) => return Ok(read),
-                Err(Error::NoNode) => {
-                    return Err(RecipeError::Lost("the id counter node was deleted"))
-                }
-                Err(error) if error.is_retryable() => wait_connected(&self.zk, deadline)?,
-                Err(error) => return Err(error.into()),
-            }
+            self.zk.get(&self.path)
+        });
+        match read {
+            Err(RecipeError::ZooKeeper(Error::NoNode)) => Err(RecipeError::Lost(COUNTER_DELETED)),
+            other => other,
         }
     }
 
@@ -309,6 +290,7 @@ impl IdGenerator {
             // `uncertain`: an earlier send of this payload lost its reply, so it may
             // still be the write that makes a later send fail.
             let mut uncertain = false;
+            let mut losses = 0;
             loop {
                 bump(&counters.cas_attempts, 1);
                 match self.zk.set(&self.path, payload.as_bytes(), Some(version)) {
@@ -320,14 +302,14 @@ impl IdGenerator {
                         bump(&counters.conflicts, 1);
                         break;
                     }
-                    Err(Error::NoNode) => {
-                        return Err(RecipeError::Lost("the id counter node was deleted"))
-                    }
+                    Err(Error::NoNode) => return Err(RecipeError::Lost(COUNTER_DELETED)),
                     Err(error) if error.is_retryable() || error == Error::BadVersion => {
                         let outcome = if error.is_retryable() {
                             bump(&counters.connection_losses, 1);
                             uncertain = true;
-                            wait_connected(&self.zk, deadline).and_then(|()| self.read(deadline))
+                            losses += 1;
+                            await_reconnect(&self.zk, deadline, losses)
+                                .and_then(|()| self.read(deadline))
                         } else {
                             self.read(deadline)
                         };

@@ -23,6 +23,7 @@ pub mod lock;
 pub mod queue;
 pub mod rwlock;
 pub mod semaphore;
+pub(crate) mod support;
 pub mod util;
 pub mod work_queue;
 

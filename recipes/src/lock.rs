@@ -67,7 +67,10 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 
-use crate::queue::{await_reconnect, check_base_path, default_reconnect_timeout, is_zk, retry};
+use crate::support::{
+    check_base_path, create_sequential, default_reconnect_timeout, delete_eventually, members,
+    retry, wait_for_change, Deadline, Member, NodeWait, Patience, ANY_NAME,
+};
 use crate::util::{ensure_path, guid, sequence_of};
 use crate::{RecipeError, Result};
 use crossbeam_channel::{Receiver, RecvError, Select, Sender};
@@ -77,7 +80,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, CreateMode, Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper};
 
 /// Why a held lock was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,7 +122,7 @@ pub struct Lock {
     zk: ZooKeeper,
     dir: String,
     label: Vec<u8>,
-    reconnect: Duration,
+    patience: Patience,
     grace: Duration,
     wakeups: AtomicU64,
     waiting: AtomicU64,
@@ -136,8 +139,8 @@ impl fmt::Debug for Lock {
 enum Wait {
     /// `try_acquire`: never.
     No,
-    /// Until the deadline (`None`: forever).
-    Until(Option<Instant>),
+    /// Until the deadline.
+    Until(Deadline),
 }
 
 impl Lock {
@@ -150,7 +153,7 @@ impl Lock {
             zk: zk.clone(),
             dir: path.to_string(),
             label: Vec::new(),
-            reconnect: default_reconnect_timeout(zk),
+            patience: Patience::reconnect(default_reconnect_timeout(zk)),
             grace: Duration::ZERO,
             wakeups: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
@@ -174,7 +177,7 @@ impl Lock {
     /// How long an operation waits for a dropped connection to come back before failing
     /// with `ConnectionLoss` (default: twice the session timeout).
     pub fn with_reconnect_timeout(mut self, timeout: Duration) -> Lock {
-        self.reconnect = timeout;
+        self.patience = Patience::reconnect(timeout);
         self
     }
 
@@ -185,7 +188,7 @@ impl Lock {
 
     /// Blocks until the lock is held.
     pub fn acquire(&self) -> Result<LockGuard> {
-        self.acquire_with(Wait::Until(None))?
+        self.acquire_with(Wait::Until(Deadline::never()))?
             .ok_or(RecipeError::Lost("lock wait ended without the lock"))
     }
 
@@ -197,20 +200,20 @@ impl Lock {
     /// Blocks at most `timeout` for the lock: `None` if it was not acquired in time (this
     /// attempt's node is removed again).
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.acquire_with(Wait::Until(Some(Instant::now() + timeout)))
+        self.acquire_with(Wait::Until(Deadline::after(timeout)))
     }
 
     /// The label ([`with_label`](Self::with_label)) of the current holder's node, `None`
     /// if nobody holds the lock.
     pub fn holder(&self) -> Result<Option<String>> {
         loop {
-            let Some((_, first)) = self.sorted_nodes()?.into_iter().next() else {
+            let Some(first) = self.sorted_nodes()?.into_iter().next() else {
                 return Ok(None);
             };
-            let path = format!("{}/{first}", self.dir);
-            match retry(&self.zk, self.reconnect, None, || self.zk.get(&path)) {
+            let path = format!("{}/{}", self.dir, first.name);
+            match retry(&self.zk, self.patience, || self.zk.get(&path)) {
                 Ok((data, _)) => return Ok(Some(String::from_utf8_lossy(&data).into_owned())),
-                Err(e) if is_zk(&e, &Error::NoNode) => continue, // released meanwhile
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => continue, // released meanwhile
                 Err(e) => return Err(e),
             }
         }
@@ -233,8 +236,9 @@ impl Lock {
         // Subscribe before anything else: the guard must see every session event from
         // the moment its node exists.
         let session_events = self.zk.session_events();
-        let node = self.create_node()?;
-        let name = node.rsplit('/').next().unwrap_or_default().to_string();
+        let tag = format!("{}-lock-", guid());
+        let name = create_sequential(&self.zk, &self.dir, &tag, &self.label, self.patience)?;
+        let node = format!("{}/{name}", self.dir);
         let sequence = sequence_of(&name).unwrap_or_default();
         match self.wait_turn(&name, wait) {
             Ok(true) => Ok(Some(LockGuard::start(
@@ -243,59 +247,22 @@ impl Lock {
                 sequence,
                 session_events,
                 self.grace,
-                self.reconnect,
+                self.patience,
             ))),
-            Ok(false) => {
-                delete_node(&self.zk, &node, self.reconnect);
-                Ok(None)
-            }
-            Err(error) => {
-                delete_node(&self.zk, &node, self.reconnect);
-                Err(error)
-            }
-        }
-    }
-
-    /// Creates this attempt's node, finding it again by its guid if the reply is lost.
-    fn create_node(&self) -> Result<String> {
-        let id = guid();
-        let prefix = format!("{id}-lock-");
-        let path = format!("{}/{prefix}", self.dir);
-        let mut attempt = 0;
-        loop {
-            match self.zk.create(
-                &path,
-                &self.label,
-                &Acl::open_unsafe(),
-                CreateMode::EphemeralSequential,
-            ) {
-                Ok(created) => return Ok(created),
-                Err(error) if error.is_connection_loss() => {
-                    attempt += 1;
-                    await_reconnect(&self.zk, self.reconnect, None, attempt)?;
-                    let children = retry(&self.zk, self.reconnect, None, || {
-                        self.zk.get_children(&self.dir)
-                    })?;
-                    if let Some(mine) = children.iter().find(|c| c.starts_with(&prefix)) {
-                        return Ok(format!("{}/{mine}", self.dir));
-                    }
+            not_acquired => {
+                // Gave up or failed: withdraw the node, so it blocks nobody.
+                if let Err(error) = delete_eventually(&self.zk, &node, self.patience) {
+                    log::debug!("lock: withdrawing {node}: {error}");
                 }
-                Err(error) => return Err(error.into()),
+                not_acquired.map(|_| None)
             }
         }
     }
 
     /// The lock nodes, ordered by sequence number.
-    fn sorted_nodes(&self) -> Result<Vec<(u64, String)>> {
-        let children = retry(&self.zk, self.reconnect, None, || {
-            self.zk.get_children(&self.dir)
-        })?;
-        let mut nodes: Vec<(u64, String)> = children
-            .into_iter()
-            .filter_map(|c| sequence_of(&c).map(|seq| (seq, c)))
-            .collect();
-        nodes.sort();
-        Ok(nodes)
+    fn sorted_nodes(&self) -> Result<Vec<Member>> {
+        let children = retry(&self.zk, self.patience, || self.zk.get_children(&self.dir))?;
+        Ok(members(children, ANY_NAME))
     }
 
     /// Steps 2 and 3 of the protocol: `true` once `name` is the lowest node, `false` if
@@ -303,7 +270,7 @@ impl Lock {
     fn wait_turn(&self, name: &str, wait: Wait) -> Result<bool> {
         loop {
             let nodes = self.sorted_nodes()?;
-            let Some(position) = nodes.iter().position(|(_, n)| n == name) else {
+            let Some(position) = nodes.iter().position(|node| node.name == name) else {
                 return Err(RecipeError::Lost(
                     "the lock node vanished while waiting (session expired or node deleted)",
                 ));
@@ -315,79 +282,19 @@ impl Lock {
                 Wait::No => return Ok(false),
                 Wait::Until(deadline) => deadline,
             };
-            if crate::queue::expired(deadline) {
+            if deadline.expired() {
                 return Ok(false);
             }
-            let predecessor = format!("{}/{}", self.dir, nodes[position - 1].1);
-            let watch = match self.zk.get_watch(&predecessor) {
-                Ok((_, _, watch)) => watch,
-                Err(Error::NoNode) => continue, // gone already: look again
-                Err(error) if error.is_connection_loss() => {
-                    await_reconnect(&self.zk, self.reconnect, deadline, 1)?;
-                    continue;
-                }
-                Err(error) => return Err(error.into()),
-            };
-            self.waiting.fetch_add(1, Ordering::Relaxed);
-            let event = match crate::queue::remaining(deadline) {
-                None => watch.wait().map(Some),
-                Some(left) => watch.wait_timeout(left),
-            };
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-            let event = event?;
-            match event {
-                Some(event) => {
+            let predecessor = format!("{}/{}", self.dir, nodes[position - 1].name);
+            let patience = self.patience.before(deadline);
+            match wait_for_change(&self.zk, &predecessor, patience, &self.waiting)? {
+                NodeWait::Fired => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
-                    crate::queue::check_event(&event)?;
                 }
-                None => {
-                    // Giving up: take the watch off the predecessor rather than leave it
-                    // registered until the predecessor goes.
-                    let _ = self.zk.remove_watch(&watch, false);
-                    return Ok(false);
-                }
+                NodeWait::LookAgain => {}
+                NodeWait::TimedOut => return Ok(false),
             }
         }
-    }
-}
-
-/// Deletes `path` (any version), retrying after connection loss; if that does not work
-/// within `reconnect`, keeps trying on a background thread until it is gone or the
-/// session ends (an ephemeral node vanishes with its session anyway). `NoNode` is fine.
-pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, reconnect: Duration) {
-    match retry(zk, reconnect, None, || zk.delete(path, None)) {
-        Ok(()) => {}
-        Err(e) if is_zk(&e, &Error::NoNode) => {}
-        Err(RecipeError::ZooKeeper(e)) if e.is_connection_loss() => {
-            delete_in_background(zk.clone(), path.to_string())
-        }
-        Err(e) => log::debug!("recipes: cannot delete {path}: {e}"),
-    }
-}
-
-/// Keeps deleting `path` on a background thread until it is gone or the session ends.
-pub(crate) fn delete_in_background(zk: ZooKeeper, path: String) {
-    let spawned = std::thread::Builder::new()
-        .name("zk-recipe-cleanup".into())
-        .spawn(move || loop {
-            match zk.delete(&path, None) {
-                Ok(()) | Err(Error::NoNode) => return,
-                Err(error) if error.is_connection_loss() => {
-                    match zk.wait_connected(Duration::from_secs(60)) {
-                        Ok(()) | Err(Error::Timeout) => {
-                            std::thread::sleep(Duration::from_millis(50))
-                        }
-                        Err(_) => return, // session over: the node went with it
-                    }
-                }
-                Err(error) => {
-                    log::debug!("recipes: giving up deleting {path}: {error}");
-                    return;
-                }
-            }
-        });
-    if let Err(error) = spawned {
-        log::warn!("recipes: cannot start the cleanup thread: {error}");
     }
 }
 
@@ -442,7 +349,7 @@ pub struct LockGuard {
     loss: Arc<LossState>,
     stop: Option<Sender<()>>,
     monitor: Option<JoinHandle<()>>,
-    reconnect: Duration,
+    patience: Patience,
 }
 
 impl fmt::Debug for LockGuard {
@@ -461,7 +368,7 @@ impl LockGuard {
         sequence: u64,
         session_events: Receiver<WatchedEvent>,
         grace: Duration,
-        reconnect: Duration,
+        patience: Patience,
     ) -> LockGuard {
         let loss = Arc::new(LossState::default());
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
@@ -490,7 +397,7 @@ impl LockGuard {
             loss,
             stop: Some(stop),
             monitor,
-            reconnect,
+            patience,
         }
     }
 
@@ -537,14 +444,11 @@ impl LockGuard {
             let _ = monitor.join();
         }
         let lost = self.loss.reason();
-        match retry(&self.zk, self.reconnect, None, || {
-            self.zk.delete(&self.node, None)
-        }) {
+        match delete_eventually(&self.zk, &self.node, self.patience) {
             Ok(()) => {}
-            Err(e) if is_zk(&e, &Error::NoNode) => {}
+            // Left to the background: report that the release is not done yet.
             Err(RecipeError::ZooKeeper(e)) if e.is_connection_loss() => {
-                delete_in_background(self.zk.clone(), self.node.clone());
-                return Err(RecipeError::ZooKeeper(e));
+                return Err(RecipeError::ZooKeeper(e))
             }
             Err(_) if lost.is_some() => {}
             Err(e) => return Err(e),

@@ -60,15 +60,17 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 
-use crate::util::{ensure_path, guid, sequence_of};
+use crate::support::{
+    await_reconnect, check_base_path, check_event, counted_wait, default_reconnect_timeout,
+    members, retry, wait_until, Deadline, Patience,
+};
+use crate::util::{ensure_path, guid};
 use crate::{RecipeError, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-use zookeeper::{
-    CreateMode, Error, EventType, Op, OpResult, SessionState, Watch, WatchedEvent, ZooKeeper,
-};
+use std::time::Duration;
+use zookeeper::{CreateMode, Error, Op, OpResult, Watch, WatchedEvent, ZooKeeper};
 
 /// Name prefix of item nodes (followed by a guid, a dash and the sequence suffix).
 pub(crate) const ITEM_PREFIX: &str = "item";
@@ -76,126 +78,14 @@ pub(crate) const ITEM_PREFIX: &str = "item";
 pub(crate) const RECEIPTS: &str = "receipts";
 
 // ---------------------------------------------------------------------------------------
-// Helpers shared by the queue, lock and work-queue recipes (pub(crate)).
+// The item protocol, shared with the work queue.
 // ---------------------------------------------------------------------------------------
 
-/// How long a recipe waits for a lost connection to come back unless told otherwise:
-/// twice the negotiated session timeout (long enough to ride out a server restart that
-/// keeps the session; a longer outage has probably expired it anyway).
-pub(crate) fn default_reconnect_timeout(zk: &ZooKeeper) -> Duration {
-    zk.session_timeout()
-        .map(|t| t * 2)
-        .unwrap_or(Duration::from_secs(20))
-        .max(Duration::from_secs(2))
-}
-
-/// Time left until `deadline` (`None`: no deadline).
-pub(crate) fn remaining(deadline: Option<Instant>) -> Option<Duration> {
-    deadline.map(|d| d.saturating_duration_since(Instant::now()))
-}
-
-/// Whether `deadline` has passed.
-pub(crate) fn expired(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-/// After a connection loss: waits until the session is connected again, at most
-/// `reconnect` (and not past `deadline`). A wait that runs out reports the connection
-/// loss; a terminal session reports its error. `attempt` counts consecutive losses: the
-/// session state is updated on the completion thread and may lag the failed request, so
-/// repeated losses back off briefly instead of spinning.
-pub(crate) fn await_reconnect(
-    zk: &ZooKeeper,
-    reconnect: Duration,
-    deadline: Option<Instant>,
-    attempt: u32,
-) -> Result<()> {
-    if attempt > 1 {
-        std::thread::sleep(Duration::from_millis(5 * u64::from(attempt.min(20))));
-    }
-    let wait = remaining(deadline).map_or(reconnect, |left| left.min(reconnect));
-    match zk.wait_connected(wait) {
-        Ok(()) => Ok(()),
-        Err(Error::Timeout) => Err(RecipeError::ZooKeeper(Error::ConnectionLoss)),
-        Err(error) => Err(error.into()),
-    }
-}
-
-/// Runs an idempotent request (a read, or a write whose repetition is harmless), retrying
-/// it after connection losses (see [`await_reconnect`]).
-pub(crate) fn retry<T>(
-    zk: &ZooKeeper,
-    reconnect: Duration,
-    deadline: Option<Instant>,
-    mut op: impl FnMut() -> zookeeper::Result<T>,
-) -> Result<T> {
-    let mut attempt = 0;
-    loop {
-        match op() {
-            Ok(value) => return Ok(value),
-            Err(error) if error.is_connection_loss() => {
-                attempt += 1;
-                await_reconnect(zk, reconnect, deadline, attempt)?;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
-}
-
-/// `zk.multi`, but a multi that never got an answer fails with the connection or session
-/// error itself. (zookeeper-rs 0.1 reports it as `MultiFailed { index: 0, error:
-/// ConnectionLoss }`: the C client fakes every sub-result with the overall code, and the
-/// binding takes the first one for an operation failure.)
-pub(crate) fn multi(zk: &ZooKeeper, ops: &[Op]) -> zookeeper::Result<Vec<OpResult>> {
-    match zk.multi(ops) {
-        Err(Error::MultiFailed { error, .. })
-            if error.is_connection_loss() || error.is_session_terminal() =>
-        {
-            Err(*error)
-        }
-        other => other,
-    }
-}
-
-/// Turns a watch event that ends the session into its error.
-pub(crate) fn check_event(event: &WatchedEvent) -> Result<()> {
-    if event.event_type == EventType::Session {
-        return match event.state {
-            SessionState::Expired => Err(RecipeError::ZooKeeper(Error::SessionExpired)),
-            SessionState::AuthFailed => Err(RecipeError::ZooKeeper(Error::AuthFailed)),
-            SessionState::Closed => Err(RecipeError::ZooKeeper(Error::Closed)),
-            _ => Ok(()),
-        };
-    }
-    Ok(())
-}
-
-/// Whether `error` is the client error `expected`.
-pub(crate) fn is_zk(error: &RecipeError, expected: &Error) -> bool {
-    matches!(error, RecipeError::ZooKeeper(e) if e == expected)
-}
-
-/// Validates a recipe's base path: a valid node path other than `/`.
-pub(crate) fn check_base_path(path: &str) -> Result<()> {
-    zookeeper::validate_path(path, false)?;
-    if path == "/" {
-        return Err(RecipeError::InvalidArgument(
-            "the recipe path must not be /",
-        ));
-    }
-    Ok(())
-}
-
-/// The item children among `children` (`item…` with a sequence suffix), ordered by
-/// sequence number (the guid in the name makes name order meaningless).
+/// The item names among `children` (`item…` with a sequence suffix), ordered by sequence
+/// number.
 pub(crate) fn sorted_items(children: Vec<String>) -> Vec<String> {
-    let mut items: Vec<(u64, String)> = children
-        .into_iter()
-        .filter(|name| name.starts_with(ITEM_PREFIX))
-        .filter_map(|name| sequence_of(&name).map(|seq| (seq, name)))
-        .collect();
-    items.sort();
-    items.into_iter().map(|(_, name)| name).collect()
+    let items = members(children, &[ITEM_PREFIX]);
+    items.into_iter().map(|item| item.name).collect()
 }
 
 /// Enqueues `data` as `<items_dir>/item-<guid>-<seq>` with lost-create protection:
@@ -208,7 +98,7 @@ pub(crate) fn put_item(
     items_dir: &str,
     receipts_dir: &str,
     data: &[u8],
-    reconnect: Duration,
+    patience: Patience,
 ) -> Result<String> {
     let id = guid();
     let item_prefix = format!("{items_dir}/{ITEM_PREFIX}-{id}-");
@@ -219,7 +109,7 @@ pub(crate) fn put_item(
     ];
     let mut attempt = 0;
     loop {
-        match multi(zk, &ops) {
+        match zk.multi(&ops) {
             Ok(results) => {
                 // Pipelined: the reply is not awaited (dropping the future does not cancel
                 // the request). If it is lost, the receipt stays until the session ends.
@@ -231,19 +121,18 @@ pub(crate) fn put_item(
             }
             Err(error) if error.is_connection_loss() => {
                 attempt += 1;
-                await_reconnect(zk, reconnect, None, attempt)?;
+                await_reconnect(zk, patience, attempt)?;
                 // Let this server catch up with everything the old connection sent.
-                retry(zk, reconnect, None, || zk.sync(receipts_dir))?;
-                if retry(zk, reconnect, None, || zk.exists(&receipt))?.is_some() {
-                    let children = retry(zk, reconnect, None, || zk.get_children(items_dir))?;
+                retry(zk, patience, || zk.sync(receipts_dir))?;
+                if retry(zk, patience, || zk.exists(&receipt))?.is_some() {
+                    let children = retry(zk, patience, || zk.get_children(items_dir))?;
                     let path = children
                         .into_iter()
                         .find(|name| name.contains(&id))
                         .map(|name| format!("{items_dir}/{name}"))
                         .unwrap_or_default();
-                    match retry(zk, reconnect, None, || zk.delete(&receipt, None)) {
-                        Ok(()) => {}
-                        Err(e) if is_zk(&e, &Error::NoNode) => {}
+                    match retry(zk, patience, || zk.delete(&receipt, None)) {
+                        Ok(()) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
                         Err(e) => return Err(e),
                     }
                     return Ok(path);
@@ -280,7 +169,7 @@ struct WatchState {
 /// change after it. One waiting thread receives from the watch; the others sleep on a
 /// condition variable; whoever leaves hands the watch to the next. No wake-up can be lost
 /// and no watch is registered twice.
-pub(crate) struct ChildWatcher {
+struct ChildWatcher {
     path: String,
     state: Mutex<WatchState>,
     changed: Condvar,
@@ -289,7 +178,7 @@ pub(crate) struct ChildWatcher {
 }
 
 impl ChildWatcher {
-    pub(crate) fn new(path: &str) -> ChildWatcher {
+    fn new(path: &str) -> ChildWatcher {
         ChildWatcher {
             path: path.to_string(),
             state: Mutex::new(WatchState {
@@ -304,20 +193,20 @@ impl ChildWatcher {
     }
 
     /// Threads in `wait_change` now.
-    pub(crate) fn waiting(&self) -> u64 {
+    fn waiting(&self) -> u64 {
         self.waiting.load(Ordering::Relaxed)
     }
 
     /// Removes the armed watch locally (on drop of its owner), so it does not stay
     /// registered until the next change.
-    pub(crate) fn disarm(&self, zk: &ZooKeeper) {
+    fn disarm(&self, zk: &ZooKeeper) {
         if let Some(watch) = self.state.lock().slot.take() {
             let _ = zk.remove_watch(&watch, true);
         }
     }
 
     /// Watch events received so far.
-    pub(crate) fn events(&self) -> u64 {
+    fn events(&self) -> u64 {
         self.events.load(Ordering::Relaxed)
     }
 
@@ -328,17 +217,12 @@ impl ChildWatcher {
         self.changed.notify_all();
         let event = event?;
         self.events.fetch_add(1, Ordering::Relaxed);
-        check_event(&event)
+        check_event(event).map(drop)
     }
 
     /// Lists the children; a child watch registered no later than this listing is armed
     /// when it returns. Returns the children and the epoch to pass to `wait_change`.
-    pub(crate) fn list(
-        &self,
-        zk: &ZooKeeper,
-        reconnect: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<(Vec<String>, u64)> {
+    fn list(&self, zk: &ZooKeeper, patience: Patience) -> Result<(Vec<String>, u64)> {
         let mut state = self.state.lock();
         if let Some(watch) = &state.slot {
             match watch.try_get() {
@@ -353,13 +237,11 @@ impl ChildWatcher {
             // after this listing is noticed.
             let epoch = state.epoch;
             drop(state);
-            let children = retry(zk, reconnect, deadline, || zk.get_children(&self.path))?;
+            let children = retry(zk, patience, || zk.get_children(&self.path))?;
             return Ok((children, epoch));
         }
         // Arm while holding the lock, so no two threads register a watch at once.
-        let (children, watch) = retry(zk, reconnect, deadline, || {
-            zk.get_children_watch(&self.path)
-        })?;
+        let (children, watch) = retry(zk, patience, || zk.get_children_watch(&self.path))?;
         state.slot = Some(watch);
         state.armed = true;
         Ok((children, state.epoch))
@@ -367,24 +249,18 @@ impl ChildWatcher {
 
     /// Waits until the watch armed at `epoch` fires (`Ok(true)`) or `deadline` passes
     /// (`Ok(false)`).
-    pub(crate) fn wait_change(&self, epoch: u64, deadline: Option<Instant>) -> Result<bool> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        let result = self.wait_change_inner(epoch, deadline);
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
-        result
+    fn wait_change(&self, epoch: u64, deadline: Deadline) -> Result<bool> {
+        counted_wait(&self.waiting, || self.wait_change_inner(epoch, deadline))
     }
 
-    fn wait_change_inner(&self, epoch: u64, deadline: Option<Instant>) -> Result<bool> {
+    fn wait_change_inner(&self, epoch: u64, deadline: Deadline) -> Result<bool> {
         let mut state = self.state.lock();
         loop {
             if state.epoch != epoch || !state.armed {
                 return Ok(true);
             }
             if let Some(watch) = state.slot.take() {
-                let result = MutexGuard::unlocked(&mut state, || match remaining(deadline) {
-                    None => watch.wait().map(Some),
-                    Some(left) => watch.wait_timeout(left),
-                });
+                let result = MutexGuard::unlocked(&mut state, || wait_until(&watch, deadline));
                 return match result {
                     Ok(Some(event)) => self.fired(&mut state, Ok(event)).map(|()| true),
                     Ok(None) => {
@@ -396,7 +272,7 @@ impl ChildWatcher {
                     Err(error) => self.fired(&mut state, Err(error)).map(|()| true),
                 };
             }
-            match deadline {
+            match deadline.instant() {
                 None => self.changed.wait(&mut state),
                 Some(deadline) => {
                     if self.changed.wait_until(&mut state, deadline).timed_out() {
@@ -435,7 +311,7 @@ pub struct Queue {
     zk: ZooKeeper,
     path: String,
     receipts: String,
-    reconnect: Duration,
+    patience: Patience,
     /// Item names from the last listing not yet tried, in sequence order.
     cache: Mutex<VecDeque<String>>,
     watcher: ChildWatcher,
@@ -463,7 +339,7 @@ impl Queue {
             zk: zk.clone(),
             path: path.to_string(),
             receipts,
-            reconnect: default_reconnect_timeout(zk),
+            patience: Patience::reconnect(default_reconnect_timeout(zk)),
             cache: Mutex::new(VecDeque::new()),
             watcher: ChildWatcher::new(path),
         })
@@ -472,7 +348,7 @@ impl Queue {
     /// How long an operation waits for a dropped connection to come back before it
     /// fails with `ConnectionLoss` (default: twice the session timeout).
     pub fn with_reconnect_timeout(mut self, timeout: Duration) -> Queue {
-        self.reconnect = timeout;
+        self.patience = Patience::reconnect(timeout);
         self
     }
 
@@ -484,18 +360,16 @@ impl Queue {
     /// Enqueues `data` (at most [`zookeeper::MAX_DATA_LEN`] bytes). Survives connection
     /// loss without duplicating the item (see the module docs).
     pub fn put(&self, data: &[u8]) -> Result<()> {
-        put_item(&self.zk, &self.path, &self.receipts, data, self.reconnect).map(drop)
+        put_item(&self.zk, &self.path, &self.receipts, data, self.patience).map(drop)
     }
 
     /// Takes the head item without blocking: `None` if the queue is empty.
     pub fn get(&self) -> Result<Option<Vec<u8>>> {
         loop {
-            if let Some(data) = self.claim_cached(None)? {
+            if let Some(data) = self.claim_cached(Deadline::never())? {
                 return Ok(Some(data));
             }
-            let children = retry(&self.zk, self.reconnect, None, || {
-                self.zk.get_children(&self.path)
-            })?;
+            let children = retry(&self.zk, self.patience, || self.zk.get_children(&self.path))?;
             let items = sorted_items(children);
             if items.is_empty() {
                 return Ok(None);
@@ -507,7 +381,7 @@ impl Queue {
     /// Takes the head item, blocking until there is one.
     pub fn take(&self) -> Result<Vec<u8>> {
         loop {
-            if let Some(data) = self.take_until(None)? {
+            if let Some(data) = self.take_until(Deadline::never())? {
                 return Ok(data);
             }
         }
@@ -515,14 +389,12 @@ impl Queue {
 
     /// Takes the head item, blocking at most `timeout`: `None` if none came.
     pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
-        self.take_until(Some(Instant::now() + timeout))
+        self.take_until(Deadline::after(timeout))
     }
 
     /// The number of items in the queue now.
     pub fn len(&self) -> Result<usize> {
-        let children = retry(&self.zk, self.reconnect, None, || {
-            self.zk.get_children(&self.path)
-        })?;
+        let children = retry(&self.zk, self.patience, || self.zk.get_children(&self.path))?;
         Ok(sorted_items(children).len())
     }
 
@@ -543,28 +415,29 @@ impl Queue {
         self.watcher.waiting() as usize
     }
 
-    fn take_until(&self, deadline: Option<Instant>) -> Result<Option<Vec<u8>>> {
+    fn take_until(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
         loop {
             if let Some(data) = self.claim_cached(deadline)? {
                 return Ok(Some(data));
             }
             // The cached list is used up: list again, with a watch registered first.
-            let (children, epoch) = self.watcher.list(&self.zk, self.reconnect, deadline)?;
+            let patience = self.patience.before(deadline);
+            let (children, epoch) = self.watcher.list(&self.zk, patience)?;
             *self.cache.lock() = sorted_items(children).into();
             if let Some(data) = self.claim_cached(deadline)? {
                 return Ok(Some(data));
             }
-            if expired(deadline) {
+            if deadline.expired() {
                 return Ok(None);
             }
-            if !self.watcher.wait_change(epoch, deadline)? && expired(deadline) {
+            if !self.watcher.wait_change(epoch, deadline)? && deadline.expired() {
                 return Ok(None);
             }
         }
     }
 
     /// Tries the cached names in order until one is claimed or the cache is empty.
-    fn claim_cached(&self, deadline: Option<Instant>) -> Result<Option<Vec<u8>>> {
+    fn claim_cached(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
         loop {
             let Some(name) = self.cache.lock().pop_front() else {
                 return Ok(None);
@@ -576,25 +449,24 @@ impl Queue {
     }
 
     /// `get` then `delete` one item; `None` if another consumer took it first.
-    fn claim(&self, name: &str, deadline: Option<Instant>) -> Result<Option<Vec<u8>>> {
+    fn claim(&self, name: &str, deadline: Deadline) -> Result<Option<Vec<u8>>> {
         let path = format!("{}/{name}", self.path);
+        let patience = self.patience.before(deadline);
         let mut attempt = 0;
         loop {
-            let (data, stat) =
-                match retry(&self.zk, self.reconnect, deadline, || self.zk.get(&path)) {
-                    Ok(found) => found,
-                    Err(e) if is_zk(&e, &Error::NoNode) => return Ok(None),
-                    Err(e) => return Err(e),
-                };
+            let (data, stat) = match retry(&self.zk, patience, || self.zk.get(&path)) {
+                Ok(found) => found,
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(None),
+                Err(e) => return Err(e),
+            };
             match self.zk.delete(&path, Some(stat.version)) {
                 Ok(()) => return Ok(Some(data)),
                 Err(Error::NoNode) => return Ok(None),
                 Err(Error::BadVersion) => continue, // rewritten meanwhile: read it again
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
-                    await_reconnect(&self.zk, self.reconnect, deadline, attempt)?;
-                    let exists =
-                        retry(&self.zk, self.reconnect, deadline, || self.zk.exists(&path))?;
+                    await_reconnect(&self.zk, patience, attempt)?;
+                    let exists = retry(&self.zk, patience, || self.zk.exists(&path))?;
                     if exists.is_none() {
                         // Our delete or another consumer's: cannot tell; deliver it
                         // (at-least-once, see the module docs).
@@ -631,12 +503,5 @@ mod tests {
                 "item-0000-0000000010"
             ]
         );
-    }
-
-    #[test]
-    fn base_path_rules() {
-        assert!(check_base_path("/q").is_ok());
-        assert!(check_base_path("/").is_err());
-        assert!(check_base_path("q").is_err());
     }
 }

@@ -41,13 +41,14 @@
 //! - Not reentrant: a process holding a read guard that asks for a write guard on the
 //!   same lock waits for itself (until its timeout).
 
-use crate::barrier::support::{
-    create_sequential, default_op_timeout, delete_node, ensure_dir, members, retry, wait_watch,
-    Deadline, Member,
+use crate::support::{
+    create_sequential, default_op_timeout, ensure_dir, members, op_deadline, owned_node_guard,
+    retry, wait_watch, Deadline, Member, OwnedNode,
 };
+use crate::util::guid;
 use crate::{RecipeError, Result};
 use std::time::Duration;
-use zookeeper::{CreateMode, ZooKeeper};
+use zookeeper::ZooKeeper;
 
 const READ: &str = "read-";
 const WRITE: &str = "write-";
@@ -63,7 +64,7 @@ pub struct ReadWriteLock {
 impl ReadWriteLock {
     /// The lock in `dir` (created if missing).
     pub fn new(zk: &ZooKeeper, dir: &str) -> Result<ReadWriteLock> {
-        ensure_dir(zk, dir, Deadline::after(default_op_timeout(zk)))?;
+        ensure_dir(zk, dir, op_deadline(zk))?;
         Ok(ReadWriteLock {
             zk: zk.clone(),
             dir: dir.to_string(),
@@ -96,23 +97,13 @@ impl ReadWriteLock {
         optional(self.write(Duration::ZERO))
     }
 
-    fn acquire(&self, kind: &'static str, timeout: Duration) -> Result<HeldNode> {
+    fn acquire(&self, kind: &'static str, timeout: Duration) -> Result<OwnedNode> {
         let deadline = Deadline::after(timeout);
         // Creating the request is not bounded by a zero timeout: `try_*` must try once.
         let create_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
-        let name = create_sequential(
-            &self.zk,
-            &self.dir,
-            kind,
-            b"",
-            CreateMode::EphemeralSequential,
-            create_deadline,
-        )?;
-        let node = HeldNode {
-            zk: self.zk.clone(),
-            path: format!("{}/{name}", self.dir),
-            name,
-        };
+        let tag = format!("{kind}{}-", guid());
+        let name = create_sequential(&self.zk, &self.dir, &tag, b"", create_deadline)?;
+        let node = OwnedNode::new(&self.zk, &self.dir, name);
         // On error `node` is dropped here, which withdraws the request.
         self.wait_granted(&node, kind, deadline, create_deadline)?;
         Ok(node)
@@ -120,7 +111,7 @@ impl ReadWriteLock {
 
     fn wait_granted(
         &self,
-        node: &HeldNode,
+        node: &OwnedNode,
         kind: &str,
         deadline: Deadline,
         read_deadline: Deadline,
@@ -130,7 +121,7 @@ impl ReadWriteLock {
             let list = members(children, &[READ, WRITE]);
             let index = list
                 .iter()
-                .position(|m| m.name == node.name)
+                .position(|m| m.name == node.name())
                 .ok_or(RecipeError::Lost("the lock request node is gone"))?;
             let blocker: Option<&Member> = if kind == READ {
                 list[..index].iter().rev().find(|m| m.is(WRITE))
@@ -158,77 +149,19 @@ fn optional<T>(result: Result<T>) -> Result<Option<T>> {
     }
 }
 
-/// A lock node that is deleted when dropped.
-#[derive(Debug)]
-struct HeldNode {
-    zk: ZooKeeper,
-    name: String,
-    path: String,
-}
-
-impl HeldNode {
-    fn release(&mut self) -> Result<()> {
-        if self.path.is_empty() {
-            return Ok(());
-        }
-        let result = delete_node(
-            &self.zk,
-            &self.path,
-            Deadline::after(default_op_timeout(&self.zk)),
-        );
-        self.path.clear();
-        result
-    }
-
-    fn is_held(&self) -> Result<bool> {
-        let deadline = Deadline::after(default_op_timeout(&self.zk));
-        Ok(retry(&self.zk, deadline, || self.zk.exists(&self.path))?.is_some())
-    }
-}
-
-impl Drop for HeldNode {
-    fn drop(&mut self) {
-        if let Err(error) = self.release() {
-            log::debug!("recipes: rwlock: releasing {}: {error}", self.name);
-        }
-    }
-}
-
 /// A held read lock; dropping it releases the lock.
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct ReadGuard {
-    node: HeldNode,
+    node: OwnedNode,
 }
 
 /// A held write lock; dropping it releases the lock.
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct WriteGuard {
-    node: HeldNode,
+    node: OwnedNode,
 }
 
-macro_rules! guard_methods {
-    ($guard:ident) => {
-        impl $guard {
-            /// Releases the lock, reporting a failure to delete the node (which then
-            /// goes with the session).
-            pub fn release(mut self) -> Result<()> {
-                self.node.release()
-            }
-
-            /// Whether the lock node still exists (false after session expiry).
-            pub fn is_held(&self) -> Result<bool> {
-                self.node.is_held()
-            }
-
-            /// The lock node's name.
-            pub fn node(&self) -> &str {
-                &self.node.name
-            }
-        }
-    };
-}
-
-guard_methods!(ReadGuard);
-guard_methods!(WriteGuard);
+owned_node_guard!(ReadGuard, "lock");
+owned_node_guard!(WriteGuard, "lock");

@@ -33,13 +33,14 @@
 //!   is handed to someone else while this process may still believe it holds it (check
 //!   [`Lease::is_held`] or watch [`ZooKeeper::session_events`]). No revocation.
 
-use crate::barrier::support::{
-    create_sequential, default_op_timeout, delete_node, ensure_dir, members, retry, wait_watch,
-    Deadline,
+use crate::support::{
+    create_if_absent, create_sequential, default_op_timeout, members, op_deadline,
+    owned_node_guard, retry, wait_watch, Deadline, OwnedNode,
 };
+use crate::util::guid;
 use crate::{RecipeError, Result};
 use std::time::Duration;
-use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper::{Error, ZooKeeper};
 
 /// Name prefix of lease nodes.
 const LEASE: &str = "lease-";
@@ -67,24 +68,9 @@ impl Semaphore {
                 "a semaphore needs at least one permit",
             ));
         }
-        let deadline = Deadline::after(default_op_timeout(zk));
-        if let Some((parent, _)) = dir.rsplit_once('/') {
-            if !parent.is_empty() {
-                ensure_dir(zk, parent, deadline)?;
-            }
-        }
+        let deadline = op_deadline(zk);
         let text = permits.to_string();
-        retry(zk, deadline, || {
-            match zk.create(
-                dir,
-                text.as_bytes(),
-                &Acl::open_unsafe(),
-                CreateMode::Persistent,
-            ) {
-                Ok(_) | Err(Error::NodeExists) => Ok(()),
-                Err(error) => Err(error),
-            }
-        })?;
+        create_if_absent(zk, dir, text.as_bytes(), deadline)?;
         loop {
             let (data, stat) = retry(zk, deadline, || zk.get(dir))?;
             if data.is_empty() {
@@ -117,33 +103,26 @@ impl Semaphore {
 
     /// Number of lease requests (held and waiting) right now.
     pub fn requests(&self) -> Result<usize> {
-        let deadline = Deadline::after(default_op_timeout(&self.zk));
-        let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
+        let children = retry(&self.zk, op_deadline(&self.zk), || {
+            self.zk.get_children(&self.dir)
+        })?;
         Ok(members(children, &[LEASE]).len())
     }
 
     /// Acquires a permit, waiting up to `timeout`. On timeout the request is withdrawn.
     pub fn acquire(&self, timeout: Duration) -> Result<Lease> {
         let deadline = Deadline::after(timeout);
-        let op_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
-        let name = create_sequential(
-            &self.zk,
-            &self.dir,
-            LEASE,
-            WAITING,
-            CreateMode::EphemeralSequential,
-            op_deadline,
-        )?;
+        let step_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
+        let tag = format!("{LEASE}{}-", guid());
+        let name = create_sequential(&self.zk, &self.dir, &tag, WAITING, step_deadline)?;
         let lease = Lease {
-            zk: self.zk.clone(),
-            path: format!("{}/{name}", self.dir),
-            name,
+            node: OwnedNode::new(&self.zk, &self.dir, name),
         };
         // On error `lease` is dropped, which withdraws the request.
-        self.wait_granted(&lease, deadline, op_deadline)?;
+        self.wait_granted(&lease, deadline, step_deadline)?;
         // Tell a successor that watches this node that it may now be the first waiter.
-        retry(&self.zk, op_deadline, || {
-            self.zk.set(&lease.path, HELD, None).map(drop)
+        retry(&self.zk, step_deadline, || {
+            self.zk.set(lease.node.path(), HELD, None).map(drop)
         })?;
         Ok(lease)
     }
@@ -171,7 +150,7 @@ impl Semaphore {
             let list = members(children, &[LEASE]);
             let index = list
                 .iter()
-                .position(|m| m.name == lease.name)
+                .position(|m| m.name == lease.node())
                 .ok_or(RecipeError::Lost("the lease request node is gone"))?;
             if index < permits {
                 return Ok(());
@@ -182,7 +161,7 @@ impl Semaphore {
                 let (children, watch) =
                     retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir))?;
                 let list = members(children, &[LEASE]);
-                match list.iter().position(|m| m.name == lease.name) {
+                match list.iter().position(|m| m.name == lease.node()) {
                     Some(index) if index > permits => continue,
                     Some(index) if index == permits => {
                         wait_watch(&watch, deadline)?;
@@ -210,47 +189,7 @@ impl Semaphore {
 #[derive(Debug)]
 #[must_use = "dropping the lease releases the permit at once"]
 pub struct Lease {
-    zk: ZooKeeper,
-    name: String,
-    path: String,
+    node: OwnedNode,
 }
 
-impl Lease {
-    /// Releases the permit, reporting a failure to delete the node (which then goes
-    /// with the session).
-    pub fn release(mut self) -> Result<()> {
-        self.release_inner()
-    }
-
-    fn release_inner(&mut self) -> Result<()> {
-        if self.path.is_empty() {
-            return Ok(());
-        }
-        let result = delete_node(
-            &self.zk,
-            &self.path,
-            Deadline::after(default_op_timeout(&self.zk)),
-        );
-        self.path.clear();
-        result
-    }
-
-    /// Whether the lease node still exists (false after session expiry).
-    pub fn is_held(&self) -> Result<bool> {
-        let deadline = Deadline::after(default_op_timeout(&self.zk));
-        Ok(retry(&self.zk, deadline, || self.zk.exists(&self.path))?.is_some())
-    }
-
-    /// The lease node's name.
-    pub fn node(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if let Err(error) = self.release_inner() {
-            log::debug!("recipes: semaphore: releasing {}: {error}", self.name);
-        }
-    }
-}
+owned_node_guard!(Lease, "lease");

@@ -1,24 +1,13 @@
-//! Small helpers shared by the recipes.
+//! Public helpers for recipe users (and the recipes): creating a path with its parents,
+//! reading sequence suffixes, making guids. The internal layer is `support`.
 
 use crate::Result;
-use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper::ZooKeeper;
 
 /// Creates `path` and any missing parents as persistent nodes with an open ACL;
 /// a node that already exists is fine.
 pub fn ensure_path(zk: &ZooKeeper, path: &str) -> Result<()> {
-    if path == "/" || zk.exists(path)?.is_some() {
-        return Ok(());
-    }
-    let mut prefix = String::new();
-    for component in path.trim_start_matches('/').split('/') {
-        prefix.push('/');
-        prefix.push_str(component);
-        match zk.create(&prefix, b"", &Acl::open_unsafe(), CreateMode::Persistent) {
-            Ok(_) | Err(Error::NodeExists) => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Ok(())
+    crate::support::create_path(zk, path).map_err(Into::into)
 }
 
 /// The 10-digit sequence suffix the server appends to sequential nodes, if `name` has one.

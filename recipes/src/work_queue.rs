@@ -72,20 +72,21 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 
-use crate::lock::delete_node;
-use crate::queue::{
-    await_reconnect, check_base_path, check_event, default_reconnect_timeout, expired, is_zk,
-    multi, put_item, remaining, retry, sorted_items, RECEIPTS,
+use crate::queue::{put_item, sorted_items, RECEIPTS};
+use crate::support::{
+    await_reconnect, check_base_path, check_event, counted_wait, create_sequential,
+    default_reconnect_timeout, delete_eventually, finish_in_background, members, retry,
+    wait_for_change, Deadline, NodeWait, Patience, ANY_NAME,
 };
-use crate::util::{ensure_path, guid, sequence_of};
+use crate::util::{ensure_path, guid};
 use crate::{RecipeError, Result};
 use crossbeam_channel::Select;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-use zookeeper::{Acl, CreateMode, Error, Op, Watch, WatchedEvent, ZooKeeper};
+use std::time::Duration;
+use zookeeper::{CreateMode, Error, Op, Watch, WatchedEvent, ZooKeeper};
 
 /// Largest item [`WorkQueue::put`] accepts: the client's data limit less room for the
 /// lock node a claim creates in the same multi.
@@ -136,7 +137,7 @@ pub struct WorkQueue {
     locks: String,
     waiters: String,
     receipts: String,
-    reconnect: Duration,
+    patience: Patience,
     head: Mutex<HeadWatches>,
     counters: Counters,
     waiting: AtomicU64,
@@ -179,7 +180,7 @@ impl WorkQueue {
             locks: format!("{path}/locks"),
             waiters: format!("{path}/waiters"),
             receipts: format!("{path}/{RECEIPTS}"),
-            reconnect: default_reconnect_timeout(zk),
+            patience: Patience::reconnect(default_reconnect_timeout(zk)),
             head: Mutex::new(HeadWatches::default()),
             counters: Counters::default(),
             waiting: AtomicU64::new(0),
@@ -193,7 +194,7 @@ impl WorkQueue {
     /// How long an operation waits for a dropped connection to come back before it
     /// fails with `ConnectionLoss` (default: twice the session timeout).
     pub fn with_reconnect_timeout(mut self, timeout: Duration) -> WorkQueue {
-        self.reconnect = timeout;
+        self.patience = Patience::reconnect(timeout);
         self
     }
 
@@ -210,18 +211,18 @@ impl WorkQueue {
                 "work item larger than MAX_ITEM_LEN",
             ));
         }
-        put_item(&self.zk, &self.items, &self.receipts, data, self.reconnect).map(drop)
+        put_item(&self.zk, &self.items, &self.receipts, data, self.patience).map(drop)
     }
 
     /// Claims the first available item without waiting.
     pub fn try_take(&self) -> Result<Option<WorkItem>> {
-        self.claim_any(None)
+        self.claim_any(Deadline::never())
     }
 
     /// Claims an item, waiting as long as it takes.
     pub fn take(&self) -> Result<WorkItem> {
         loop {
-            if let Some(item) = self.take_until(None)? {
+            if let Some(item) = self.take_until(Deadline::never())? {
                 return Ok(item);
             }
         }
@@ -229,12 +230,12 @@ impl WorkQueue {
 
     /// Claims an item, waiting at most `timeout`: `None` if none became available.
     pub fn take_timeout(&self, timeout: Duration) -> Result<Option<WorkItem>> {
-        self.take_until(Some(Instant::now() + timeout))
+        self.take_until(Deadline::after(timeout))
     }
 
     /// Items in the queue now, in progress or not.
     pub fn len(&self) -> Result<usize> {
-        let children = retry(&self.zk, self.reconnect, None, || {
+        let children = retry(&self.zk, self.patience, || {
             self.zk.get_children(&self.items)
         })?;
         Ok(sorted_items(children).len())
@@ -247,7 +248,7 @@ impl WorkQueue {
 
     /// Items being worked on now (locked).
     pub fn in_progress(&self) -> Result<usize> {
-        retry(&self.zk, self.reconnect, None, || {
+        retry(&self.zk, self.patience, || {
             self.zk.get_children(&self.locks)
         })
         .map(|locks| locks.len())
@@ -255,7 +256,7 @@ impl WorkQueue {
 
     /// Consumers waiting in line now (all values, all processes), from the server.
     pub fn waiters_in_line(&self) -> Result<usize> {
-        retry(&self.zk, self.reconnect, None, || {
+        retry(&self.zk, self.patience, || {
             self.zk.get_children(&self.waiters)
         })
         .map(|waiters| waiters.len())
@@ -278,23 +279,28 @@ impl WorkQueue {
         }
     }
 
-    fn take_until(&self, deadline: Option<Instant>) -> Result<Option<WorkItem>> {
+    fn take_until(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
         if let Some(item) = self.claim_any(deadline)? {
             return Ok(Some(item));
         }
-        if expired(deadline) {
+        if deadline.expired() {
             return Ok(None);
         }
-        let waiter = self.join_line()?;
+        // Join the line of idle consumers (found again by its guid if the reply is lost).
+        let tag = format!("{}-w-", guid());
+        let waiter = create_sequential(&self.zk, &self.waiters, &tag, b"", self.patience)?;
         let result = self.wait_in_line(&waiter, deadline);
         // Leaving the line wakes our successor (only it).
-        delete_node(&self.zk, &waiter, self.reconnect);
+        let path = format!("{}/{waiter}", self.waiters);
+        if let Err(error) = delete_eventually(&self.zk, &path, self.patience) {
+            log::debug!("work queue: leaving the line ({path}): {error}");
+        }
         result
     }
 
     /// The fast path: list items and locks, claim the first unlocked item.
-    fn claim_any(&self, deadline: Option<Instant>) -> Result<Option<WorkItem>> {
-        let (items, locks) = retry(&self.zk, self.reconnect, deadline, || {
+    fn claim_any(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
+        let (items, locks) = retry(&self.zk, self.patience.before(deadline), || {
             let items = self.zk.get_children_async(&self.items);
             let locks = self.zk.get_children_async(&self.locks);
             Ok((items.wait()?, locks.wait()?))
@@ -306,7 +312,7 @@ impl WorkQueue {
         &self,
         items: Vec<String>,
         locks: Vec<String>,
-        deadline: Option<Instant>,
+        deadline: Deadline,
     ) -> Result<Option<WorkItem>> {
         let locked: HashSet<String> = locks.into_iter().collect();
         for name in sorted_items(items) {
@@ -321,14 +327,13 @@ impl WorkQueue {
         Ok(None)
     }
 
-    fn claim(&self, name: &str, deadline: Option<Instant>) -> Result<Claim> {
+    fn claim(&self, name: &str, deadline: Deadline) -> Result<Claim> {
         let item_path = format!("{}/{name}", self.items);
         let lock_path = format!("{}/{name}", self.locks);
-        let (data, stat) = match retry(&self.zk, self.reconnect, deadline, || {
-            self.zk.get(&item_path)
-        }) {
+        let patience = self.patience.before(deadline);
+        let (data, stat) = match retry(&self.zk, patience, || self.zk.get(&item_path)) {
             Ok(found) => found,
-            Err(e) if is_zk(&e, &Error::NoNode) => return Ok(Claim::Missed),
+            Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claim::Missed),
             Err(e) => return Err(e),
         };
         let claim_id = guid();
@@ -336,7 +341,7 @@ impl WorkQueue {
             Op::create(&lock_path, claim_id.as_bytes(), CreateMode::Ephemeral),
             Op::set_data(&item_path, &data, stat.version),
         ];
-        let taken = match multi(&self.zk, &ops) {
+        let taken = match self.zk.multi(&ops) {
             Ok(_) => true,
             Err(Error::MultiFailed { index, error }) => match (index, *error) {
                 (0, Error::NodeExists) | (1, Error::NoNode) | (1, Error::BadVersion) => false,
@@ -345,10 +350,10 @@ impl WorkQueue {
             Err(error) if error.is_connection_loss() => {
                 // Applied or not? Our lock node carries this claim's id. (No deadline
                 // here: an applied claim must be found, not left locked.)
-                await_reconnect(&self.zk, self.reconnect, None, 1)?;
-                match retry(&self.zk, self.reconnect, None, || self.zk.get(&lock_path)) {
+                await_reconnect(&self.zk, self.patience, 1)?;
+                match retry(&self.zk, self.patience, || self.zk.get(&lock_path)) {
                     Ok((owner, _)) => owner == claim_id.as_bytes(),
-                    Err(e) if is_zk(&e, &Error::NoNode) => false,
+                    Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
                     Err(e) => return Err(e),
                 }
             }
@@ -366,54 +371,19 @@ impl WorkQueue {
             data,
             token: stat.version.wrapping_add(1),
             claim_id,
-            reconnect: self.reconnect,
+            patience: self.patience,
             finished: false,
         }))
     }
 
-    /// Creates our waiter node (found again by its guid if the reply is lost).
-    fn join_line(&self) -> Result<String> {
-        let id = guid();
-        let prefix = format!("{id}-w-");
-        let path = format!("{}/{prefix}", self.waiters);
-        let mut attempt = 0;
-        loop {
-            match self.zk.create(
-                &path,
-                b"",
-                &Acl::open_unsafe(),
-                CreateMode::EphemeralSequential,
-            ) {
-                Ok(created) => return Ok(created),
-                Err(error) if error.is_connection_loss() => {
-                    attempt += 1;
-                    await_reconnect(&self.zk, self.reconnect, None, attempt)?;
-                    let children = retry(&self.zk, self.reconnect, None, || {
-                        self.zk.get_children(&self.waiters)
-                    })?;
-                    if let Some(mine) = children.iter().find(|c| c.starts_with(&prefix)) {
-                        return Ok(format!("{}/{mine}", self.waiters));
-                    }
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-    }
-
     /// Waits in line until this waiter is the head, then watches the queue as the head
     /// until it claims an item or the deadline passes.
-    fn wait_in_line(&self, waiter: &str, deadline: Option<Instant>) -> Result<Option<WorkItem>> {
-        let name = waiter.rsplit('/').next().unwrap_or_default();
+    fn wait_in_line(&self, waiter: &str, deadline: Deadline) -> Result<Option<WorkItem>> {
+        let patience = self.patience.before(deadline);
         loop {
-            let children = retry(&self.zk, self.reconnect, deadline, || {
-                self.zk.get_children(&self.waiters)
-            })?;
-            let mut line: Vec<(u64, String)> = children
-                .into_iter()
-                .filter_map(|c| sequence_of(&c).map(|seq| (seq, c)))
-                .collect();
-            line.sort();
-            let Some(position) = line.iter().position(|(_, n)| n == name) else {
+            let children = retry(&self.zk, patience, || self.zk.get_children(&self.waiters))?;
+            let line = members(children, ANY_NAME);
+            let Some(position) = line.iter().position(|w| w.name == waiter) else {
                 return Err(RecipeError::Lost(
                     "the waiter node vanished (session expired or node deleted)",
                 ));
@@ -421,33 +391,14 @@ impl WorkQueue {
             if position == 0 {
                 return self.head_turn(deadline);
             }
-            let predecessor = format!("{}/{}", self.waiters, line[position - 1].1);
-            let watch = match self.zk.get_watch(&predecessor) {
-                Ok((_, _, watch)) => watch,
-                Err(Error::NoNode) => continue,
-                Err(error) if error.is_connection_loss() => {
-                    await_reconnect(&self.zk, self.reconnect, deadline, 1)?;
-                    continue;
-                }
-                Err(error) => return Err(error.into()),
-            };
-            self.waiting.fetch_add(1, Ordering::Relaxed);
-            let event = match remaining(deadline) {
-                None => watch.wait().map(Some),
-                Some(left) => watch.wait_timeout(left),
-            };
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-            let event = event?;
-            match event {
-                Some(event) => {
+            let predecessor = format!("{}/{}", self.waiters, line[position - 1].name);
+            match wait_for_change(&self.zk, &predecessor, patience, &self.waiting)? {
+                NodeWait::Fired => {
                     bump(&self.counters.wakeups);
                     bump(&self.counters.notifications);
-                    check_event(&event)?;
                 }
-                None => {
-                    let _ = self.zk.remove_watch(&watch, false);
-                    return Ok(None);
-                }
+                NodeWait::LookAgain => {}
+                NodeWait::TimedOut => return Ok(None),
             }
         }
     }
@@ -460,7 +411,7 @@ impl WorkQueue {
                 Ok(Some(event)) => {
                     *slot = None;
                     bump(&self.counters.notifications);
-                    check_event(&event)?;
+                    check_event(event)?;
                 }
                 Err(error) => {
                     *slot = None;
@@ -473,13 +424,13 @@ impl WorkQueue {
 
     /// The head's turn: watch items and locks (armed before listing), claim what is
     /// free, sleep until either changes.
-    fn head_turn(&self, deadline: Option<Instant>) -> Result<Option<WorkItem>> {
+    fn head_turn(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
         let mut head = self.head.lock();
         loop {
             let HeadWatches { items, locks } = &mut *head;
             self.drain(items)?;
             self.drain(locks)?;
-            let (item_names, lock_names) = retry(&self.zk, self.reconnect, deadline, || {
+            let (item_names, lock_names) = retry(&self.zk, self.patience.before(deadline), || {
                 // Both requests are pipelined; a kept (unfired) watch needs no new one.
                 let item_list = if items.is_none() {
                     Listing::Watched(self.zk.get_children_watch_async(&self.items))
@@ -498,19 +449,16 @@ impl WorkQueue {
             if let Some(item) = self.claim_first(item_names, lock_names, deadline)? {
                 return Ok(Some(item));
             }
-            if expired(deadline) {
+            if deadline.expired() {
                 return Ok(None);
             }
-            self.waiting.fetch_add(1, Ordering::Relaxed);
-            let woken = wait_any(items, locks, deadline);
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-            match woken {
+            match counted_wait(&self.waiting, || wait_any(items, locks, deadline)) {
                 None => return Ok(None),
                 Some((fired, event)) => {
                     bump(&self.counters.wakeups);
                     bump(&self.counters.notifications);
                     *fired = None;
-                    check_event(&event?)?;
+                    check_event(event?)?;
                 }
             }
         }
@@ -542,13 +490,13 @@ impl Listing {
 fn wait_any<'a>(
     items: &'a mut Option<Watch>,
     locks: &'a mut Option<Watch>,
-    deadline: Option<Instant>,
+    deadline: Deadline,
 ) -> Option<(&'a mut Option<Watch>, zookeeper::Result<WatchedEvent>)> {
     let (items_index, locks_index, selected) = {
         let mut select = Select::new();
         let items_index = items.as_ref().map(|w| select.recv(w.receiver()));
         let locks_index = locks.as_ref().map(|w| select.recv(w.receiver()));
-        let op = match deadline {
+        let op = match deadline.instant() {
             None => select.select(),
             Some(deadline) => select.select_deadline(deadline).ok()?,
         };
@@ -580,7 +528,7 @@ pub struct WorkItem {
     data: Vec<u8>,
     token: i32,
     claim_id: String,
-    reconnect: Duration,
+    patience: Patience,
     finished: bool,
 }
 
@@ -607,18 +555,14 @@ impl WorkItem {
     /// Whether this claim still owns the item (its lock exists and is ours, and nobody
     /// re-claimed the item). A point-in-time answer.
     pub fn is_held(&self) -> Result<bool> {
-        let lock = retry(&self.zk, self.reconnect, None, || {
-            self.zk.get(&self.lock_path)
-        });
-        let item = retry(&self.zk, self.reconnect, None, || {
-            self.zk.exists(&self.item_path)
-        })?;
+        let lock = retry(&self.zk, self.patience, || self.zk.get(&self.lock_path));
+        let item = retry(&self.zk, self.patience, || self.zk.exists(&self.item_path))?;
         Ok(match (lock, item) {
             (Ok((owner, _)), Some(stat)) => {
                 owner == self.claim_id.as_bytes() && stat.version == self.token
             }
-            (Err(e), _) if !is_zk(&e, &Error::NoNode) => return Err(e),
-            _ => false,
+            (Ok(_), None) | (Err(RecipeError::ZooKeeper(Error::NoNode)), _) => false,
+            (Err(e), _) => return Err(e),
         })
     }
 
@@ -660,7 +604,13 @@ impl WorkItem {
     fn release_later_if_unreachable(&self, result: &Result<()>) {
         if let Err(RecipeError::ZooKeeper(error)) = result {
             if error.is_connection_loss() {
-                multi_in_background(self.zk.clone(), self.release_ops());
+                // Applied, or refused (the claim is no longer ours): nothing left to do.
+                let ops = self.release_ops();
+                let what = format!("releasing {}", self.name);
+                finish_in_background(self.zk.clone(), what, move |zk| match zk.multi(&ops) {
+                    Ok(_) | Err(Error::MultiFailed { .. }) => Ok(()),
+                    Err(error) => Err(error),
+                });
             }
         }
     }
@@ -669,7 +619,7 @@ impl WorkItem {
     fn finish(&self, ops: &[Op], completing: bool) -> Result<()> {
         let mut attempt = 0;
         loop {
-            match multi(&self.zk, ops) {
+            match self.zk.multi(ops) {
                 Ok(_) => return Ok(()),
                 Err(Error::MultiFailed { .. }) => {
                     return Err(RecipeError::Lost(
@@ -678,13 +628,11 @@ impl WorkItem {
                 }
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
-                    await_reconnect(&self.zk, self.reconnect, None, attempt)?;
-                    let lock = retry(&self.zk, self.reconnect, None, || {
-                        self.zk.get(&self.lock_path)
-                    });
+                    await_reconnect(&self.zk, self.patience, attempt)?;
+                    let lock = retry(&self.zk, self.patience, || self.zk.get(&self.lock_path));
                     let ours = match lock {
                         Ok((owner, _)) => owner == self.claim_id.as_bytes(),
-                        Err(e) if is_zk(&e, &Error::NoNode) => false,
+                        Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
                         Err(e) => return Err(e),
                     };
                     if ours {
@@ -692,9 +640,7 @@ impl WorkItem {
                     }
                     // Our lock is gone while our session lives: only our multi removes it
                     // (applied), unless it was deleted behind our back.
-                    let item = retry(&self.zk, self.reconnect, None, || {
-                        self.zk.exists(&self.item_path)
-                    })?;
+                    let item = retry(&self.zk, self.patience, || self.zk.exists(&self.item_path))?;
                     let applied = if completing {
                         item.is_none()
                     } else {
@@ -725,32 +671,5 @@ impl Drop for WorkItem {
         if let Err(error) = result {
             log::debug!("work queue: release of {} on drop: {error}", self.name);
         }
-    }
-}
-
-/// Keeps running an ownership-checked multi (a release) on a background thread until it
-/// is applied, refused (the claim is no longer ours: nothing to do) or the session ends.
-fn multi_in_background(zk: ZooKeeper, ops: Vec<Op>) {
-    let spawned = std::thread::Builder::new()
-        .name("zk-work-item-release".into())
-        .spawn(move || loop {
-            match multi(&zk, &ops) {
-                Ok(_) | Err(Error::MultiFailed { .. }) => return,
-                Err(error) if error.is_connection_loss() => {
-                    match zk.wait_connected(Duration::from_secs(60)) {
-                        Ok(()) | Err(Error::Timeout) => {
-                            std::thread::sleep(Duration::from_millis(50))
-                        }
-                        Err(_) => return, // session over: the lock went with it
-                    }
-                }
-                Err(error) => {
-                    log::debug!("work queue: giving up a background release: {error}");
-                    return;
-                }
-            }
-        });
-    if let Err(error) = spawned {
-        log::warn!("work queue: cannot start the release thread: {error}");
     }
 }

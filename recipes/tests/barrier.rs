@@ -1,27 +1,21 @@
 //! Barrier and double barrier against a real server.
 
+mod common;
+
+use common::{connect, unique_path};
 use recipes::barrier::{Barrier, DoubleBarrier};
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn connect() -> ZooKeeper {
-    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
-}
-
-fn base(name: &str) -> String {
-    format!("/recipes-tests/barrier/{name}-{}", recipes::util::guid())
-}
 
 #[test]
 fn barrier_blocks_until_removed() {
     let zk = connect();
-    let path = base("gate");
+    let path = unique_path("gate");
     let barrier = Barrier::new(&zk, &path);
     // An absent barrier does not block.
     barrier.wait(Duration::from_millis(1)).unwrap();
@@ -60,7 +54,7 @@ fn barrier_blocks_until_removed() {
 
 #[test]
 fn double_barrier_enter_and_leave_with_n_threads() {
-    let dir = base("double");
+    let dir = unique_path("double");
     let n = 5;
     let entering = Arc::new(AtomicUsize::new(0));
     let leaving = Arc::new(AtomicUsize::new(0));
@@ -97,7 +91,7 @@ fn double_barrier_enter_and_leave_with_n_threads() {
 #[test]
 fn double_barrier_enter_times_out_and_withdraws() {
     let zk = connect();
-    let dir = base("short");
+    let dir = unique_path("short");
     let barrier = DoubleBarrier::new(&zk, &dir, 2).unwrap();
     assert_eq!(
         barrier.enter(Duration::from_millis(200)),
@@ -117,7 +111,7 @@ fn double_barrier_enter_times_out_and_withdraws() {
 /// A participant whose session dies counts as having left.
 #[test]
 fn double_barrier_leave_survives_a_dead_participant() {
-    let dir = base("dead");
+    let dir = unique_path("dead");
     let alive_zk = connect();
     let dead_zk = connect();
     let alive = DoubleBarrier::new(&alive_zk, &dir, 2).unwrap();

@@ -1,6 +1,9 @@
 //! Config watch against a real server: order, no duplicates, the final value under rapid
 //! updates, every value when the writer waits, deletion/re-creation, stopping.
 
+mod common;
+
+use common::{connect, unique_path};
 use crossbeam_channel::RecvTimeoutError;
 use recipes::config_watch::{ConfigEvent, ConfigWatch};
 use recipes::RecipeError;
@@ -9,15 +12,6 @@ use std::time::Duration;
 use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn connect() -> ZooKeeper {
-    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
-}
-
-fn base(name: &str) -> String {
-    let path = format!("/recipes-tests/config/{name}-{}", recipes::util::guid());
-    path
-}
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
     recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
@@ -47,7 +41,7 @@ fn value_of(event: &ConfigEvent) -> (String, i32) {
 #[test]
 fn rapid_updates_arrive_in_order_with_the_final_value() {
     let zk = connect();
-    let path = base("rapid");
+    let path = unique_path("rapid");
     create(&zk, &path, b"v0");
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     assert_eq!(value_of(&next(&watch)), ("v0".to_string(), 0));
@@ -93,7 +87,7 @@ fn rapid_updates_arrive_in_order_with_the_final_value() {
 #[test]
 fn every_update_arrives_when_the_writer_waits() {
     let zk = connect();
-    let path = base("paced");
+    let path = unique_path("paced");
     create(&zk, &path, b"0");
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     assert_eq!(value_of(&next(&watch)).1, 0);
@@ -107,7 +101,7 @@ fn every_update_arrives_when_the_writer_waits() {
 #[test]
 fn deletion_and_recreation() {
     let zk = connect();
-    let path = base("lifecycle");
+    let path = unique_path("lifecycle");
     recipes::util::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted, "absent at start");
@@ -135,7 +129,7 @@ fn deletion_and_recreation() {
 #[test]
 fn stops_when_dropped() {
     let zk = connect();
-    let path = base("drop");
+    let path = unique_path("drop");
     create(&zk, &path, b"x");
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     let receiver = watch.receiver();
@@ -154,7 +148,7 @@ fn stops_when_dropped() {
 #[test]
 fn stops_when_the_session_closes() {
     let zk = connect();
-    let path = base("close");
+    let path = unique_path("close");
     create(&zk, &path, b"x");
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     next(&watch);
@@ -191,7 +185,7 @@ fn expire(zk: &ZooKeeper, hosts: &str) {
 fn stops_when_the_session_expires() {
     let hosts = zk_harness::shared_test_connect_string();
     let zk = connect();
-    let path = base("expire");
+    let path = unique_path("expire");
     create(&zk, &path, b"x");
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     next(&watch);

@@ -1,23 +1,17 @@
 //! Leader election against a real server: one leader at a time, handoff on resign and
 //! when the leader's session closes.
 
+mod common;
+
+use common::{connect, unique_path};
 use recipes::election::LeaderElection;
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn connect() -> ZooKeeper {
-    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
-}
-
-fn base(name: &str) -> String {
-    format!("/recipes-tests/election/{name}-{}", recipes::util::guid())
-}
 
 fn leaders(candidates: &[&LeaderElection]) -> Vec<usize> {
     candidates
@@ -30,7 +24,7 @@ fn leaders(candidates: &[&LeaderElection]) -> Vec<usize> {
 
 #[test]
 fn first_candidate_leads_and_resign_hands_over() {
-    let dir = base("resign");
+    let dir = unique_path("resign");
     let (zk_a, zk_b, zk_c) = (connect(), connect(), connect());
     let a = LeaderElection::join(&zk_a, &dir, b"a").unwrap();
     let b = LeaderElection::join(&zk_b, &dir, b"b").unwrap();
@@ -58,7 +52,7 @@ fn first_candidate_leads_and_resign_hands_over() {
 
 #[test]
 fn handoff_when_the_leaders_session_closes() {
-    let dir = base("close");
+    let dir = unique_path("close");
     let leader_zk = connect();
     let leader = LeaderElection::join(&leader_zk, &dir, b"old").unwrap();
     leader.wait_until_leader(WAIT).unwrap();
@@ -89,7 +83,7 @@ fn handoff_when_the_leaders_session_closes() {
 /// is alone, then its session closes. Never two leaders at once.
 #[test]
 fn one_leader_at_a_time() {
-    let dir = base("turns");
+    let dir = unique_path("turns");
     let n = 6;
     let active = Arc::new(AtomicUsize::new(0));
     let turns = Arc::new(AtomicUsize::new(0));

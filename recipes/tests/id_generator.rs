@@ -1,30 +1,19 @@
 //! Id generator against real servers: uniqueness across threads, processes and a server
 //! restart (connection loss during CAS), batch vs naive CAS counts.
 
+mod common;
+
+use common::{child_test, connect, connect_to, unique_path};
 use recipes::id_generator::{IdGenerator, IdStats};
 use recipes::RecipeError;
 use std::collections::HashSet;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-use zookeeper::ZooKeeper;
 
 /// Child mode of this test binary: `path,count,batch` in this variable.
 const CHILD_ENV: &str = "RECIPES_ID_GENERATOR_CHILD";
-
-fn connect_to(hosts: &str) -> ZooKeeper {
-    ZooKeeper::connect(hosts, Duration::from_secs(10)).expect("connect")
-}
-
-fn connect() -> ZooKeeper {
-    connect_to(&zk_harness::shared_test_connect_string())
-}
-
-fn base(name: &str) -> String {
-    format!("/recipes-tests/id/{name}-{}", recipes::util::guid())
-}
 
 fn assert_unique(ids: &[u64]) {
     let mut seen = HashSet::with_capacity(ids.len());
@@ -50,7 +39,7 @@ fn sum(stats: &[IdStats]) -> IdStats {
 #[test]
 fn ids_start_at_one_and_increase() {
     let zk = connect();
-    let path = base("simple");
+    let path = unique_path("simple");
     let ids = IdGenerator::new(&zk, &path).unwrap();
     assert_eq!(ids.next_id().unwrap(), 1);
     assert_eq!(ids.next_id().unwrap(), 2);
@@ -70,7 +59,7 @@ fn ids_start_at_one_and_increase() {
 #[test]
 fn seeded_and_corrupt_counters() {
     let zk = connect();
-    let path = base("seeded");
+    let path = unique_path("seeded");
     let ids = IdGenerator::new(&zk, &path).unwrap();
     zk.set(&path, b"1000", None).unwrap();
     assert_eq!(ids.next_id().unwrap(), 1001);
@@ -91,7 +80,7 @@ fn seeded_and_corrupt_counters() {
 /// sharing one batched generator.
 #[test]
 fn unique_across_eight_threads() {
-    let path = base("threads");
+    let path = unique_path("threads");
     let hosts = zk_harness::shared_test_connect_string();
     let shared_zk = connect_to(&hosts);
     let shared = Arc::new(IdGenerator::with_batch(&shared_zk, &path, 7).unwrap());
@@ -173,19 +162,12 @@ fn child_process_entry() {
 
 #[test]
 fn unique_across_processes() {
-    let path = base("processes");
+    let path = unique_path("processes");
     let hosts = zk_harness::shared_test_connect_string();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = [(200, 1), (200, 3), (200, 10), (200, 1)]
         .iter()
         .map(|(count, batch)| {
-            Command::new(&exe)
-                .args([
-                    "child_process_entry",
-                    "--exact",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            child_test("child_process_entry")
                 .env(CHILD_ENV, format!("{path},{count},{batch}"))
                 .env(zk_harness::TEST_HOSTS_ENV, &hosts)
                 .stdout(std::process::Stdio::piped())
@@ -243,8 +225,8 @@ fn run_workers(hosts: &str, path: &str, workers: usize, per_worker: usize, batch
 fn batches_cut_cas_round_trips() {
     let hosts = zk_harness::shared_test_connect_string();
     let (workers, per_worker) = (4, 100);
-    let naive = run_workers(&hosts, &base("naive"), workers, per_worker, 1);
-    let batched = run_workers(&hosts, &base("batched"), workers, per_worker, 50);
+    let naive = run_workers(&hosts, &unique_path("naive"), workers, per_worker, 1);
+    let batched = run_workers(&hosts, &unique_path("batched"), workers, per_worker, 50);
     println!("naive   (batch 1):  {naive}");
     println!("batched (batch 50): {batched}");
     let total = (workers * per_worker) as u64;
@@ -264,7 +246,7 @@ fn unique_across_server_restart() {
         return;
     };
     let connect_string = hosts.connect_string();
-    let path = base("restart");
+    let path = unique_path("restart");
     let stop = Arc::new(AtomicBool::new(false));
     let (sender, received) = crossbeam_channel::unbounded();
     let workers: Vec<_> = (0..4)

@@ -2,13 +2,16 @@
 //! no herd (a release wakes only the next waiter), loss reporting, and a holder killed
 //! with SIGKILL in another process releasing the lock after its session timeout.
 
+mod common;
+
+use common::{
+    assert_no_leftover_contexts, child_session, connect, connect_to, report_and_hang, unique_path,
+    wait_until, Child, Proxy,
+};
 use recipes::lock::{Lock, LockLost};
 use recipes::RecipeError;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::ZooKeeper;
@@ -17,28 +20,6 @@ use zookeeper::ZooKeeper;
 const CHILD_ENV: &str = "RECIPES_LOCK_TEST_CHILD";
 /// Session timeout of the child holder.
 const CHILD_SESSION: Duration = Duration::from_secs(4);
-
-fn connect(hosts: &str) -> ZooKeeper {
-    ZooKeeper::connect(hosts, Duration::from_secs(10)).expect("connect")
-}
-
-fn shared() -> ZooKeeper {
-    connect(&zk_harness::shared_test_connect_string())
-}
-
-fn unique_path(test: &str) -> String {
-    format!("/recipes-tests/lock/{test}-{}", recipes::util::guid())
-}
-
-/// Waits until `lock` has `n` threads blocked on a predecessor watch. Nothing signals
-/// "another thread is now blocked", so this polls the lock's own counter.
-fn wait_until_waiting(lock: &Lock, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while lock.waiting() < n {
-        assert!(Instant::now() < deadline, "waiters never blocked");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
 
 #[test]
 fn lock_types_are_send_and_sync() {
@@ -56,13 +37,13 @@ fn mutual_exclusion_between_threads() {
     // Updated with a separate load and store: lost updates if two threads overlap.
     let counter = Arc::new(AtomicU64::new(0));
     // Four threads with their own sessions, two sharing one Lock value.
-    let shared_zk = shared();
+    let shared_zk = connect();
     let shared_lock = Arc::new(Lock::new(&shared_zk, &path).unwrap());
     let mut sessions = vec![shared_zk];
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let lock = if t < 4 {
-                let zk = shared();
+                let zk = connect();
                 sessions.push(zk.clone());
                 Arc::new(Lock::new(&zk, &path).unwrap())
             } else {
@@ -88,20 +69,19 @@ fn mutual_exclusion_between_threads() {
         worker.join().unwrap();
     }
     assert_eq!(counter.load(Ordering::SeqCst), THREADS as u64 * ROUNDS);
-    assert!(shared().get_children(&path).unwrap().is_empty());
+    assert!(connect().get_children(&path).unwrap().is_empty());
     // Every predecessor and own-node watch fired or was removed: nothing left behind.
     for zk in &sessions {
-        zk.exists("/").unwrap();
-        assert_eq!(zk.live_contexts(), 0, "a watch was left registered");
+        assert_no_leftover_contexts(zk);
     }
 }
 
 #[test]
 fn try_and_timed_acquire() {
-    let zk = shared();
+    let zk = connect();
     let path = unique_path("try");
     let holder = Lock::new(&zk, &path).unwrap().with_label("holder-1");
-    let other = Lock::new(&shared(), &path).unwrap();
+    let other = Lock::new(&connect(), &path).unwrap();
     assert_eq!(other.holder().unwrap(), None);
 
     let guard = holder.try_acquire().unwrap().expect("a free lock");
@@ -134,11 +114,11 @@ fn try_and_timed_acquire() {
 fn release_wakes_only_the_next_waiter() {
     const WAITERS: usize = 5;
     let path = unique_path("herd");
-    let holder = Lock::new(&shared(), &path).unwrap();
+    let holder = Lock::new(&connect(), &path).unwrap();
     let guard = holder.acquire().unwrap();
 
     let locks: Vec<Arc<Lock>> = (0..WAITERS)
-        .map(|_| Arc::new(Lock::new(&shared(), &path).unwrap()))
+        .map(|_| Arc::new(Lock::new(&connect(), &path).unwrap()))
         .collect();
     let (got_tx, got_rx) = mpsc::channel();
     let mut release_txs = Vec::new();
@@ -155,7 +135,7 @@ fn release_wakes_only_the_next_waiter() {
             guard.release().unwrap();
         }));
         // Queue the waiters in a known order: each blocks before the next starts.
-        wait_until_waiting(&locks[i], 1);
+        wait_until("waiter blocked", || locks[i].waiting() >= 1);
     }
     let wakeups = |locks: &[Arc<Lock>]| locks.iter().map(|l| l.wakeups()).collect::<Vec<_>>();
     assert_eq!(wakeups(&locks), vec![0; WAITERS]);
@@ -181,13 +161,13 @@ fn release_wakes_only_the_next_waiter() {
 
 #[test]
 fn guard_reports_its_node_deleted() {
-    let zk = shared();
+    let zk = connect();
     let path = unique_path("deleted");
     let lock = Lock::new(&zk, &path).unwrap();
     let guard = lock.acquire().unwrap();
     let lost = guard.lost();
     assert!(!guard.is_lost());
-    shared().delete(guard.node(), None).unwrap();
+    connect().delete(guard.node(), None).unwrap();
     assert_eq!(
         lost.recv_timeout(Duration::from_secs(10)).unwrap(),
         LockLost::NodeDeleted
@@ -199,74 +179,12 @@ fn guard_reports_its_node_deleted() {
     assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
 }
 
-/// A TCP forwarder to the server that the test can cut (closing every connection and
-/// refusing new ones) and restore: a client behind it loses its connection and cannot
-/// come back until the test says so.
-struct Proxy {
-    addr: String,
-    up: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    fn start(target: &str) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let up = Arc::new(AtomicBool::new(true));
-        let connections = Arc::new(Mutex::new(Vec::new()));
-        let (target, accept_up, accept_connections) = (
-            target.to_string(),
-            Arc::clone(&up),
-            Arc::clone(&connections),
-        );
-        thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if !accept_up.load(Ordering::SeqCst) {
-                    continue; // dropped: closed at once
-                }
-                let Ok(server) = TcpStream::connect(&target) else {
-                    continue;
-                };
-                let mut kept = accept_connections.lock().unwrap();
-                kept.push(client.try_clone().unwrap());
-                kept.push(server.try_clone().unwrap());
-                for (mut from, mut to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Proxy {
-            addr,
-            up,
-            connections,
-        }
-    }
-
-    fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for connection in self.connections.lock().unwrap().drain(..) {
-            let _ = connection.shutdown(Shutdown::Both);
-        }
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn guard_reports_session_loss() {
     let hosts = zk_harness::shared_test_connect_string();
     let server = hosts.split(',').next().unwrap().split('/').next().unwrap();
     let proxy = Proxy::start(server);
-    let zk = connect(&proxy.addr);
+    let zk = connect_to(&proxy.addr);
     let path = unique_path("expired");
     // Strict (default): a disconnection counts as a loss at once.
     let strict = Lock::new(&zk, &format!("{path}/strict")).unwrap();
@@ -294,7 +212,7 @@ fn guard_reports_session_loss() {
 
     // Someone else takes both locks while the tolerant holder cannot know yet: that is
     // what the strict default protects against.
-    let other = shared();
+    let other = connect();
     let strict_again = Lock::new(&other, &format!("{path}/strict")).unwrap();
     let strict_other = strict_again
         .try_acquire()
@@ -321,67 +239,19 @@ fn guard_reports_session_loss() {
     assert!(other.exists(tolerant_other.node()).unwrap().is_some());
 }
 
-/// Kills the child on drop (also when the test fails).
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Reads the child's stdout (on a helper thread, so a silent child cannot hang the test)
-/// until a line contains `marker`; returns what follows it.
-fn wait_for_marker(child: &mut ChildGuard, marker: &str) -> String {
-    let stdout = child.0.stdout.take().unwrap();
-    let (line_tx, line_rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if line_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = line_rx
-            .recv_timeout(left)
-            .expect("the child did not report in time (or exited)");
-        // libtest prints "test child_... ... " before the child's own output.
-        if let Some((_, rest)) = line.split_once(marker) {
-            return rest.trim().to_string();
-        }
-    }
-}
-
 #[test]
 fn holder_killed_in_another_process_releases_the_lock() {
-    let hosts = zk_harness::shared_test_connect_string();
     let path = unique_path("killed");
-    let mut child = ChildGuard(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_lock_holder", "--nocapture"])
-            .args(["--test-threads", "1"])
-            .env(CHILD_ENV, format!("{hosts}\n{path}"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let node = wait_for_marker(&mut child, "LOCKED ");
+    let mut child = Child::start("child_lock_holder", CHILD_ENV, &path);
+    let node = child.wait_for_marker("LOCKED ");
 
-    let zk = shared();
+    let zk = connect();
     let lock = Lock::new(&zk, &path).unwrap();
     assert!(lock.try_acquire().unwrap().is_none(), "the child holds it");
     assert!(zk.exists(&node).unwrap().is_some());
 
     let killed_at = Instant::now();
-    child.0.kill().unwrap(); // SIGKILL: no cleanup, the session just stops talking
-    child.0.wait().unwrap();
+    child.kill(); // SIGKILL: no cleanup, the session just stops talking
     let guard = lock
         .acquire_timeout(Duration::from_secs(30))
         .unwrap()
@@ -401,22 +271,10 @@ fn holder_killed_in_another_process_releases_the_lock() {
 /// environment variable is set). It takes the lock, reports its node, and hangs.
 #[test]
 fn child_lock_holder() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some((zk, path)) = child_session(CHILD_ENV, CHILD_SESSION) else {
         return;
     };
-    let (hosts, path) = spec.split_once('\n').unwrap();
-    // Exit if the parent goes away (its end of our stdin closes).
-    thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        std::process::exit(0);
-    });
-    let zk = ZooKeeper::connect(hosts, CHILD_SESSION).unwrap();
-    let lock = Lock::new(&zk, path).unwrap();
+    let lock = Lock::new(&zk, &path).unwrap();
     let guard = lock.acquire().unwrap();
-    let mut out = std::io::stdout();
-    writeln!(out, "LOCKED {}", guard.node()).unwrap();
-    out.flush().unwrap();
-    loop {
-        thread::park();
-    }
+    report_and_hang(&format!("LOCKED {}", guard.node()));
 }

@@ -1,45 +1,19 @@
 //! FIFO queue against real servers: ordering, blocking with timeout, concurrent consumers,
 //! and puts surviving a server kill + restart without duplicates or losses.
 
+mod common;
+
+use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, wait_until};
 use recipes::queue::Queue;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-use zookeeper::ZooKeeper;
 
-fn connect(hosts: &str) -> ZooKeeper {
-    ZooKeeper::connect(hosts, Duration::from_secs(10)).expect("connect")
-}
-
-fn shared() -> ZooKeeper {
-    connect(&zk_harness::shared_test_connect_string())
-}
-
-fn unique_path(test: &str) -> String {
-    format!("/recipes-tests/queue/{test}-{}", recipes::util::guid())
-}
-
-/// Waits until `n` threads are blocked in `take` on `queue`. Nothing signals "another
-/// thread is now blocked", so this polls the queue's own counter.
+/// Waits until `n` threads are blocked in `take` on `queue`.
 fn wait_until_blocked(queue: &Queue, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while queue.waiting() < n {
-        assert!(Instant::now() < deadline, "consumers never blocked");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// No watch or request context left behind once the recipe values are gone. (A sync
-/// request first: completions are delivered in order, so earlier ones are done.)
-fn assert_no_leftover_contexts(zk: &ZooKeeper) {
-    zk.exists("/").unwrap();
-    assert_eq!(
-        zk.live_contexts(),
-        0,
-        "a watch or request was left registered"
-    );
+    wait_until("consumers blocked", || queue.waiting() >= n);
 }
 
 #[test]
@@ -50,7 +24,7 @@ fn queue_is_send_and_sync() {
 
 #[test]
 fn items_come_out_in_put_order() {
-    let zk = shared();
+    let zk = connect();
     let queue = Queue::new(&zk, &unique_path("order")).unwrap();
     assert!(queue.is_empty().unwrap());
     for i in 0..12 {
@@ -78,7 +52,7 @@ fn items_come_out_in_put_order() {
 
 #[test]
 fn take_times_out_then_wakes_on_put() {
-    let zk = shared();
+    let zk = connect();
     let path = unique_path("blocking");
     let queue = Arc::new(Queue::new(&zk, &path).unwrap());
 
@@ -92,7 +66,7 @@ fn take_times_out_then_wakes_on_put() {
     assert!(waited < Duration::from_secs(3), "{waited:?}");
 
     // A consumer blocks (on another session), then a put wakes it.
-    let consumer_zk = shared();
+    let consumer_zk = connect();
     let consumer_queue = Arc::new(Queue::new(&consumer_zk, &path).unwrap());
     let (done, result) = mpsc::channel();
     let consumer = {
@@ -159,18 +133,18 @@ fn take_times_out_then_wakes_on_put() {
 fn concurrent_consumers_never_get_the_same_item() {
     const ITEMS: usize = 200;
     let path = unique_path("concurrent");
-    let producer_zk = shared();
+    let producer_zk = connect();
     let producer = Queue::new(&producer_zk, &path).unwrap();
     let taken = Arc::new(AtomicUsize::new(0));
 
     // Four consumers on their own sessions, plus two threads sharing one Queue value.
-    let shared_zk = shared();
+    let shared_zk = connect();
     let shared_queue = Arc::new(Queue::new(&shared_zk, &path).unwrap());
     let mut consumers = Vec::new();
     for c in 0..6 {
         let taken = Arc::clone(&taken);
         let (queue, own) = if c < 4 {
-            (Arc::new(Queue::new(&shared(), &path).unwrap()), true)
+            (Arc::new(Queue::new(&connect(), &path).unwrap()), true)
         } else {
             (Arc::clone(&shared_queue), false)
         };
@@ -217,13 +191,13 @@ fn puts_survive_a_server_kill_without_duplicates_or_losses() {
     const PUTS: usize = 60;
     let connect_string = hosts.connect_string();
     let path = "/recipes-tests/queue/connection-loss";
-    Queue::new(&connect(&connect_string), path).unwrap();
+    Queue::new(&connect_to(&connect_string), path).unwrap();
 
     let (acked_tx, acked_rx) = mpsc::channel::<()>();
     let outcomes = Arc::new(Mutex::new(HashMap::new()));
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
-            let zk = connect(&connect_string);
+            let zk = connect_to(&connect_string);
             let outcomes = Arc::clone(&outcomes);
             let acked_tx = acked_tx.clone();
             thread::spawn(move || {
@@ -254,6 +228,9 @@ fn puts_survive_a_server_kill_without_duplicates_or_losses() {
         acked_rx.recv_timeout(Duration::from_secs(20)).unwrap();
     }
     server.kill();
+    // Stay down long enough that the puts in flight must wait the outage out (a restart
+    // alone can take less than the 500 ms checked below).
+    thread::sleep(Duration::from_secs(1));
     server.restart().unwrap();
 
     let longest = producers
@@ -266,7 +243,7 @@ fn puts_survive_a_server_kill_without_duplicates_or_losses() {
         "no put spanned the outage ({longest:?})"
     );
 
-    let consumer = Queue::new(&connect(&connect_string), path).unwrap();
+    let consumer = Queue::new(&connect_to(&connect_string), path).unwrap();
     let mut seen: HashMap<String, usize> = HashMap::new();
     while let Some(item) = consumer.get().unwrap() {
         *seen.entry(String::from_utf8(item).unwrap()).or_default() += 1;

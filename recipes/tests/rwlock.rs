@@ -1,28 +1,22 @@
 //! Read-write lock against a real server: writers exclusive, readers concurrent, FIFO,
 //! timeouts withdraw.
 
+mod common;
+
+use common::{connect, unique_path};
 use recipes::rwlock::ReadWriteLock;
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn connect() -> ZooKeeper {
-    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
-}
-
-fn base(name: &str) -> String {
-    format!("/recipes-tests/rwlock/{name}-{}", recipes::util::guid())
-}
 
 #[test]
 fn readers_share_writers_exclude() {
     let zk = connect();
-    let lock = ReadWriteLock::new(&zk, &base("basic")).unwrap();
+    let lock = ReadWriteLock::new(&zk, &unique_path("basic")).unwrap();
     let r1 = lock.read(WAIT).unwrap();
     let r2 = lock.read(WAIT).unwrap(); // concurrent readers
     assert!(
@@ -54,7 +48,7 @@ fn readers_share_writers_exclude() {
 #[test]
 fn readers_wait_for_the_preceding_writer() {
     let zk = connect();
-    let dir = base("fifo");
+    let dir = unique_path("fifo");
     let lock = ReadWriteLock::new(&zk, &dir).unwrap();
     let reading = lock.read(WAIT).unwrap();
     let (order, order_rx) = crossbeam_channel::unbounded();
@@ -100,7 +94,7 @@ fn readers_wait_for_the_preceding_writer() {
 /// always alone, readers overlap.
 #[test]
 fn exclusion_under_contention() {
-    let dir = base("stress");
+    let dir = unique_path("stress");
     let readers_in = Arc::new(AtomicUsize::new(0));
     let writers_in = Arc::new(AtomicUsize::new(0));
     let max_readers = Arc::new(AtomicUsize::new(0));
@@ -153,7 +147,7 @@ fn exclusion_under_contention() {
 
 #[test]
 fn lock_is_lost_with_the_session() {
-    let dir = base("session");
+    let dir = unique_path("session");
     let zk = connect();
     let lock = ReadWriteLock::new(&zk, &dir).unwrap();
     let guard = lock.write(WAIT).unwrap();

@@ -1,28 +1,22 @@
 //! Semaphore against a real server: never more than N holders, FIFO hand-over,
 //! timeouts withdraw, permit count agreement.
 
+mod common;
+
+use common::{connect, unique_path};
 use recipes::semaphore::Semaphore;
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn connect() -> ZooKeeper {
-    ZooKeeper::connect(&zk_harness::shared_test_connect_string(), WAIT).expect("connect")
-}
-
-fn base(name: &str) -> String {
-    format!("/recipes-tests/semaphore/{name}-{}", recipes::util::guid())
-}
 
 #[test]
 fn n_permits_then_blocks() {
     let zk = connect();
-    let dir = base("basic");
+    let dir = unique_path("basic");
     let sem = Semaphore::new(&zk, &dir, 3).unwrap();
     let leases: Vec<_> = (0..3).map(|_| sem.acquire(WAIT).unwrap()).collect();
     assert!(sem.try_acquire().unwrap().is_none());
@@ -44,7 +38,7 @@ fn n_permits_then_blocks() {
 #[test]
 fn permit_count_must_agree() {
     let zk = connect();
-    let dir = base("agree");
+    let dir = unique_path("agree");
     Semaphore::new(&zk, &dir, 2).unwrap();
     Semaphore::new(&zk, &dir, 2).unwrap();
     assert!(matches!(
@@ -52,7 +46,7 @@ fn permit_count_must_agree() {
         Err(RecipeError::InvalidArgument(_))
     ));
     assert!(matches!(
-        Semaphore::new(&zk, &base("zero"), 0),
+        Semaphore::new(&zk, &unique_path("zero"), 0),
         Err(RecipeError::InvalidArgument(_))
     ));
 }
@@ -62,7 +56,7 @@ fn permit_count_must_agree() {
 #[test]
 fn releases_in_any_order_wake_waiters_in_order() {
     let zk = connect();
-    let dir = base("order");
+    let dir = unique_path("order");
     let sem = Semaphore::new(&zk, &dir, 2).unwrap();
     let a = sem.acquire(WAIT).unwrap();
     let b = sem.acquire(WAIT).unwrap();
@@ -106,7 +100,7 @@ fn releases_in_any_order_wake_waiters_in_order() {
 /// exceeds 3.
 #[test]
 fn never_more_than_n_holders() {
-    let dir = base("stress");
+    let dir = unique_path("stress");
     let permits = 3;
     let holding = Arc::new(AtomicUsize::new(0));
     let max_holding = Arc::new(AtomicUsize::new(0));
@@ -148,7 +142,7 @@ fn never_more_than_n_holders() {
 
 #[test]
 fn lease_goes_with_its_session() {
-    let dir = base("session");
+    let dir = unique_path("session");
     let holder_zk = connect();
     let holder = Semaphore::new(&holder_zk, &dir, 1).unwrap();
     let lease = holder.acquire(WAIT).unwrap();

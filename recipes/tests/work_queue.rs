@@ -2,11 +2,15 @@
 //! give-back, ownership-checked completion, exclusive concurrent consumers, the herd
 //! count, and a consumer killed (SIGKILL, another process) giving its item back.
 
+mod common;
+
+use common::{
+    assert_no_leftover_contexts, child_session, connect, report_and_hang, unique_path, wait_until,
+    Child,
+};
 use recipes::work_queue::WorkQueue;
 use recipes::RecipeError;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -18,26 +22,11 @@ const CHILD_ENV: &str = "RECIPES_WORK_QUEUE_TEST_CHILD";
 /// Session timeout of the child consumer.
 const CHILD_SESSION: Duration = Duration::from_secs(4);
 
-fn connect(hosts: &str) -> ZooKeeper {
-    ZooKeeper::connect(hosts, Duration::from_secs(10)).expect("connect")
-}
-
-fn shared() -> ZooKeeper {
-    connect(&zk_harness::shared_test_connect_string())
-}
-
-fn unique_path(test: &str) -> String {
-    format!("/recipes-tests/work-queue/{test}-{}", recipes::util::guid())
-}
-
-/// Waits until `n` threads are blocked in `take` across `queues`. Nothing signals
-/// "another thread is now blocked", so this polls the queues' own counters.
+/// Waits until `n` threads are blocked in `take` across `queues`.
 fn wait_until_blocked(queues: &[Arc<WorkQueue>], n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while queues.iter().map(|q| q.waiting()).sum::<usize>() < n {
-        assert!(Instant::now() < deadline, "consumers never blocked");
-        thread::sleep(Duration::from_millis(2));
-    }
+    wait_until("consumers blocked", || {
+        queues.iter().map(|q| q.waiting()).sum::<usize>() >= n
+    });
 }
 
 #[test]
@@ -49,7 +38,7 @@ fn work_queue_types_are_send_and_sync() {
 
 #[test]
 fn take_and_complete_in_fifo_order() {
-    let zk = shared();
+    let zk = connect();
     let queue = WorkQueue::new(&zk, &unique_path("fifo")).unwrap();
     assert!(queue.try_take().unwrap().is_none());
     for i in 0..5 {
@@ -78,8 +67,8 @@ fn take_and_complete_in_fifo_order() {
 #[test]
 fn release_and_drop_give_items_back() {
     let path = unique_path("release");
-    let first = WorkQueue::new(&shared(), &path).unwrap();
-    let second = WorkQueue::new(&shared(), &path).unwrap();
+    let first = WorkQueue::new(&connect(), &path).unwrap();
+    let second = WorkQueue::new(&connect(), &path).unwrap();
     first.put(b"only item").unwrap();
 
     let item = first.try_take().unwrap().expect("an item");
@@ -100,10 +89,10 @@ fn release_and_drop_give_items_back() {
 
 #[test]
 fn complete_is_refused_once_the_claim_is_lost() {
-    let zk = shared();
+    let zk = connect();
     let path = unique_path("lost");
     let first = WorkQueue::new(&zk, &path).unwrap();
-    let second = WorkQueue::new(&shared(), &path).unwrap();
+    let second = WorkQueue::new(&connect(), &path).unwrap();
     first.put(b"contested").unwrap();
     let stale = first.try_take().unwrap().unwrap();
 
@@ -129,12 +118,12 @@ fn concurrent_consumers_process_each_item_once() {
     const ITEMS: usize = 120;
     const CONSUMERS: usize = 5;
     let path = unique_path("concurrent");
-    let producer = WorkQueue::new(&shared(), &path).unwrap();
+    let producer = WorkQueue::new(&connect(), &path).unwrap();
     let done = Arc::new(AtomicUsize::new(0));
     let processed = Arc::new(Mutex::new(Vec::new()));
     let consumers: Vec<_> = (0..CONSUMERS)
         .map(|_| {
-            let queue = WorkQueue::new(&shared(), &path).unwrap();
+            let queue = WorkQueue::new(&connect(), &path).unwrap();
             let done = Arc::clone(&done);
             let processed = Arc::clone(&processed);
             thread::spawn(move || {
@@ -170,8 +159,8 @@ fn idle_consumers_are_not_herded() {
     const CONSUMERS: usize = 8;
     const PUTS: usize = 24;
     let path = unique_path("herd");
-    let producer = WorkQueue::new(&shared(), &path).unwrap();
-    let sessions: Vec<ZooKeeper> = (0..CONSUMERS).map(|_| shared()).collect();
+    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    let sessions: Vec<ZooKeeper> = (0..CONSUMERS).map(|_| connect()).collect();
     let queues: Vec<Arc<WorkQueue>> = sessions
         .iter()
         .map(|zk| Arc::new(WorkQueue::new(zk, &path).unwrap()))
@@ -215,8 +204,7 @@ fn idle_consumers_are_not_herded() {
     // No watch accumulates: once the values are gone, nothing is left registered.
     drop(queues);
     for zk in &sessions {
-        zk.exists("/").unwrap();
-        assert_eq!(zk.live_contexts(), 0, "a watch was left registered");
+        assert_no_leftover_contexts(zk);
     }
 
     let wakeups: u64 = stats.iter().map(|s| s.wakeups).sum();
@@ -244,68 +232,20 @@ fn idle_consumers_are_not_herded() {
     assert!(notifications * 2 < herd);
 }
 
-/// Kills the child on drop (also when the test fails).
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Reads the child's stdout (on a helper thread, so a silent child cannot hang the test)
-/// until a line contains `marker`; returns what follows it.
-fn wait_for_marker(child: &mut ChildGuard, marker: &str) -> String {
-    let stdout = child.0.stdout.take().unwrap();
-    let (line_tx, line_rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if line_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = line_rx
-            .recv_timeout(left)
-            .expect("the child did not report in time (or exited)");
-        // libtest prints "test child_... ... " before the child's own output.
-        if let Some((_, rest)) = line.split_once(marker) {
-            return rest.trim().to_string();
-        }
-    }
-}
-
 #[test]
 fn consumer_killed_mid_item_gives_it_back() {
-    let hosts = zk_harness::shared_test_connect_string();
     let path = unique_path("killed");
-    let queue = WorkQueue::new(&shared(), &path).unwrap();
+    let queue = WorkQueue::new(&connect(), &path).unwrap();
     queue.put(b"http://example.com/slow-page").unwrap();
 
-    let mut child = ChildGuard(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_consumer", "--nocapture"])
-            .args(["--test-threads", "1"])
-            .env(CHILD_ENV, format!("{hosts}\n{path}"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let taken = wait_for_marker(&mut child, "TOOK ");
+    let mut child = Child::start("child_consumer", CHILD_ENV, &path);
+    let taken = child.wait_for_marker("TOOK ");
     assert_eq!(taken, "http://example.com/slow-page");
     assert!(queue.try_take().unwrap().is_none(), "the child holds it");
     assert_eq!(queue.in_progress().unwrap(), 1);
 
     let killed_at = Instant::now();
-    child.0.kill().unwrap(); // SIGKILL mid-item
-    child.0.wait().unwrap();
+    child.kill(); // SIGKILL mid-item
     let item = queue
         .take_timeout(Duration::from_secs(30))
         .unwrap()
@@ -326,22 +266,10 @@ fn consumer_killed_mid_item_gives_it_back() {
 /// and hangs mid-item.
 #[test]
 fn child_consumer() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some((zk, path)) = child_session(CHILD_ENV, CHILD_SESSION) else {
         return;
     };
-    let (hosts, path) = spec.split_once('\n').unwrap();
-    // Exit if the parent goes away (its end of our stdin closes).
-    thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        std::process::exit(0);
-    });
-    let zk = ZooKeeper::connect(hosts, CHILD_SESSION).unwrap();
-    let queue = WorkQueue::new(&zk, path).unwrap();
+    let queue = WorkQueue::new(&zk, &path).unwrap();
     let item = queue.take().unwrap();
-    let mut out = std::io::stdout();
-    writeln!(out, "TOOK {}", String::from_utf8_lossy(item.data())).unwrap();
-    out.flush().unwrap();
-    loop {
-        thread::park();
-    }
+    report_and_hang(&format!("TOOK {}", String::from_utf8_lossy(item.data())));
 }
