@@ -14,11 +14,13 @@
 //!    Curator uses `getData` here too).
 //!
 //! # Learning that the lock is lost
-//! Neither kazoo nor Curator tells a lock holder that its lock is gone. Here every
-//! [`LockGuard`] runs a small monitor thread over the session events and a watch on its
-//! own node, and reports the first of:
+//! Neither kazoo nor Curator tells a lock holder that its lock is gone. Here each [`Lock`]
+//! value has one small monitor thread, started by its first acquisition and shared by all
+//! of its guards, that follows the session events; the first [`LockGuard::lost`] call on
+//! a guard also has it watch that guard's own node. A guard reports the first of:
 //! - [`LockLost::SessionExpired`]: the server expired the session, deleting the node;
-//! - [`LockLost::NodeDeleted`]: someone deleted the node;
+//! - [`LockLost::NodeDeleted`]: someone deleted the node. Seen once [`LockGuard::lost`]
+//!   has been called (that sets the watch; a deletion before the call is found too);
 //! - [`LockLost::Disconnected`]: the connection has been down longer than the
 //!   *disconnect grace* (default zero). While disconnected the holder cannot know whether
 //!   the server has already expired the session and handed the lock on, so by default a
@@ -28,8 +30,14 @@
 //!   cannot expire the session before the remaining third has passed;
 //! - [`LockLost::Closed`]: the handle was closed.
 //!
-//! Query it with [`LockGuard::is_lost`], or block on / `select!` over
+//! Query it with [`LockGuard::is_lost`] (no request), or block on / `select!` over
 //! [`LockGuard::lost`].
+//!
+//! # Cost
+//! An uncontended acquisition and release is three requests, as in the plain recipe:
+//! create, list the children, delete. No thread is started per acquisition (the monitor
+//! thread is one per `Lock` value), and the watch on the guard's own node (one more
+//! request) is set only for guards asked for [`lost`](LockGuard::lost).
 //!
 //! # Guarantees
 //! - Mutual exclusion among all holders of guards on the same path, in any thread or
@@ -38,8 +46,9 @@
 //! - A holder that crashes, is killed or loses its session releases the lock when the
 //!   server expires its session (after the session timeout).
 //! - Releasing, or a waiter giving up, wakes only that node's successor.
-//! - A guard reports a loss as soon as its client hears of it (the deletion or expiry
-//!   notification), and, while disconnected, once the disconnect grace has passed.
+//! - A guard reports a loss as soon as its client hears of it (the expiry notification,
+//!   or, once [`LockGuard::lost`] has been called, the deletion notification), and, while
+//!   disconnected, once the disconnect grace has passed.
 //!
 //! # Non-guarantees
 //! - Not reentrant: a second `acquire` on the same path from the same thread waits for
@@ -77,7 +86,7 @@ use crossbeam_channel::{Receiver, RecvError, Select, Sender};
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use zookeeper::{Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper};
@@ -119,6 +128,9 @@ impl LockLost {
 /// `Send + Sync`: threads may share one `Lock`; each acquisition is independent (threads
 /// of one process exclude each other through ZooKeeper like separate processes do).
 pub struct Lock {
+    /// The loss monitor of this value's guards, started by the first acquisition. Before
+    /// `zk`: its thread ends before our handle clone goes.
+    monitor: OnceLock<Arc<Monitor>>,
     zk: ZooKeeper,
     dir: String,
     label: Vec<u8>,
@@ -150,6 +162,7 @@ impl Lock {
         check_base_path(path)?;
         ensure_path(zk, path)?;
         Ok(Lock {
+            monitor: OnceLock::new(),
             zk: zk.clone(),
             dir: path.to_string(),
             label: Vec::new(),
@@ -171,6 +184,9 @@ impl Lock {
     /// [`LockLost::Disconnected`] (default zero; see the module docs).
     pub fn with_disconnect_grace(mut self, grace: Duration) -> Lock {
         self.grace = grace;
+        // A monitor already started keeps serving its guards with the old grace; later
+        // acquisitions start one with the new grace.
+        self.monitor = OnceLock::new();
         self
     }
 
@@ -233,20 +249,21 @@ impl Lock {
     }
 
     fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        // Subscribe before anything else: the guard must see every session event from
-        // the moment its node exists.
-        let session_events = self.zk.session_events();
+        // Before the node exists: the monitor follows the session from then on.
+        let monitor = Arc::clone(
+            self.monitor
+                .get_or_init(|| Arc::new(Monitor::start(&self.zk, self.grace))),
+        );
         let tag = format!("{}-lock-", guid());
         let name = create_sequential(&self.zk, &self.dir, &tag, &self.label, self.patience)?;
         let node = format!("{}/{name}", self.dir);
         let sequence = sequence_of(&name).unwrap_or_default();
         match self.wait_turn(&name, wait) {
-            Ok(true) => Ok(Some(LockGuard::start(
+            Ok(true) => Ok(Some(LockGuard::new(
                 self.zk.clone(),
                 node,
                 sequence,
-                session_events,
-                self.grace,
+                monitor,
                 self.patience,
             ))),
             not_acquired => {
@@ -298,23 +315,36 @@ impl Lock {
     }
 }
 
-/// Loss state shared by a guard and its monitor thread.
-#[derive(Default)]
-struct LossState {
-    inner: Mutex<LossInner>,
+/// A guard's loss state, shared with the monitor thread of its [`Lock`].
+struct GuardState {
+    node: String,
+    inner: Mutex<GuardInner>,
 }
 
 #[derive(Default)]
-struct LossInner {
+struct GuardInner {
+    /// The first loss, if any.
     reason: Option<LockLost>,
+    /// Set by the release (before the node is deleted): no loss is recorded after it, so
+    /// our own delete is never reported.
+    released: bool,
+    /// Whether the monitor was asked to watch the node (first [`LockGuard::lost`]).
+    watched: bool,
     subscribers: Vec<Sender<LockLost>>,
 }
 
-impl LossState {
-    /// Records the first loss and tells every subscriber.
+impl GuardState {
+    fn new(node: String) -> GuardState {
+        GuardState {
+            node,
+            inner: Mutex::default(),
+        }
+    }
+
+    /// Records the first loss and tells every subscriber (nothing once released).
     fn declare(&self, reason: LockLost) {
         let mut inner = self.inner.lock();
-        if inner.reason.is_some() {
+        if inner.released || inner.reason.is_some() {
             return;
         }
         inner.reason = Some(reason);
@@ -323,66 +353,171 @@ impl LossState {
         }
     }
 
-    fn subscribe(&self) -> Receiver<LockLost> {
+    /// A new receiver of the loss, and whether the node watch is to be asked for now
+    /// (the first subscription of a guard not lost yet).
+    fn subscribe(&self) -> (Receiver<LockLost>, bool) {
         let (sender, receiver) = crossbeam_channel::bounded(1);
         let mut inner = self.inner.lock();
-        match inner.reason {
-            Some(reason) => {
-                let _ = sender.try_send(reason);
-            }
-            None => inner.subscribers.push(sender),
+        if let Some(reason) = inner.reason {
+            let _ = sender.try_send(reason);
+            return (receiver, false);
         }
-        receiver
+        if inner.released {
+            return (receiver, false); // the sender is dropped: it never fires
+        }
+        inner.subscribers.push(sender);
+        let first = !std::mem::replace(&mut inner.watched, true);
+        (receiver, first)
     }
 
     fn reason(&self) -> Option<LockLost> {
         self.inner.lock().reason
     }
-}
 
-/// A held lock. Dropping it releases the lock; [`release`](Self::release) does the same
-/// and reports errors. `Send + Sync`.
-pub struct LockGuard {
-    zk: ZooKeeper,
-    node: String,
-    sequence: u64,
-    loss: Arc<LossState>,
-    stop: Option<Sender<()>>,
-    monitor: Option<JoinHandle<()>>,
-    patience: Patience,
-}
+    fn is_released(&self) -> bool {
+        self.inner.lock().released
+    }
 
-impl fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("node", &self.node)
-            .field("lost", &self.loss.reason())
-            .finish()
+    /// Marks the guard released (no loss is recorded from now on; subscribers see their
+    /// channel close) and returns the loss recorded before, if any.
+    fn finish(&self) -> Option<LockLost> {
+        let mut inner = self.inner.lock();
+        inner.released = true;
+        inner.subscribers.clear();
+        inner.reason
     }
 }
 
-impl LockGuard {
-    fn start(
-        zk: ZooKeeper,
-        node: String,
-        sequence: u64,
-        session_events: Receiver<WatchedEvent>,
-        grace: Duration,
-        patience: Patience,
-    ) -> LockGuard {
-        let loss = Arc::new(LossState::default());
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let monitor = Monitor {
-            zk: zk.clone(),
-            node: node.clone(),
-            session_events,
-            stopped,
-            loss: Arc::clone(&loss),
+/// What the monitor of a [`Lock`] knows of the session, and the guards it serves.
+struct Shared {
+    grace: Duration,
+    inner: Mutex<SessionView>,
+}
+
+#[derive(Default)]
+struct SessionView {
+    /// The guards held now (registered when acquired, removed when released).
+    guards: Vec<Arc<GuardState>>,
+    /// The session is over (expired, closed): every guard is lost, now and later.
+    ended: Option<LockLost>,
+    /// Disconnected since then (`None`: connected).
+    disconnected_since: Option<Instant>,
+    /// The current disconnection has outlasted the grace (and was reported).
+    grace_over: bool,
+}
+
+impl Shared {
+    /// A new guard: from now on it hears of every session loss. One that happened
+    /// already (the session ended, or the connection is down past the grace) is recorded
+    /// at once.
+    fn register(&self, guard: &Arc<GuardState>) {
+        let mut view = self.inner.lock();
+        if let Some(reason) = view.ended {
+            guard.declare(reason);
+        } else if view.grace_over
+            || view
+                .disconnected_since
+                .is_some_and(|since| since.elapsed() >= self.grace)
+        {
+            guard.declare(LockLost::Disconnected);
+        }
+        view.guards.push(Arc::clone(guard));
+    }
+
+    /// A released guard.
+    fn forget(&self, guard: &Arc<GuardState>) {
+        let mut view = self.inner.lock();
+        if let Some(index) = view.guards.iter().position(|g| Arc::ptr_eq(g, guard)) {
+            view.guards.swap_remove(index);
+        }
+    }
+
+    /// The session is over: every guard, held now or later, is lost.
+    fn end(&self, reason: LockLost) {
+        let mut view = self.inner.lock();
+        view.ended.get_or_insert(reason);
+        for guard in &view.guards {
+            guard.declare(reason);
+        }
+    }
+
+    fn disconnected(&self) {
+        let mut view = self.inner.lock();
+        let since = *view.disconnected_since.get_or_insert_with(Instant::now);
+        if !view.grace_over && since.elapsed() >= self.grace {
+            Self::grace_over(&mut view);
+        }
+    }
+
+    fn reconnected(&self) {
+        let mut view = self.inner.lock();
+        view.disconnected_since = None;
+        view.grace_over = false;
+    }
+
+    /// When the current disconnection outlasts the grace, unless reported already.
+    fn grace_deadline(&self) -> Option<Instant> {
+        let view = self.inner.lock();
+        match view.disconnected_since {
+            Some(since) if !view.grace_over => Some(since + self.grace),
+            _ => None,
+        }
+    }
+
+    /// Called at the grace deadline: reports the disconnection if it still lasts.
+    fn check_grace(&self) {
+        let mut view = self.inner.lock();
+        if let Some(since) = view.disconnected_since {
+            if !view.grace_over && since.elapsed() >= self.grace {
+                Self::grace_over(&mut view);
+            }
+        }
+    }
+
+    fn grace_over(view: &mut SessionView) {
+        view.grace_over = true;
+        for guard in &view.guards {
+            guard.declare(LockLost::Disconnected);
+        }
+    }
+}
+
+/// The loss monitor of one [`Lock`] value: one thread for all of its guards, started by
+/// the first acquisition. It ends when the `Lock` and all of its guards are gone (or the
+/// handle is closed).
+struct Monitor {
+    shared: Arc<Shared>,
+    /// Guards whose node is to be watched. `None` once dropping (ends the thread).
+    watch_requests: Option<Sender<Arc<GuardState>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(zk: &ZooKeeper, grace: Duration) -> Monitor {
+        // Subscribe first, then read the state: no change falls between the two.
+        let session_events = zk.session_events();
+        let mut view = SessionView::default();
+        match zk.state() {
+            state if state.is_connected() => {}
+            SessionState::Expired => view.ended = Some(LockLost::SessionExpired),
+            state if state.is_terminal() => view.ended = Some(LockLost::Closed),
+            _ => view.disconnected_since = Some(Instant::now()),
+        }
+        let shared = Arc::new(Shared {
             grace,
+            inner: Mutex::new(view),
+        });
+        let (watch_requests, requests) = crossbeam_channel::unbounded();
+        let worker = MonitorThread {
+            zk: zk.clone(),
+            shared: Arc::clone(&shared),
+            session_events,
+            requests,
+            watched: Vec::new(),
         };
-        let monitor = match std::thread::Builder::new()
+        let thread = match std::thread::Builder::new()
             .name("zk-lock-monitor".into())
-            .spawn(move || monitor.run())
+            .spawn(move || worker.run())
         {
             Ok(handle) => Some(handle),
             Err(error) => {
@@ -390,14 +525,74 @@ impl LockGuard {
                 None
             }
         };
+        Monitor {
+            shared,
+            watch_requests: Some(watch_requests),
+            thread,
+        }
+    }
+
+    /// Asks the monitor thread to watch the guard's node.
+    fn watch(&self, guard: &Arc<GuardState>) {
+        if let Some(requests) = &self.watch_requests {
+            // Fails only if the thread has ended (the handle was closed): the guard has
+            // been told `Closed` then.
+            let _ = requests.send(Arc::clone(guard));
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        drop(self.watch_requests.take()); // wakes the thread, which then ends
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A held lock. Dropping it releases the lock; [`release`](Self::release) does the same
+/// and reports errors. `Send + Sync`.
+pub struct LockGuard {
+    // Before `zk`: the monitor thread ends (if this is its last user) before our handle
+    // clone goes.
+    monitor: Arc<Monitor>,
+    zk: ZooKeeper,
+    node: String,
+    sequence: u64,
+    state: Arc<GuardState>,
+    patience: Patience,
+    released: bool,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("node", &self.node)
+            .field("lost", &self.state.reason())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    /// The guard of the lock node `node` just acquired, served by `monitor`.
+    fn new(
+        zk: ZooKeeper,
+        node: String,
+        sequence: u64,
+        monitor: Arc<Monitor>,
+        patience: Patience,
+    ) -> LockGuard {
+        let state = Arc::new(GuardState::new(node.clone()));
+        monitor.shared.register(&state);
         LockGuard {
+            monitor,
             zk,
             node,
             sequence,
-            loss,
-            stop: Some(stop),
-            monitor,
+            state,
             patience,
+            released: false,
         }
     }
 
@@ -412,21 +607,36 @@ impl LockGuard {
         self.sequence
     }
 
-    /// Whether the lock is known to be lost (see [`LockLost`]).
+    /// Whether the lock is known to be lost (see [`LockLost`]). Cheap: no request, no
+    /// blocking.
+    ///
+    /// Session expiry, a closed handle and a disconnection past the grace are known as
+    /// soon as the client hears of them. That someone else deleted the lock node is known
+    /// only once [`lost`](Self::lost) has been called on this guard (which sets the watch
+    /// on the node; a deletion before that call is found too).
     pub fn is_lost(&self) -> bool {
-        self.loss.reason().is_some()
+        self.state.reason().is_some()
     }
 
-    /// Why the lock was lost, if it was.
+    /// Why the lock was lost, if it was (known as for [`is_lost`](Self::is_lost)).
     pub fn lost_reason(&self) -> Option<LockLost> {
-        self.loss.reason()
+        self.state.reason()
     }
 
-    /// A receiver that gets the reason once the lock is lost (at once if it already is).
-    /// Each call makes an independent receiver; use it with `recv_timeout` or
-    /// `crossbeam_channel::select!`. It never fires after a normal release.
+    /// A receiver that gets the reason once the lock is lost (at once if it already is
+    /// known to be). Each call makes an independent receiver; use it with `recv_timeout`
+    /// or `crossbeam_channel::select!`. It never fires after a normal release.
+    ///
+    /// The first call also has the lock's monitor thread watch the lock node (one `get`
+    /// with a watch), so that its deletion by someone else is reported as
+    /// [`LockLost::NodeDeleted`], including a deletion that happened before the call.
+    /// Acquisitions whose guard is never asked cost no such request.
     pub fn lost(&self) -> Receiver<LockLost> {
-        self.loss.subscribe()
+        let (receiver, first) = self.state.subscribe();
+        if first {
+            self.monitor.watch(&self.state);
+        }
+        receiver
     }
 
     /// Releases the lock (deletes the node). Fails with `RecipeError::Lost` if the lock
@@ -436,14 +646,12 @@ impl LockGuard {
     }
 
     fn release_inner(&mut self) -> Result<()> {
-        let Some(stop) = self.stop.take() else {
+        if std::mem::replace(&mut self.released, true) {
             return Ok(());
-        };
-        drop(stop); // ends the monitor, so our own delete is not reported as a loss
-        if let Some(monitor) = self.monitor.take() {
-            let _ = monitor.join();
         }
-        let lost = self.loss.reason();
+        // From here on no loss is recorded: our own delete is not reported.
+        let lost = self.state.finish();
+        self.monitor.shared.forget(&self.state);
         match delete_eventually(&self.zk, &self.node, self.patience) {
             Ok(()) => {}
             // Left to the background: report that the release is not done yet.
@@ -468,119 +676,179 @@ impl Drop for LockGuard {
     }
 }
 
-/// The per-guard loss monitor.
-struct Monitor {
+/// The monitor thread of a [`Lock`]: follows the session events for all guards, and
+/// watches the nodes of the guards asked about ([`LockGuard::lost`]).
+struct MonitorThread {
     zk: ZooKeeper,
-    node: String,
+    shared: Arc<Shared>,
     session_events: Receiver<WatchedEvent>,
-    stopped: Receiver<()>,
-    loss: Arc<LossState>,
-    grace: Duration,
+    requests: Receiver<Arc<GuardState>>,
+    watched: Vec<Watched>,
+}
+
+/// A guard whose node the monitor watches.
+struct Watched {
+    guard: Arc<GuardState>,
+    /// `None`: to be (re)armed once connected.
+    watch: Option<Watch>,
 }
 
 enum Wake {
+    /// The `Lock` and all its guards are gone.
     Stop,
+    Request(Arc<GuardState>),
     Session(std::result::Result<WatchedEvent, RecvError>),
-    Node(std::result::Result<WatchedEvent, RecvError>),
-    GraceOver,
+    Node(usize, std::result::Result<WatchedEvent, RecvError>),
+    /// The grace deadline or the re-arm retry time came.
+    Timer,
 }
 
-impl Monitor {
-    fn run(self) {
-        if let Some(reason) = self.watch_loop() {
-            self.loss.declare(reason);
-        }
-    }
+/// How soon an own-node watch that could not be set for a connection loss is tried
+/// again while the session says it is connected (it may have reconnected meanwhile).
+const REARM_RETRY: Duration = Duration::from_millis(100);
 
-    /// Arms the watch on our own node: `Err(reason)` if the node is gone.
-    fn arm(&self) -> std::result::Result<Option<Watch>, LockLost> {
-        match self.zk.get_watch(&self.node) {
-            Ok((_, _, watch)) => Ok(Some(watch)),
-            Err(Error::NoNode) => Err(LockLost::NodeDeleted),
-            Err(error) if error.is_connection_loss() => Ok(None), // re-armed on reconnect
-            Err(Error::SessionExpired) => Err(LockLost::SessionExpired),
-            Err(_) => Err(LockLost::Closed),
-        }
-    }
-
-    /// Runs until the guard stops it (`None`) or the lock is lost.
-    fn watch_loop(&self) -> Option<LockLost> {
-        let mut watch = match self.arm() {
-            Ok(watch) => watch,
-            Err(reason) => return Some(reason),
-        };
-        let mut disconnected_since = match self.zk.state() {
-            state if state.is_connected() => None,
-            SessionState::Expired => return Some(LockLost::SessionExpired),
-            state if state.is_terminal() => return Some(LockLost::Closed),
-            _ => Some(Instant::now()),
-        };
+impl MonitorThread {
+    fn run(mut self) {
         loop {
-            let wake = {
-                let mut select = Select::new();
-                let stop_index = select.recv(&self.stopped);
-                let session_index = select.recv(&self.session_events);
-                if let Some(w) = &watch {
-                    select.recv(w.receiver());
-                }
-                let selected = match disconnected_since {
-                    Some(since) => select.select_deadline(since + self.grace).ok(),
-                    None => Some(select.select()),
-                };
-                match selected {
-                    None => Wake::GraceOver,
-                    Some(op) if op.index() == stop_index => {
-                        let _ = op.recv(&self.stopped);
-                        Wake::Stop
+            // Watches still to be armed for guards released meanwhile are not needed.
+            self.watched
+                .retain(|w| w.watch.is_some() || !w.guard.is_released());
+            match self.next_wake() {
+                Wake::Stop => return,
+                Wake::Request(guard) => self.watch(guard),
+                Wake::Session(Err(_)) => {
+                    // The handle was closed: the stream has ended.
+                    self.shared.end(LockLost::Closed);
+                    for watched in self.watched.drain(..) {
+                        watched.guard.declare(LockLost::Closed);
                     }
-                    Some(op) if op.index() == session_index => {
-                        Wake::Session(op.recv(&self.session_events))
-                    }
-                    // The only other operation registered is the node watch.
-                    Some(op) => match &watch {
-                        Some(w) => Wake::Node(op.recv(w.receiver())),
-                        None => Wake::Stop,
-                    },
+                    return;
                 }
-            };
-            match wake {
-                Wake::Stop => return None,
-                Wake::GraceOver => return Some(LockLost::Disconnected),
-                Wake::Session(Err(_)) => return Some(LockLost::Closed),
                 Wake::Session(Ok(event)) => match event.state {
-                    SessionState::Expired => return Some(LockLost::SessionExpired),
+                    SessionState::Expired => self.shared.end(LockLost::SessionExpired),
                     SessionState::AuthFailed | SessionState::Closed => {
-                        return Some(LockLost::Closed)
+                        self.shared.end(LockLost::Closed)
                     }
                     state if state.is_connected() => {
-                        disconnected_since = None;
-                        if watch.is_none() {
-                            match self.arm() {
-                                Ok(armed) => watch = armed,
-                                Err(reason) => return Some(reason),
-                            }
-                        }
+                        self.shared.reconnected();
+                        self.rearm();
                     }
-                    _ => {
-                        disconnected_since.get_or_insert_with(Instant::now);
-                    }
+                    _ => self.shared.disconnected(),
                 },
-                Wake::Node(Err(_)) => return Some(LockLost::Closed),
-                Wake::Node(Ok(event)) => match event.event_type {
-                    EventType::NodeDeleted => return Some(LockLost::NodeDeleted),
+                Wake::Node(index, Err(_)) => {
+                    self.watched
+                        .swap_remove(index)
+                        .guard
+                        .declare(LockLost::Closed);
+                }
+                Wake::Node(index, Ok(event)) => match event.event_type {
+                    EventType::NodeDeleted => {
+                        let guard = self.watched.swap_remove(index).guard;
+                        guard.declare(LockLost::NodeDeleted);
+                    }
                     EventType::Session => {
-                        return Some(match event.state {
+                        let guard = self.watched.swap_remove(index).guard;
+                        guard.declare(match event.state {
                             SessionState::Expired => LockLost::SessionExpired,
                             _ => LockLost::Closed,
-                        })
+                        });
                     }
-                    _ => match self.arm() {
-                        // Data changed or the watch was removed: watch again.
-                        Ok(armed) => watch = armed,
-                        Err(reason) => return Some(reason),
-                    },
+                    // Data changed or the watch was removed: watch again.
+                    _ => {
+                        let guard = self.watched.swap_remove(index).guard;
+                        self.watch(guard);
+                    }
                 },
+                Wake::Timer => {
+                    self.shared.check_grace();
+                    self.rearm();
+                }
             }
+        }
+    }
+
+    /// Waits for the next thing to handle.
+    fn next_wake(&self) -> Wake {
+        let retry =
+            self.watched.iter().any(|w| w.watch.is_none()) && self.zk.state().is_connected();
+        let retry_at = retry.then(|| Instant::now() + REARM_RETRY);
+        let deadline = match (self.shared.grace_deadline(), retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut select = Select::new();
+        let requests_index = select.recv(&self.requests);
+        let session_index = select.recv(&self.session_events);
+        // The node watches follow, in the order of `watched` (armed ones only).
+        let first_watch = session_index + 1;
+        let mut armed = Vec::with_capacity(self.watched.len());
+        for (index, watched) in self.watched.iter().enumerate() {
+            if let Some(watch) = &watched.watch {
+                select.recv(watch.receiver());
+                armed.push(index);
+            }
+        }
+        let operation = match deadline {
+            Some(deadline) => match select.select_deadline(deadline) {
+                Ok(operation) => operation,
+                Err(_) => return Wake::Timer,
+            },
+            None => select.select(),
+        };
+        match operation.index() {
+            index if index == requests_index => match operation.recv(&self.requests) {
+                Ok(guard) => Wake::Request(guard),
+                Err(_) => Wake::Stop,
+            },
+            index if index == session_index => Wake::Session(operation.recv(&self.session_events)),
+            index => {
+                let position = armed[index - first_watch];
+                let watch = self.watched[position].watch.as_ref();
+                match watch {
+                    Some(watch) => Wake::Node(position, operation.recv(watch.receiver())),
+                    None => Wake::Timer, // not reached: only armed watches are selected
+                }
+            }
+        }
+    }
+
+    /// Starts watching the guard's node.
+    fn watch(&mut self, guard: Arc<GuardState>) {
+        if guard.is_released() {
+            return;
+        }
+        match self.arm(&guard.node) {
+            Ok(watch) => self.watched.push(Watched { guard, watch }),
+            Err(reason) => guard.declare(reason),
+        }
+    }
+
+    /// Arms again the watches that a connection loss kept from being set.
+    fn rearm(&mut self) {
+        let mut index = 0;
+        while index < self.watched.len() {
+            if self.watched[index].watch.is_none() {
+                match self.arm(&self.watched[index].guard.node) {
+                    Ok(watch) => self.watched[index].watch = watch,
+                    Err(reason) => {
+                        self.watched.swap_remove(index).guard.declare(reason);
+                        continue;
+                    }
+                }
+            }
+            index += 1;
+        }
+    }
+
+    /// Sets the watch on a lock node: `Ok(None)` if the connection is down (armed again
+    /// on reconnect), `Err(reason)` if the node or the session is gone.
+    fn arm(&self, node: &str) -> std::result::Result<Option<Watch>, LockLost> {
+        match self.zk.get_watch(node) {
+            Ok((_, _, watch)) => Ok(Some(watch)),
+            Err(Error::NoNode) => Err(LockLost::NodeDeleted),
+            Err(error) if error.is_retryable() => Ok(None),
+            Err(Error::SessionExpired) => Err(LockLost::SessionExpired),
+            Err(_) => Err(LockLost::Closed),
         }
     }
 }

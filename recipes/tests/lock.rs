@@ -240,6 +240,67 @@ fn guard_reports_session_loss() {
 }
 
 #[test]
+fn losses_before_the_first_lost_call_are_reported() {
+    // A deletion before anyone asked: nothing watches the node until `lost()` (no watch
+    // left registered by acquiring), and the first `lost()` still finds it.
+    let zk = connect();
+    let path = unique_path("late");
+    let lock = Lock::new(&zk, &path).unwrap();
+    let guard = lock.acquire().unwrap();
+    assert_no_leftover_contexts(&zk);
+    connect().delete(guard.node(), None).unwrap();
+    assert_eq!(
+        guard.lost().recv_timeout(Duration::from_secs(10)).unwrap(),
+        LockLost::NodeDeleted
+    );
+    assert_eq!(guard.lost_reason(), Some(LockLost::NodeDeleted));
+    assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
+
+    // A disconnection before anyone asked (strict default): known without `lost()`, and
+    // told to a later subscriber at once.
+    let hosts = zk_harness::shared_test_connect_string();
+    let server = hosts.split(',').next().unwrap().split('/').next().unwrap();
+    let proxy = Proxy::start(server);
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &unique_path("late-disconnect")).unwrap();
+    let guard = lock.acquire().unwrap();
+    proxy.cut();
+    wait_until("the disconnection reported", || guard.is_lost());
+    assert_eq!(guard.lost_reason(), Some(LockLost::Disconnected));
+    assert_eq!(guard.lost().try_recv().unwrap(), LockLost::Disconnected);
+    proxy.restore();
+    zk.wait_connected(Duration::from_secs(20)).unwrap();
+    assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
+    // Back in touch, a new acquisition is not lost.
+    let guard = lock.acquire().unwrap();
+    assert!(!guard.is_lost());
+    guard.release().unwrap();
+}
+
+#[test]
+fn own_release_is_never_reported_as_a_loss() {
+    let zk = connect();
+    let lock = Lock::new(&zk, &unique_path("own-release")).unwrap();
+    for _ in 0..3 {
+        let guard = lock.acquire().unwrap();
+        let lost = guard.lost();
+        // Wait for the monitor to set the watch on the node, so the delete fires it.
+        wait_until("own-node watch set", || zk.live_contexts() == 1);
+        guard.release().unwrap();
+        assert_eq!(
+            lost.recv_timeout(Duration::from_secs(1)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected),
+            "a released guard's receiver closes without a loss"
+        );
+    }
+    // The fired watches are gone; a guard nobody asked about sets none.
+    assert_no_leftover_contexts(&zk);
+    let guard = lock.acquire().unwrap();
+    assert_no_leftover_contexts(&zk);
+    guard.release().unwrap();
+}
+
+#[test]
 fn holder_killed_in_another_process_releases_the_lock() {
     let path = unique_path("killed");
     let mut child = Child::start("child_lock_holder", CHILD_ENV, &path);

@@ -276,6 +276,9 @@ impl ZooKeeper {
     /// A new receiver of every session event from now on (connected, connecting,
     /// expired, ...). Any number of receivers may exist; each gets every event. The
     /// channel closes when the handle closes.
+    ///
+    /// Subscribe once and keep the receiver: a dropped receiver's subscription is only
+    /// pruned at the next session event, so calling this in a loop accumulates them.
     pub fn session_events(&self) -> Receiver<WatchedEvent> {
         self.inner.session.subscribe()
     }
