@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# valgrind memcheck over the zookeeper-rs test binaries (its unit tests and every
+# integration test file) and recipe test binaries, one test thread each, against the real
+# servers the harness starts (the JVMs run natively: children are not traced).
+#
+#   scripts/valgrind.sh [BINARY...]
+#
+# BINARY is a test target name (`ops`, `close`, `lock`, ...; `unit-zookeeper` and
+# `unit-recipes` for the unit tests). Default: every test binary of zookeeper-rs and of
+# the recipes (about 25 binaries, 3-5 minutes on two cores: the tests wait on a real
+# server much more than they compute, so memcheck's slowdown costs little).
+#
+# A binary fails if memcheck finds an invalid access, a use of uninitialised memory or a
+# *definite* leak (`--errors-for-leak-kinds=definite`), or if its tests fail. The summary
+# prints memcheck's ERROR SUMMARY and the definitely-lost bytes per binary; full logs go
+# to target/valgrind/<binary>.log.
+#
+# Suppressions: scripts/valgrind.supp, only for leaks inside libzookeeper_mt itself (see
+# the comments there). Nothing of ours is suppressed.
+#
+# Nothing is skipped by default (every test passes under memcheck); the soak
+# (tests/soak.rs, 100,000 watches) is left to native runs.
+#
+# Environment:
+#   VALGRIND_TIMEOUT   seconds per binary before it is killed (default 240)
+#   VALGRIND_SKIP      libtest filters to skip, e.g. "idle_consumers concurrent_consumers"
+#                      (substring match, applied to every binary)
+#   VALGRIND_ARGS      extra valgrind arguments
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+per_binary=${VALGRIND_TIMEOUT:-240}
+logs=target/valgrind
+mkdir -p "$logs"
+
+if ! command -v valgrind >/dev/null; then
+    echo "valgrind is not installed (apt-get install valgrind)" >&2
+    exit 2
+fi
+
+# Test binaries of zookeeper-rs and the recipes: "name path" lines.
+binaries=$(cargo test -p zookeeper-rs -p zookeeper-recipes --no-run --message-format=json 2>/dev/null |
+    jq -r 'select(.profile.test == true and .executable != null)
+           | (if .target.kind[0] == "lib" then "unit-" + .target.name else .target.name end)
+             + " " + .executable')
+
+default_set=$(awk '{ print $1 }' <<<"$binaries" | sort)
+wanted=${*:-$default_set}
+
+skip=()
+for filter in ${VALGRIND_SKIP:-}; do
+    skip+=(--skip "$filter")
+done
+
+supp=()
+[[ -f scripts/valgrind.supp ]] && supp=(--suppressions=scripts/valgrind.supp)
+
+status=0
+summary=()
+for name in $wanted; do
+    exe=$(awk -v n="$name" '$1 == n { print $2 }' <<<"$binaries" | head -n1)
+    if [[ -z "$exe" ]]; then
+        echo "no test binary named $name" >&2
+        status=1
+        continue
+    fi
+    log="$logs/$name.log"
+    echo "== $name ($exe) =="
+    started=$(date +%s)
+    set +e
+    # shellcheck disable=SC2086
+    timeout --kill-after=10 "$per_binary" valgrind \
+        --tool=memcheck --leak-check=full --show-leak-kinds=definite \
+        --errors-for-leak-kinds=definite --error-exitcode=1 --fair-sched=yes \
+        --num-callers=40 "${supp[@]}" ${VALGRIND_ARGS:-} \
+        "$exe" --test-threads=1 "${skip[@]}" >"$log" 2>&1
+    rc=$?
+    set -e
+    took=$(($(date +%s) - started))
+    errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ errors' "$log" | tail -n1 | grep -Eo '[0-9]+' || echo "?")
+    lost=$(grep -Eo 'definitely lost: [0-9,]+ bytes in [0-9,]+ blocks' "$log" | tail -n1 || true)
+    [[ -n "$lost" ]] || lost="definitely lost: 0 bytes"
+    suppressed=$(grep -Eo 'suppressed: [0-9,]+ bytes in [0-9,]+ blocks' "$log" | tail -n1 | sed 's/suppressed: //' || true)
+    tests=$(grep -E '^test result:' "$log" | tail -n1 | sed 's/; finished in.*//' || true)
+    case $rc in
+    0) verdict=ok ;;
+    124 | 137) verdict="TIMEOUT after ${per_binary}s" ;;
+    *) verdict="FAILED (exit $rc)" ;;
+    esac
+    [[ $rc -eq 0 ]] || status=1
+    line=$(printf '%-18s %-8s ERROR SUMMARY: %s errors; %s; C-library leak suppressed: %s; %s; %ss' \
+        "$name" "$verdict" "$errors" "$lost" "${suppressed:-0 bytes}" "${tests:-no test result}" "$took")
+    echo "$line"
+    summary+=("$line")
+done
+
+echo
+echo "== valgrind memcheck summary (logs in $logs/) =="
+printf '%s\n' "${summary[@]}"
+exit $status

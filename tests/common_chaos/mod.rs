@@ -1,0 +1,300 @@
+//! Helpers of the chaos suite (`tests/chaos.rs`): child processes re-executing the test
+//! binary, a guard that kills them all, line-based reports from the children, a
+//! system-wide monotonic clock, and serialization of the ensemble tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Environment variable naming a child's role (its presence makes the child entry run).
+pub const ROLE_ENV: &str = "ZK_CHAOS_CHILD_ROLE";
+/// Environment variable holding a child's parameters (`key=value` lines).
+pub const SPEC_ENV: &str = "ZK_CHAOS_CHILD_SPEC";
+/// Prefix of every report line a child prints (libtest may print text before it on the
+/// same line).
+pub const MARK: &str = "CHAOS|";
+
+/// Only one ensemble test runs at a time: the machine has two cores, and three JVMs per
+/// test plus child processes already load it fully.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine, so
+/// critical-section stamps of different children can be compared.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A znode path no other test or run uses.
+pub fn unique(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "/chaos-{name}-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Sends `sig` to `pid`; false if it failed.
+pub fn signal(pid: u32, sig: libc::c_int) -> bool {
+    // SAFETY: kill(2) has no memory-safety preconditions; callers pass pids of children
+    // not reaped yet, so the pid cannot name another process.
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+}
+
+// ---------------------------------------------------------------- parent side
+
+/// What a child's reader thread reports.
+#[derive(Debug)]
+pub enum Event {
+    /// A report line: the words after [`MARK`].
+    Line { child: usize, words: Vec<String> },
+    /// The child's stdout closed (it exited or was killed).
+    Eof { child: usize },
+}
+
+/// One child process.
+pub struct ChildProc {
+    pub name: String,
+    pub role: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    killed: bool,
+    status: Option<ExitStatus>,
+}
+
+impl ChildProc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Child processes of this test; every one still running is SIGKILLed and reaped when
+/// the set is dropped, also while a failing test unwinds.
+#[derive(Default)]
+pub struct Children {
+    list: Vec<ChildProc>,
+}
+
+impl Children {
+    pub fn new() -> Children {
+        Children::default()
+    }
+
+    /// Starts the test binary again, running only `entry` (a `#[test]` that does nothing
+    /// unless [`ROLE_ENV`] is set), with `role` and `spec`. Its report lines go to
+    /// `events` tagged with the returned index. The child gets PDEATHSIG = SIGKILL (it
+    /// dies with the forking thread, which is the test's own thread) and exits when its
+    /// stdin closes.
+    pub fn spawn(
+        &mut self,
+        entry: &str,
+        name: &str,
+        role: &str,
+        spec: &str,
+        events: &Sender<Event>,
+    ) -> usize {
+        let index = self.list.len();
+        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+        cmd.args([entry, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, role)
+            .env(SPEC_ENV, spec)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the forked child before exec and only makes
+        // async-signal-safe calls (prctl, getppid, _exit); it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) == -1
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawning a child process");
+        let stdout = child.stdout.take().expect("child stdout");
+        let stdin = child.stdin.take();
+        let events = events.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some((_, report)) = line.split_once(MARK) {
+                    let words = report.split_whitespace().map(str::to_string).collect();
+                    if events
+                        .send(Event::Line {
+                            child: index,
+                            words,
+                        })
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+            let _ = events.send(Event::Eof { child: index });
+        });
+        self.list.push(ChildProc {
+            name: name.to_string(),
+            role: role.to_string(),
+            child,
+            stdin,
+            killed: false,
+            status: None,
+        });
+        index
+    }
+
+    pub fn get(&self, index: usize) -> &ChildProc {
+        &self.list[index]
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// SIGKILLs child `index` (SIGCONT too, in case it is stopped) and reaps it.
+    pub fn kill(&mut self, index: usize) {
+        let proc = &mut self.list[index];
+        if proc.status.is_some() {
+            return;
+        }
+        proc.killed = true;
+        let _ = proc.child.kill();
+        signal(proc.child.id(), libc::SIGCONT);
+        proc.status = proc.child.wait().ok();
+    }
+
+    /// Sends a line to the child's stdin.
+    pub fn send_line(&mut self, index: usize, line: &str) {
+        if let Some(stdin) = self.list[index].stdin.as_mut() {
+            let _ = writeln!(stdin, "{line}");
+            let _ = stdin.flush();
+        }
+    }
+
+    /// Closes the child's stdin (it exits when it notices).
+    pub fn close_stdin(&mut self, index: usize) {
+        self.list[index].stdin.take();
+    }
+
+    /// Reaps a child whose stdout has closed (it has exited or is exiting); kills it if
+    /// it is still there after `timeout`.
+    pub fn reap(&mut self, index: usize, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let proc = &mut self.list[index];
+            if let Some(status) = proc.status {
+                return status;
+            }
+            if let Ok(Some(status)) = proc.child.try_wait() {
+                proc.status = Some(status);
+                return status;
+            }
+            if Instant::now() >= deadline {
+                self.kill(index);
+                panic!("child {} did not exit in time", self.list[index].name);
+            }
+            // Its stdout is closed already: the exit is a matter of milliseconds.
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for proc in &mut self.list {
+            if proc.status.is_none() {
+                let _ = proc.child.kill();
+                signal(proc.child.id(), libc::SIGCONT);
+                proc.status = proc.child.wait().ok();
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- child side
+
+/// The role and spec of this process if it is a chaos child.
+pub fn child_role() -> Option<(String, Spec)> {
+    let role = std::env::var(ROLE_ENV).ok()?;
+    let spec = Spec(std::env::var(SPEC_ENV).unwrap_or_default());
+    Some((role, spec))
+}
+
+/// `key=value` lines.
+pub struct Spec(pub String);
+
+impl Spec {
+    pub fn build(pairs: &[(&str, String)]) -> String {
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn get(&self, key: &str) -> &str {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+            .unwrap_or_else(|| panic!("spec has no {key}"))
+    }
+
+    pub fn num(&self, key: &str) -> u64 {
+        self.get(key).parse().expect("a number")
+    }
+}
+
+/// Prints one report line (whole lines: stdout is line buffered and the lock is held for
+/// the line).
+pub fn report(text: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "\n{MARK}{text}");
+    let _ = out.flush();
+}
+
+/// Starts a thread reading stdin: each line goes to the returned receiver; at EOF (the
+/// parent closed it, or died) the process exits at once.
+pub fn watch_stdin() -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+        std::process::exit(0);
+    });
+    rx
+}
