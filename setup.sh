@@ -8,6 +8,7 @@
 #   python3-kazoo        the Python client the comparison benchmarks measure against
 #   python3-dev dpkg-dev build zkpython (seed 000's Python bindings) from Debian's source
 #                        package for the benchmarks and the behaviour comparison test
+#   valgrind             memory checking of the client and recipe tests
 #   npm                  only if missing: fetches the pinned C client source for `vendored`
 #
 # Runs apt-get as root, or through sudo. Prints what it installs; does nothing if all
@@ -20,7 +21,7 @@ if [ "${ZK_SETUP_SKIP:-0}" = "1" ]; then
   exit 0
 fi
 
-packages=(libzookeeper-mt-dev zookeeper default-jre-headless pkg-config python3-kazoo python3-dev dpkg-dev)
+packages=(libzookeeper-mt-dev zookeeper default-jre-headless pkg-config python3-kazoo python3-dev dpkg-dev valgrind)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()

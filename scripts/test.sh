@@ -16,6 +16,9 @@ echo "== zookeeper-sys against the vendored C client =="
 vendor/fetch-c-client.sh
 cargo test -p zookeeper-sys --features vendored
 
+echo "== valgrind memcheck over the client and recipe test binaries =="
+./scripts/valgrind.sh
+
 echo "== TLS and SASL through the vendored C client =="
 ./scripts/setup-security.sh
 cargo test -p zookeeper-sys --features tls,sasl
