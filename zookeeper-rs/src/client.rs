@@ -226,6 +226,8 @@ impl ZooKeeperBuilder {
             }),
         };
         let deadline = deadline_after(self.connect_timeout);
+        #[cfg(feature = "tls")]
+        let tls_failures_before = crate::logging::tls_failures();
         #[cfg(any(feature = "tls", feature = "sasl"))]
         let state = if self.security.uses_sasl() {
             crate::security::wait_connected(&zk, &zk.inner.session, deadline)
@@ -238,6 +240,14 @@ impl ZooKeeperBuilder {
             state if state.is_connected() => Ok(zk),
             SessionState::Expired => Err(Error::SessionExpired),
             SessionState::AuthFailed => Err(Error::AuthFailed),
+            // The C client retries a failed TLS handshake until the deadline and only logs
+            // why: name the cause instead of a bare timeout.
+            #[cfg(feature = "tls")]
+            _ if self.security.uses_tls()
+                && crate::logging::tls_failures() != tls_failures_before =>
+            {
+                Err(Error::SslConnectionError)
+            }
             _ => Err(Error::Timeout), // dropping `zk` closes the handle
         }
     }

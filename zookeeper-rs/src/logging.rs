@@ -6,11 +6,21 @@
 
 use crossbeam_channel::Sender;
 use log::{Level, LevelFilter};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use zookeeper_sys as sys;
 
 static EXPLICIT_LEVEL: AtomicBool = AtomicBool::new(false);
+
+/// TLS handshake failures the C client has logged in this process.
+static TLS_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// The count of TLS handshake failures logged so far (process-wide: the C log line names
+/// no handle, so a concurrent connect to another TLS server can be counted too).
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) fn tls_failures() -> u64 {
+    TLS_FAILURES.load(Ordering::Relaxed)
+}
 
 /// Sets the C client's log level for the whole process (it is global in C), and stops
 /// connects from deriving it from `log::max_level()`.
@@ -27,8 +37,9 @@ pub(crate) fn apply_default_level() {
 
 fn apply(level: LevelFilter) {
     let c_level = match level {
-        LevelFilter::Off => 0,
-        LevelFilter::Error => sys::ZOO_LOG_LEVEL_ERROR,
+        // Errors are always asked of C (they are rare): `forward` counts TLS handshake
+        // failures from them, so `connect` can name the cause of a timeout.
+        LevelFilter::Off | LevelFilter::Error => sys::ZOO_LOG_LEVEL_ERROR,
         LevelFilter::Warn => sys::ZOO_LOG_LEVEL_WARN,
         LevelFilter::Info => sys::ZOO_LOG_LEVEL_INFO,
         LevelFilter::Debug | LevelFilter::Trace => sys::ZOO_LOG_LEVEL_DEBUG,
@@ -43,6 +54,10 @@ fn apply(level: LevelFilter) {
 /// installed logger (user code) must not run here: the record is handed to a dedicated
 /// thread. Only `log::max_level()` (a static) is consulted on the C thread.
 pub(crate) fn forward(line: &str) {
+    if line.contains("zk retcode=-15") {
+        // ZSSLCONNECTIONERROR: the C client reports a failed TLS handshake only here.
+        TLS_FAILURES.fetch_add(1, Ordering::Relaxed);
+    }
     let level = if line.contains("ZOO_ERROR@") {
         Level::Error
     } else if line.contains("ZOO_WARN@") {

@@ -263,6 +263,15 @@ pub(crate) struct SecurityOptions {
 }
 
 impl SecurityOptions {
+    /// Whether the connection uses TLS (a connect timeout is then checked for a TLS
+    /// handshake failure the C client logged).
+    pub(crate) fn uses_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        return false;
+    }
+
     /// Whether `connect` must watch the C state for a failed SASL authentication.
     pub(crate) fn uses_sasl(&self) -> bool {
         #[cfg(feature = "sasl")]
@@ -286,9 +295,10 @@ impl ZooKeeperBuilder {
     ///   reason is logged;
     /// - a failed handshake (server certificate not signed by `ca`, client certificate
     ///   refused by the server, a plaintext port): the C client retries until the connect
-    ///   timeout, then `connect` returns `Timeout`. The C client reports the cause only in
-    ///   its log (target `zookeeper::c`, at ERROR: `zk retcode=-15 ... error in ssl
-    ///   connect`).
+    ///   timeout, then `connect` returns `SslConnectionError` (the C client reports the
+    ///   cause only in its log, at ERROR: `zk retcode=-15 ... error in ssl connect`; the
+    ///   binding counts those lines, process-wide, so a concurrent failing TLS connect
+    ///   elsewhere in the process can also turn a plain timeout into this error).
     #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.security.tls = Some(tls);

@@ -190,14 +190,14 @@ mod tls {
     }
 
     #[test]
-    fn server_certificate_from_another_ca_fails_with_timeout_and_a_logged_reason() {
+    fn server_certificate_from_another_ca_fails_with_ssl_error_and_a_logged_reason() {
         let log = captured_log();
         let f = fixture();
         let other = TlsMaterial::generate().unwrap();
         // Our client certificate is trusted by the server; the server's is not by us.
         let wrong_ca = TlsConfig::new(other.ca_cert(), f.tls.client_cert(), f.tls.client_key());
         let (error, took) = failing_connect(tls_builder(&f.secure(), wrong_ca));
-        assert_eq!(error, Error::Timeout);
+        assert_eq!(error, Error::SslConnectionError);
         assert!(took >= FAIL_FAST && took < FAIL_FAST + SLACK, "{took:?}");
         let port = f.server.secure_port().unwrap();
         let lines = log.lock().unwrap();
@@ -216,7 +216,7 @@ mod tls {
         let other = TlsMaterial::generate().unwrap();
         let untrusted = TlsConfig::new(f.tls.ca_cert(), other.client_cert(), other.client_key());
         let (error, took) = failing_connect(tls_builder(&f.secure(), untrusted));
-        assert_eq!(error, Error::Timeout);
+        assert_eq!(error, Error::SslConnectionError);
         assert!(took < FAIL_FAST + SLACK, "{took:?}");
     }
 
@@ -241,7 +241,7 @@ mod tls {
     fn tls_client_to_the_plaintext_port_fails() {
         let f = fixture();
         let (error, took) = failing_connect(tls_builder(&f.plain(), config(&f.tls)));
-        assert_eq!(error, Error::Timeout);
+        assert_eq!(error, Error::SslConnectionError);
         assert!(took < FAIL_FAST + SLACK, "{took:?}");
     }
 
