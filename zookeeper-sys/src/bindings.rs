@@ -57,6 +57,7 @@ const _: () = {
 impl Default for Id {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -79,6 +80,7 @@ const _: () = {
 impl Default for ACL {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -134,6 +136,7 @@ const _: () = {
 impl Default for String_vector {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -159,6 +162,7 @@ const _: () = {
 impl Default for ACL_vector {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -381,6 +385,7 @@ const _: () = {
 impl Default for zoo_op__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -407,6 +412,7 @@ const _: () = {
 impl Default for zoo_op__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -442,6 +448,7 @@ const _: () = {
 impl Default for zoo_op__bindgen_ty_1__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -468,6 +475,7 @@ const _: () = {
 impl Default for zoo_op__bindgen_ty_1__bindgen_ty_4 {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -490,6 +498,7 @@ const _: () = {
 impl Default for zoo_op__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -505,6 +514,7 @@ const _: () = {
 impl Default for zoo_op {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -570,6 +580,7 @@ const _: () = {
 impl Default for zoo_op_result {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: bindgen-generated: all-zero bytes are a valid value of this plain C struct.
         unsafe {
             ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
