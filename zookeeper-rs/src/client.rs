@@ -365,7 +365,7 @@ impl ZooKeeper {
                 },
             );
             let watch_context = watch_id.map_or(ptr::null_mut(), |(id, _)| context::id_to_ptr(id));
-            let rc = call(zh, watch_context, context::id_to_ptr(request_id));
+            let rc = terminal_code(zh, call(zh, watch_context, context::id_to_ptr(request_id)));
             if rc != sys::ZOK {
                 context::submission_failed(request_id, rc);
             }
@@ -576,5 +576,26 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr>
             )))
         }
         _ => None,
+    }
+}
+
+/// C answers ZINVALIDSTATE for a call on a session that has just ended, before the
+/// global watcher has told us: name the ending instead (`SessionExpired`, `AuthFailed`),
+/// as calls made a moment later get it.
+pub(crate) fn terminal_code(zh: *mut sys::zhandle_t, rc: c_int) -> c_int {
+    if rc != sys::ZINVALIDSTATE {
+        return rc;
+    }
+    // SAFETY: the caller holds the handle's read lock, so `zh` is live.
+    let state = unsafe { sys::zoo_state(zh) };
+    // SAFETY: reading `extern const int`s the C library defines and never writes.
+    let (expired, auth_failed) =
+        unsafe { (sys::ZOO_EXPIRED_SESSION_STATE, sys::ZOO_AUTH_FAILED_STATE) };
+    if state == expired {
+        sys::ZSESSIONEXPIRED
+    } else if state == auth_failed {
+        sys::ZAUTHFAILED
+    } else {
+        rc
     }
 }

@@ -784,10 +784,13 @@ impl ZooKeeper {
     pub fn remove_watches(&self, path: &str, which: WatcherType, local: bool) -> Result<()> {
         let c_path = c_path(path, false)?;
         let ids = context::watches_on(self.client_key(), path, which);
-        // SAFETY: live handle; path valid for the call. Sync form: `zoo_aremove_watches`
-        // with local=1 is broken in 3.8.0 (facts file).
-        let rc = self.with_handle(|zh| unsafe {
-            sys::zoo_remove_all_watches(zh, c_path.as_ptr(), which.to_c(), local as c_int)
+        let rc = self.with_handle(|zh| {
+            // SAFETY: live handle; path valid for the call. Sync form: `zoo_aremove_watches`
+            // with local=1 is broken in 3.8.0 (facts file).
+            let rc = unsafe {
+                sys::zoo_remove_all_watches(zh, c_path.as_ptr(), which.to_c(), local as c_int)
+            };
+            crate::client::terminal_code(zh, rc)
         })?;
         Error::check(rc)?;
         let state = self.state();
@@ -810,17 +813,20 @@ impl ZooKeeper {
             WatchKind::Children => WatcherType::Children,
             WatchKind::Exists | WatchKind::Data => WatcherType::Data,
         };
-        // SAFETY: live handle; path valid for the call; watcher and context identify the
-        // registration exactly (every watch has its own registry id).
-        let rc = self.with_handle(|zh| unsafe {
-            sys::zoo_remove_watches(
-                zh,
-                c_path.as_ptr(),
-                which.to_c(),
-                Some(context::path_watcher),
-                context::id_to_ptr(watch.id),
-                local as c_int,
-            )
+        let rc = self.with_handle(|zh| {
+            // SAFETY: live handle; path valid for the call; watcher and context identify
+            // the registration exactly (every watch has its own registry id).
+            let rc = unsafe {
+                sys::zoo_remove_watches(
+                    zh,
+                    c_path.as_ptr(),
+                    which.to_c(),
+                    Some(context::path_watcher),
+                    context::id_to_ptr(watch.id),
+                    local as c_int,
+                )
+            };
+            crate::client::terminal_code(zh, rc)
         })?;
         Error::check(rc)?;
         context::forget_watch(watch.id, self.state());
