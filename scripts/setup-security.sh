@@ -20,35 +20,4 @@ fi
 
 packages=(libssl-dev libsasl2-dev libsasl2-modules openssl pkg-config default-jre-headless)
 
-missing=()
-for package in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$package")
-  fi
-done
-
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup-security: all required Debian packages are installed (${packages[*]})"
-  exit 0
-fi
-
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "setup-security: missing packages: ${missing[*]}, and no apt-get here." >&2
-  echo "setup-security: install the equivalents yourself, then re-run with ZK_SETUP_SKIP=1." >&2
-  exit 1
-fi
-
-if [ "$(id -u)" -eq 0 ]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1; then
-  sudo=(sudo)
-else
-  echo "setup-security: need root or sudo to install: ${missing[*]}" >&2
-  exit 1
-fi
-
-echo "setup-security: installing missing Debian packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup-security: done"
+exec "$(dirname "$0")"/ensure-packages.sh setup-security "${packages[@]}"

@@ -112,11 +112,28 @@ fn shard(id: u64) -> &'static Mutex<Option<HashMap<u64, Entry>>> {
 
 fn insert(client: u64, kind: Kind) -> u64 {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    put(id, Entry { client, kind });
+    id
+}
+
+/// Stores `entry` under `id` (a new one, or one taken out and put back).
+fn put(id: u64, entry: Entry) {
     shard(id)
         .lock()
         .get_or_insert_with(HashMap::new)
-        .insert(id, Entry { client, kind });
-    id
+        .insert(id, entry);
+}
+
+/// Keeps multi buffers C may still write into under their request's id, until that
+/// completion arrives or the handle closes.
+fn retain(id: u64, client: u64, buffers: Box<MultiBuffers>) {
+    put(
+        id,
+        Entry {
+            client,
+            kind: Kind::Retained(Some(buffers)),
+        },
+    );
 }
 
 fn remove(id: u64) -> Option<Entry> {
@@ -156,13 +173,7 @@ pub(crate) fn submission_failed(id: u64, rc: c_int) {
     }
     if rc == sys::ZMARSHALLINGERROR {
         if let Some(buffers) = request.multi {
-            shard(id).lock().get_or_insert_with(HashMap::new).insert(
-                id,
-                Entry {
-                    client: entry.client,
-                    kind: Kind::Retained(Some(buffers)),
-                },
-            );
+            retain(id, entry.client, buffers);
         }
     }
     request
@@ -187,10 +198,7 @@ pub(crate) fn forget_watch(id: u64, state: SessionState) -> bool {
         }
         Some(other) => {
             // Not a watch: put it back untouched.
-            shard(id)
-                .lock()
-                .get_or_insert_with(HashMap::new)
-                .insert(id, other);
+            put(id, other);
             false
         }
         None => false,
@@ -258,13 +266,7 @@ pub(crate) fn sweep(client: u64, reason: SweepReason) {
                 };
                 if let Some(buffers) = request.multi {
                     // The completion may still come and write into these.
-                    shard(id).lock().get_or_insert_with(HashMap::new).insert(
-                        id,
-                        Entry {
-                            client,
-                            kind: Kind::Retained(Some(buffers)),
-                        },
-                    );
+                    retain(id, client, buffers);
                 }
                 request.fulfiller.fulfill(Err(error));
             }
@@ -419,7 +421,7 @@ fn complete(
         Kind::Retained(buffers) => drop(buffers),
         Kind::Watch(watch) => {
             // Not ours to take: a completion never carries a watch id.
-            shard(id).lock().get_or_insert_with(HashMap::new).insert(
+            put(
                 id,
                 Entry {
                     client: entry.client,

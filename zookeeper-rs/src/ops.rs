@@ -90,38 +90,7 @@ impl ZooKeeper {
         acl: &[Acl],
         mode: CreateMode,
     ) -> ZkFuture<String> {
-        let mut args = match create_args(path, data, acl, mode) {
-            Ok(args) => args,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        let (value, len) = data_ptr(data);
-        self.submit(
-            None,
-            None,
-            |zh, _, request| {
-                let acl = args.acl.as_vector();
-                // SAFETY: live handle; path, value and ACL are valid for the call and
-                // serialized by C before it returns; the completion is ours and its
-                // context is a registry id.
-                unsafe {
-                    sys::zoo_acreate_ttl(
-                        zh,
-                        args.path.as_ptr(),
-                        value,
-                        len,
-                        &acl,
-                        args.mode,
-                        args.ttl,
-                        Some(context::string_completion),
-                        request,
-                    )
-                }
-            },
-            |reply, _| match payload(reply)? {
-                Payload::Path(path, _) => Ok(path),
-                other => unexpected(other),
-            },
-        )
+        self.create_impl(path, data, acl, mode, false, |path, _| Ok(path))
     }
 
     /// Creates a node and returns its path and `Stat` (`zoo_create2`).
@@ -143,6 +112,22 @@ impl ZooKeeper {
         acl: &[Acl],
         mode: CreateMode,
     ) -> ZkFuture<(String, Stat)> {
+        self.create_impl(path, data, acl, mode, true, |path, stat| {
+            Ok((path, stat_of(stat)?))
+        })
+    }
+
+    /// One create: `zoo_acreate_ttl` (CREATE), or `zoo_acreate2_ttl` (CREATE2, which
+    /// also answers the `Stat`) when `with_stat`.
+    fn create_impl<T: 'static>(
+        &self,
+        path: &str,
+        data: &[u8],
+        acl: &[Acl],
+        mode: CreateMode,
+        with_stat: bool,
+        finish: impl FnOnce(String, Option<Stat>) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
         let mut args = match create_args(path, data, acl, mode) {
             Ok(args) => args,
             Err(error) => return ZkFuture::failed(error),
@@ -153,23 +138,39 @@ impl ZooKeeper {
             None,
             |zh, _, request| {
                 let acl = args.acl.as_vector();
-                // SAFETY: as in `create_async`.
+                // SAFETY: live handle; path, value and ACL are valid for the call and
+                // serialized by C before it returns; the completion is ours and its
+                // context is a registry id.
                 unsafe {
-                    sys::zoo_acreate2_ttl(
-                        zh,
-                        args.path.as_ptr(),
-                        value,
-                        len,
-                        &acl,
-                        args.mode,
-                        args.ttl,
-                        Some(context::string_stat_completion),
-                        request,
-                    )
+                    if with_stat {
+                        sys::zoo_acreate2_ttl(
+                            zh,
+                            args.path.as_ptr(),
+                            value,
+                            len,
+                            &acl,
+                            args.mode,
+                            args.ttl,
+                            Some(context::string_stat_completion),
+                            request,
+                        )
+                    } else {
+                        sys::zoo_acreate_ttl(
+                            zh,
+                            args.path.as_ptr(),
+                            value,
+                            len,
+                            &acl,
+                            args.mode,
+                            args.ttl,
+                            Some(context::string_completion),
+                            request,
+                        )
+                    }
                 }
             },
-            |reply, _| match payload(reply)? {
-                Payload::Path(path, stat) => Ok((path, stat_of(stat)?)),
+            move |reply, _| match payload(reply)? {
+                Payload::Path(path, stat) => finish(path, stat),
                 other => unexpected(other),
             },
         )
