@@ -11,7 +11,7 @@
 //!
 //! The committed bindings are generated without OpenSSL and Cyrus SASL, as Debian's
 //! library is built. Features `tls` and `sasl` (each implying `vendored`) compile the C
-//! client with them and add hand-written declarations of that API: [`tls`], [`sasl`], and
+//! client with them and add hand-written declarations of that API: the `tls` and `sasl` modules, and
 //! `zookeeper_sys_init_secure` (TLS, SASL and a log callback in one init call). A test
 //! checks them against the header compiled with the same defines.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
