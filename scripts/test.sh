@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 
 ./setup.sh
 
+echo "== rustfmt, clippy and rustdoc (house rules) =="
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 echo "== cargo test --workspace (system libzookeeper_mt) =="
 cargo test --workspace --all-targets
 cargo test --workspace --doc
