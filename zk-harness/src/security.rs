@@ -149,32 +149,8 @@ impl TlsMaterial {
         .map_err(|e| HarnessError::io("writing leaf.ext", e))?;
 
         // The CA: a self-signed certificate with CA extensions.
-        openssl(
-            d,
-            &[
-                "genpkey",
-                "-algorithm",
-                "RSA",
-                "-pkeyopt",
-                "rsa_keygen_bits:2048",
-                "-out",
-                "ca-key.pem",
-            ],
-        )?;
         let subject = format!("/O=zk-harness/CN=zk-harness test CA {unique}");
-        openssl(
-            d,
-            &[
-                "req",
-                "-new",
-                "-key",
-                "ca-key.pem",
-                "-subj",
-                &subject,
-                "-out",
-                "ca.csr",
-            ],
-        )?;
+        key_and_csr(d, "ca-key.pem", &subject, "ca.csr")?;
         openssl(
             d,
             &[
@@ -198,22 +174,7 @@ impl TlsMaterial {
             let csr = format!("{name}.csr");
             let cert = format!("{name}.pem");
             let subject = format!("/O=zk-harness/CN={cn}");
-            openssl(
-                d,
-                &[
-                    "genpkey",
-                    "-algorithm",
-                    "RSA",
-                    "-pkeyopt",
-                    "rsa_keygen_bits:2048",
-                    "-out",
-                    &key,
-                ],
-            )?;
-            openssl(
-                d,
-                &["req", "-new", "-key", &key, "-subj", &subject, "-out", &csr],
-            )?;
+            key_and_csr(d, &key, &subject, &csr)?;
             openssl(
                 d,
                 &[
@@ -346,6 +307,27 @@ impl Drop for TlsMaterial {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A fresh 2048-bit RSA key in `key` and a signing request for `subject` in `csr`.
+fn key_and_csr(dir: &Path, key: &str, subject: &str, csr: &str) -> Result<()> {
+    let bits = "rsa_keygen_bits:2048";
+    openssl(
+        dir,
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            bits,
+            "-out",
+            key,
+        ],
+    )?;
+    openssl(
+        dir,
+        &["req", "-new", "-key", key, "-subj", subject, "-out", csr],
+    )
 }
 
 fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
