@@ -10,6 +10,18 @@ use zk_harness::{Server, ServerOptions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_zookeeper-bench");
 
+/// Runs the bench binary; returns whether it succeeded and its stdout (stderr joins
+/// stdout in the messages of failed assertions).
+fn run_bench(args: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        text.push('\n');
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    (out.status.success(), text)
+}
+
 fn server() -> Server {
     Server::start_with(&ServerOptions::for_tests().log_level("WARN"))
         .expect("start a ZooKeeper server")
@@ -24,26 +36,14 @@ fn zkpython_and_rust_behave_the_same_and_a_difference_fails() {
     let server = server();
     let hosts = server.connect_string();
 
-    let same = Command::new(BIN)
-        .args(["compare", "--hosts", &hosts])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&same.stdout);
-    assert!(
-        same.status.success(),
-        "behaviour differs:\n{stdout}\n{}",
-        String::from_utf8_lossy(&same.stderr)
-    );
+    let (same, stdout) = run_bench(&["compare", "--hosts", &hosts]);
+    assert!(same, "behaviour differs:\n{stdout}");
     assert!(stdout.contains("identical"), "{stdout}");
 
     // the check must fail when one result differs
-    let injected = Command::new(BIN)
-        .args(["compare", "--hosts", &hosts, "--inject-difference"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&injected.stdout);
+    let (succeeded, stdout) = run_bench(&["compare", "--hosts", &hosts, "--inject-difference"]);
     assert!(
-        !injected.status.success(),
+        !succeeded,
         "an injected difference was not detected:\n{stdout}"
     );
     assert!(stdout.contains("err Injected"), "{stdout}");
@@ -52,24 +52,16 @@ fn zkpython_and_rust_behave_the_same_and_a_difference_fails() {
 #[test]
 fn benchmark_smoke_run_prints_the_table() {
     // tiny: two clients, two scenarios, one round, on a server the runner starts itself
-    let out = Command::new(BIN)
-        .args([
-            "--quick",
-            "--rounds",
-            "1",
-            "--only",
-            "sync,watch",
-            "--clients",
-            "rust,c",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (succeeded, stdout) = run_bench(&[
+        "--quick",
+        "--rounds",
+        "1",
+        "--only",
+        "sync,watch",
+        "--clients",
+        "rust,c",
+    ]);
+    assert!(succeeded, "{stdout}");
     for needle in [
         "| sync create |",
         "| watch: set -> event on another handle |",
@@ -84,23 +76,10 @@ fn benchmark_smoke_run_prints_the_table() {
 #[test]
 fn memcheck_small_run_is_flat() {
     let server = server();
-    let out = Command::new(BIN)
-        .args([
-            "memcheck",
-            "--hosts",
-            &server.connect_string(),
-            "--n",
-            "20000",
-            "--sample",
-            "5000",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let hosts = server.connect_string();
+    let (succeeded, stdout) = run_bench(&[
+        "memcheck", "--hosts", &hosts, "--n", "20000", "--sample", "5000",
+    ]);
+    assert!(succeeded, "{stdout}");
     assert!(stdout.contains("memcheck: flat"), "{stdout}");
 }
