@@ -66,6 +66,7 @@ use crate::support::{
     wait_watch, Deadline,
 };
 use crate::util::{guid, sequence_of};
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -96,7 +97,13 @@ impl Barrier {
     /// Raises the barrier: creates the node (and missing parents). Setting a barrier
     /// that is already set is fine.
     pub fn set(&self) -> Result<()> {
-        create_if_absent(&self.zk, &self.path, b"", op_deadline(&self.zk))
+        create_if_absent(
+            &self.zk,
+            &self.path,
+            b"",
+            &NodeOptions::default(),
+            op_deadline(&self.zk),
+        )
     }
 
     /// Removes the barrier, releasing every waiter. Removing an absent barrier is fine.
@@ -139,7 +146,7 @@ struct Entered {
     /// Highest participant sequence of its round (read after passing `enter`): `leave`
     /// waits only for nodes up to it, so early entrants of a next round are not waited
     /// for.
-    round_max: u64,
+    round_max: i32,
 }
 
 /// A double barrier for `count` participants (see the [module docs](self)). One value
@@ -162,7 +169,7 @@ impl DoubleBarrier {
                 "a double barrier needs at least one participant",
             ));
         }
-        ensure_dir(zk, dir, op_deadline(zk))?;
+        ensure_dir(zk, dir, &NodeOptions::default(), op_deadline(zk))?;
         Ok(DoubleBarrier {
             zk: zk.clone(),
             dir: dir.to_string(),
@@ -198,7 +205,14 @@ impl DoubleBarrier {
         let (mut ready_stat, mut watch) =
             retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
         let tag = format!("{PARTICIPANT}{}-", guid());
-        let name = create_sequential(&self.zk, &self.dir, &tag, b"", deadline)?;
+        let name = create_sequential(
+            &self.zk,
+            &self.dir,
+            &tag,
+            b"",
+            &NodeOptions::default(),
+            deadline,
+        )?;
         let my_seq = sequence_of(&name).unwrap_or_default();
         let outcome = (|| loop {
             let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
@@ -208,7 +222,7 @@ impl DoubleBarrier {
                 return Ok(round_max);
             }
             if list.len() >= self.count {
-                create_if_absent(&self.zk, &ready, b"", deadline)?;
+                create_if_absent(&self.zk, &ready, b"", &NodeOptions::default(), deadline)?;
                 return Ok(round_max);
             }
             wait_watch(&watch, deadline)?;

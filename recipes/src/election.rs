@@ -42,6 +42,7 @@ use crate::support::{
     Member,
 };
 use crate::util::{guid, sequence_of};
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -57,7 +58,7 @@ pub struct LeaderElection {
     zk: ZooKeeper,
     dir: String,
     name: String,
-    seq: u64,
+    seq: i32,
     resigned: AtomicBool,
 }
 
@@ -68,9 +69,9 @@ impl LeaderElection {
     /// [`leader_data`]: LeaderElection::leader_data
     pub fn join(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
         let deadline = op_deadline(zk);
-        ensure_dir(zk, dir, deadline)?;
+        ensure_dir(zk, dir, &NodeOptions::default(), deadline)?;
         let tag = format!("{CANDIDATE}{}-", guid());
-        let name = create_sequential(zk, dir, &tag, data, deadline)?;
+        let name = create_sequential(zk, dir, &tag, data, &NodeOptions::default(), deadline)?;
         let seq = sequence_of(&name).unwrap_or_default();
         Ok(LeaderElection {
             zk: zk.clone(),
@@ -88,7 +89,7 @@ impl LeaderElection {
 
     /// This candidate's sequence number: increases with join order, so a leader's
     /// sequence can serve as a fencing token.
-    pub fn sequence(&self) -> u64 {
+    pub fn sequence(&self) -> i32 {
         self.seq
     }
 

@@ -19,6 +19,14 @@ pub enum RecipeError {
     InvalidArgument(&'static str),
     /// Data found in ZooKeeper that the recipe did not write (e.g. a counter that is not a number).
     Corrupt(String),
+    /// The directory's sequence counter is at its end (see
+    /// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT)) and the directory could not be
+    /// restarted because it is not empty. Nothing was left behind by the failed call;
+    /// the directory recovers once it has drained (or at once, if it is a container).
+    SequenceExhausted {
+        /// The recipe directory.
+        dir: String,
+    },
 }
 
 impl From<zookeeper::Error> for RecipeError {
@@ -38,6 +46,9 @@ impl fmt::Display for RecipeError {
             RecipeError::Lost(what) => write!(f, "lost: {what}"),
             RecipeError::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             RecipeError::Corrupt(what) => write!(f, "unexpected data: {what}"),
+            RecipeError::SequenceExhausted { dir } => {
+                write!(f, "the sequence counter of {dir} is at its end")
+            }
         }
     }
 }

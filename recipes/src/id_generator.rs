@@ -55,6 +55,7 @@
 
 use crate::support::{await_reconnect, create_if_absent, op_deadline, retry, Deadline};
 use crate::util::guid;
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::fmt;
@@ -161,7 +162,7 @@ impl IdGenerator {
                 "the batch size must be at least 1",
             ));
         }
-        create_if_absent(zk, path, b"0", op_deadline(zk))?;
+        create_if_absent(zk, path, b"0", &NodeOptions::default(), op_deadline(zk))?;
         Ok(IdGenerator {
             zk: zk.clone(),
             path: path.to_string(),

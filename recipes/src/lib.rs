@@ -20,6 +20,7 @@ pub mod election;
 pub mod error;
 pub mod id_generator;
 pub mod lock;
+mod nodes;
 pub mod queue;
 pub mod rwlock;
 pub mod semaphore;
@@ -28,3 +29,4 @@ pub mod util;
 pub mod work_queue;
 
 pub use error::{RecipeError, Result};
+pub use nodes::NodeOptions;

@@ -81,6 +81,7 @@ use crate::support::{
     retry, wait_for_change, Deadline, Member, NodeWait, Patience, ANY_NAME,
 };
 use crate::util::{ensure_path, guid, sequence_of};
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use crossbeam_channel::{Receiver, RecvError, Select, Sender};
 use parking_lot::Mutex;
@@ -255,7 +256,14 @@ impl Lock {
                 .get_or_init(|| Arc::new(Monitor::start(&self.zk, self.grace))),
         );
         let tag = format!("{}-lock-", guid());
-        let name = create_sequential(&self.zk, &self.dir, &tag, &self.label, self.patience)?;
+        let name = create_sequential(
+            &self.zk,
+            &self.dir,
+            &tag,
+            &self.label,
+            &NodeOptions::default(),
+            self.patience,
+        )?;
         let node = format!("{}/{name}", self.dir);
         let sequence = sequence_of(&name).unwrap_or_default();
         match self.wait_turn(&name, wait) {
@@ -559,7 +567,7 @@ pub struct LockGuard {
     monitor: Arc<Monitor>,
     zk: ZooKeeper,
     node: String,
-    sequence: u64,
+    sequence: i32,
     state: Arc<GuardState>,
     patience: Patience,
     released: bool,
@@ -579,7 +587,7 @@ impl LockGuard {
     fn new(
         zk: ZooKeeper,
         node: String,
-        sequence: u64,
+        sequence: i32,
         monitor: Arc<Monitor>,
         patience: Patience,
     ) -> LockGuard {
@@ -603,7 +611,7 @@ impl LockGuard {
 
     /// The lock node's sequence number: grows with every acquisition of this lock, so it
     /// can serve as a fencing token for resources the lock protects.
-    pub fn sequence(&self) -> u64 {
+    pub fn sequence(&self) -> i32 {
         self.sequence
     }
 

@@ -46,6 +46,7 @@ use crate::support::{
     retry, wait_watch, Deadline, Member, OwnedNode,
 };
 use crate::util::guid;
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::time::Duration;
 use zookeeper::ZooKeeper;
@@ -64,7 +65,7 @@ pub struct ReadWriteLock {
 impl ReadWriteLock {
     /// The lock in `dir` (created if missing).
     pub fn new(zk: &ZooKeeper, dir: &str) -> Result<ReadWriteLock> {
-        ensure_dir(zk, dir, op_deadline(zk))?;
+        ensure_dir(zk, dir, &NodeOptions::default(), op_deadline(zk))?;
         Ok(ReadWriteLock {
             zk: zk.clone(),
             dir: dir.to_string(),
@@ -102,7 +103,14 @@ impl ReadWriteLock {
         // Creating the request is not bounded by a zero timeout: `try_*` must try once.
         let create_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
         let tag = format!("{kind}{}-", guid());
-        let name = create_sequential(&self.zk, &self.dir, &tag, b"", create_deadline)?;
+        let name = create_sequential(
+            &self.zk,
+            &self.dir,
+            &tag,
+            b"",
+            &NodeOptions::default(),
+            create_deadline,
+        )?;
         let node = OwnedNode::new(&self.zk, &self.dir, name);
         // On error `node` is dropped here, which withdraws the request.
         self.wait_granted(&node, kind, deadline, create_deadline)?;

@@ -38,6 +38,7 @@ use crate::support::{
     owned_node_guard, retry, wait_watch, Deadline, OwnedNode,
 };
 use crate::util::guid;
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::time::Duration;
 use zookeeper::{Error, ZooKeeper};
@@ -70,7 +71,7 @@ impl Semaphore {
         }
         let deadline = op_deadline(zk);
         let text = permits.to_string();
-        create_if_absent(zk, dir, text.as_bytes(), deadline)?;
+        create_if_absent(zk, dir, text.as_bytes(), &NodeOptions::default(), deadline)?;
         loop {
             let (data, stat) = retry(zk, deadline, || zk.get(dir))?;
             if data.is_empty() {
@@ -114,7 +115,14 @@ impl Semaphore {
         let deadline = Deadline::after(timeout);
         let step_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
         let tag = format!("{LEASE}{}-", guid());
-        let name = create_sequential(&self.zk, &self.dir, &tag, WAITING, step_deadline)?;
+        let name = create_sequential(
+            &self.zk,
+            &self.dir,
+            &tag,
+            WAITING,
+            &NodeOptions::default(),
+            step_deadline,
+        )?;
         let lease = Lease {
             node: OwnedNode::new(&self.zk, &self.dir, name),
         };

@@ -8,11 +8,12 @@
 //! (queue, lock, work queue) wait at most that long for each reconnection and then
 //! report the `ConnectionLoss`.
 
-use crate::util::sequence_of;
+use crate::util::{sequence_in_range, sequence_of};
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, CreateMode, Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{CreateMode, Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper};
 
 // ---------------------------------------------------------------------------------------
 // Time: deadlines and patience.
@@ -333,6 +334,12 @@ pub(crate) fn check_base_path(path: &str) -> Result<()> {
 /// Creates `path` and any missing parents as empty persistent nodes with an open ACL; a
 /// node that already exists is fine (the body of [`crate::util::ensure_path`]).
 pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
+    create_dir(zk, path, &NodeOptions::default())
+}
+
+/// Creates the recipe directory `path` (with `nodes`' ACL, as a container if asked) and
+/// any missing parents (persistent, same ACL); an existing node is fine.
+pub(crate) fn create_dir(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> zookeeper::Result<()> {
     if path == "/" || zk.exists(path)?.is_some() {
         return Ok(());
     }
@@ -340,7 +347,12 @@ pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
     for component in path.trim_start_matches('/').split('/') {
         prefix.push('/');
         prefix.push_str(component);
-        match zk.create(&prefix, b"", &Acl::open_unsafe(), CreateMode::Persistent) {
+        let mode = if prefix.len() == path.len() {
+            nodes.dir_mode()
+        } else {
+            CreateMode::Persistent
+        };
+        match zk.create(&prefix, b"", nodes.acl_list(), mode) {
             Ok(_) | Err(Error::NodeExists) => {}
             Err(error) => return Err(error),
         }
@@ -348,9 +360,14 @@ pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
     Ok(())
 }
 
-/// [`create_path`] within `patience`.
-pub(crate) fn ensure_dir(zk: &ZooKeeper, dir: &str, patience: impl Into<Patience>) -> Result<()> {
-    retry(zk, patience, || create_path(zk, dir))
+/// [`create_dir`] within `patience`.
+pub(crate) fn ensure_dir(
+    zk: &ZooKeeper,
+    dir: &str,
+    nodes: &NodeOptions,
+    patience: impl Into<Patience>,
+) -> Result<()> {
+    retry(zk, patience, || create_dir(zk, dir, nodes))
 }
 
 /// Creates the persistent node `path` holding `data` unless it exists (then it is left as
@@ -359,15 +376,16 @@ pub(crate) fn create_if_absent(
     zk: &ZooKeeper,
     path: &str,
     data: &[u8],
+    nodes: &NodeOptions,
     patience: impl Into<Patience>,
 ) -> Result<()> {
     let patience = patience.into();
     let mut attempt = 0;
     loop {
-        match zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent) {
+        match zk.create(path, data, nodes.acl_list(), CreateMode::Persistent) {
             Ok(_) | Err(Error::NodeExists) => return Ok(()),
             Err(Error::NoNode) => match path.rsplit_once('/') {
-                Some((parent, _)) if !parent.is_empty() => ensure_dir(zk, parent, patience)?,
+                Some((parent, _)) if !parent.is_empty() => ensure_dir(zk, parent, nodes, patience)?,
                 _ => return Err(Error::NoNode.into()),
             },
             Err(error) if error.is_retryable() => {
@@ -391,6 +409,7 @@ pub(crate) fn create_sequential(
     dir: &str,
     tag: &str,
     data: &[u8],
+    nodes: &NodeOptions,
     patience: impl Into<Patience>,
 ) -> Result<String> {
     let patience = patience.into();
@@ -400,14 +419,14 @@ pub(crate) fn create_sequential(
         match zk.create(
             &path,
             data,
-            &Acl::open_unsafe(),
+            nodes.acl_list(),
             CreateMode::EphemeralSequential,
         ) {
             Ok(created) => {
                 let name = created.rsplit('/').next().unwrap_or_default();
                 return Ok(name.to_string());
             }
-            Err(Error::NoNode) => ensure_dir(zk, dir, patience)?,
+            Err(Error::NoNode) => ensure_dir(zk, dir, nodes, patience)?,
             Err(error) if error.is_retryable() => {
                 attempt += 1;
                 await_reconnect(zk, patience, attempt)?;
@@ -542,13 +561,18 @@ pub(crate) use owned_node_guard;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Member {
     pub(crate) name: String,
-    pub(crate) seq: u64,
+    pub(crate) seq: i32,
 }
 
 impl Member {
     /// Whether the name starts with `prefix`.
     pub(crate) fn is(&self, prefix: &str) -> bool {
         self.name.starts_with(prefix)
+    }
+
+    /// Whether its number may be ordered by (see [`crate::util::SEQUENCE_LIMIT`]).
+    pub(crate) fn in_range(&self) -> bool {
+        sequence_in_range(self.seq)
     }
 }
 
@@ -557,14 +581,16 @@ impl Member {
 pub(crate) const ANY_NAME: &[&str] = &[""];
 
 /// The children named with one of `prefixes` and a sequence suffix, in sequence order
-/// (ties by name; a guid in the names makes name order meaningless otherwise).
+/// (ties by name; a guid in the names makes name order meaningless otherwise). Members
+/// whose number is out of range (past the counter's end) come last: their order among
+/// the others is unknown.
 pub(crate) fn members(children: Vec<String>, prefixes: &[&str]) -> Vec<Member> {
     let mut list: Vec<Member> = children
         .into_iter()
         .filter(|name| prefixes.iter().any(|p| name.starts_with(p)))
         .filter_map(|name| sequence_of(&name).map(|seq| Member { name, seq }))
         .collect();
-    list.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
+    list.sort_by(|a, b| (!a.in_range(), a.seq, &a.name).cmp(&(!b.in_range(), b.seq, &b.name)));
     list
 }
 
@@ -587,6 +613,16 @@ mod tests {
         assert!(list[2].is("write-"));
         let all: Vec<_> = members(children, ANY_NAME).iter().map(|m| m.seq).collect();
         assert_eq!(all, vec![0, 1, 2, 3]);
+        let wrapped = vec![
+            "a-lock--2147483648".to_string(),
+            "b-lock-2147483647".to_string(),
+            "c-lock-0000000009".to_string(),
+        ];
+        let order: Vec<_> = members(wrapped, ANY_NAME)
+            .into_iter()
+            .map(|m| m.seq)
+            .collect();
+        assert_eq!(order, vec![9, i32::MIN, i32::MAX]);
     }
 
     #[test]

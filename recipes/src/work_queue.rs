@@ -79,6 +79,7 @@ use crate::support::{
     wait_for_change, Deadline, NodeWait, Patience, ANY_NAME,
 };
 use crate::util::{ensure_path, guid};
+use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use crossbeam_channel::Select;
 use parking_lot::Mutex;
@@ -288,7 +289,14 @@ impl WorkQueue {
         }
         // Join the line of idle consumers (found again by its guid if the reply is lost).
         let tag = format!("{}-w-", guid());
-        let waiter = create_sequential(&self.zk, &self.waiters, &tag, b"", self.patience)?;
+        let waiter = create_sequential(
+            &self.zk,
+            &self.waiters,
+            &tag,
+            b"",
+            &NodeOptions::default(),
+            self.patience,
+        )?;
         let result = self.wait_in_line(&waiter, deadline);
         // Leaving the line wakes our successor (only it).
         let path = format!("{}/{waiter}", self.waiters);

@@ -1,0 +1,73 @@
+//! How the nodes a recipe creates are made: their ACL, and whether the recipe's
+//! directories are container nodes.
+
+use zookeeper::{Acl, CreateMode};
+
+/// The ACL and directory kind of the nodes a recipe creates. The default is what a
+/// recipe did before it took options: an open ACL (`world:anyone` may do anything) and
+/// persistent directories.
+///
+/// With digest or SASL authentication in use, give recipe nodes an ACL of their own, or
+/// any client can delete a lock node or a queue item:
+///
+/// ```
+/// use recipes::NodeOptions;
+/// use zookeeper::{Acl, Perms};
+///
+/// let only_us = NodeOptions::default()
+///     .acl(vec![Acl { perms: Perms::ALL, scheme: "auth".into(), id: String::new() }])
+///     .container_dirs(true);
+/// assert!(only_us.uses_container_dirs());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeOptions {
+    acl: Vec<Acl>,
+    container_dirs: bool,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            acl: Acl::open_unsafe(),
+            container_dirs: false,
+        }
+    }
+}
+
+impl NodeOptions {
+    /// The ACL every node the recipe creates gets (directories, items, lock nodes, ...).
+    /// Parents above the recipe's directory that are missing are created with it too.
+    pub fn acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
+    }
+
+    /// Create the recipe's directories as container nodes (`CreateMode::Container`), so
+    /// the server removes them once they are empty (ZooKeeper 3.5.3+). Recipes recreate a
+    /// directory that went away. An emptied container directory also starts its sequence
+    /// counter afresh, so a directory whose counter reached its end recovers by itself
+    /// once idle.
+    pub fn container_dirs(mut self, container: bool) -> Self {
+        self.container_dirs = container;
+        self
+    }
+
+    /// The ACL nodes are created with.
+    pub fn acl_list(&self) -> &[Acl] {
+        &self.acl
+    }
+
+    /// Whether directories are container nodes.
+    pub fn uses_container_dirs(&self) -> bool {
+        self.container_dirs
+    }
+
+    /// The mode a recipe directory is created with.
+    pub(crate) fn dir_mode(&self) -> CreateMode {
+        if self.container_dirs {
+            CreateMode::Container
+        } else {
+            CreateMode::Persistent
+        }
+    }
+}
