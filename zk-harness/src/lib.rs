@@ -32,13 +32,18 @@
 //! - `ZK_TEST_HOSTS`, `ZK_HOSTS`: external servers, see [`Hosts`] and [`test_hosts`].
 //! - `ZK_HARNESS_JAVA`: the `java` to run (else `$JAVA_HOME/bin/java`, else `PATH`).
 //! - `ZK_HARNESS_CLASSPATH`: the server class path (else Debian's jars).
+//! - `ZK_HARNESS_JAVAC`: the `javac` compiling the crafted-data-dir writer (else next to
+//!   `java`, `$JAVA_HOME/bin`, `PATH`); see [`Crafted`].
 //! - `ZK_HARNESS_KEEP_DIRS=1`: keep server dirs (config, data, `server.log`) for debugging.
 //!
 //! # Requirements
-//! A Java runtime and the `zookeeper` Debian package (the project's `./setup.sh`).
+//! A Java runtime and the `zookeeper` Debian package (the project's `./setup.sh`); servers
+//! from crafted data dirs ([`Server::start_crafted`]) also need `javac`
+//! (`default-jdk-headless`, installed by the same script).
 
 #![warn(missing_docs)]
 
+mod edge;
 mod ensemble;
 mod error;
 mod fourlw;
@@ -49,6 +54,7 @@ mod server;
 mod spawner;
 mod util;
 
+pub use edge::{Crafted, CraftedNode};
 pub use ensemble::Ensemble;
 pub use error::{HarnessError, Result};
 pub use fourlw::{four_letter, Mode};
