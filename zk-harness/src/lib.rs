@@ -47,8 +47,10 @@ mod edge;
 mod ensemble;
 mod error;
 mod fourlw;
+pub mod history;
 mod hosts;
 mod options;
+mod schedule;
 mod security;
 mod server;
 mod spawner;
@@ -63,6 +65,7 @@ pub use hosts::{
     TEST_HOSTS_ENV,
 };
 pub use options::ServerOptions;
+pub use schedule::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, SplitMix64, TimedAction};
 pub use security::{ServerSasl, ServerTls, TlsMaterial};
 pub use server::Server;
 pub use spawner::process_alive;
