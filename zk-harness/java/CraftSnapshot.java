@@ -16,9 +16,12 @@
 //
 // The stored cversion is the counter a sequential child's name is formatted from (`%010d`);
 // clients do not see it directly (DataNode.copyStat reports 2 * cversion - numChildren).
-// Counters are set through the tree's node map preChange/postChange hooks, so the tree
-// digest written into the snapshot matches the crafted nodes; after saving, the snapshot is
-// loaded back into a fresh tree and every crafted field and the digest are compared.
+// Counters are set between the node map's preChange/postChange hooks, as the server's own
+// updates are, so the tree's running digest stays that of its nodes. (The snapshot's
+// zxid digest is written empty, as for any tree that processed no transaction; the
+// server then takes the digest it computes from the loaded nodes.) After saving, the
+// snapshot is loaded back into a fresh tree and every crafted field and the tree digest
+// are compared with what was crafted.
 
 import java.io.File;
 import java.lang.reflect.Field;

@@ -416,9 +416,11 @@ fn compiled_classes() -> Result<PathBuf> {
         classpath.as_bytes(),
         jar_stamp.as_bytes(),
     ]);
-    let cache = std::env::temp_dir().join(format!("zk-harness-javac-{key:016x}"));
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let cache = std::env::temp_dir().join(format!("zk-harness-javac-{uid}-{key:016x}"));
     if cache.join(format!("{CRAFT_CLASS}.class")).is_file() {
-        return Ok(cache);
+        return owned_by(&cache, uid).map(|()| cache);
     }
 
     let work = util::create_temp_dir()?;
@@ -426,7 +428,9 @@ fn compiled_classes() -> Result<PathBuf> {
         match fs::rename(&classes, &cache) {
             Ok(()) => Ok(cache.clone()),
             // Another process won the race: its dir is complete.
-            Err(_) if cache.join(format!("{CRAFT_CLASS}.class")).is_file() => Ok(cache.clone()),
+            Err(_) if cache.join(format!("{CRAFT_CLASS}.class")).is_file() => {
+                owned_by(&cache, uid).map(|()| cache.clone())
+            }
             Err(e) => Err(HarnessError::io(
                 format!("moving compiled classes to {}", cache.display()),
                 e,
@@ -438,12 +442,36 @@ fn compiled_classes() -> Result<PathBuf> {
     result
 }
 
+/// Refuses a cache dir someone else created: its classes would run in our tests.
+fn owned_by(dir: &Path, uid: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta =
+        fs::metadata(dir).map_err(|e| HarnessError::io(format!("reading {}", dir.display()), e))?;
+    if meta.uid() == uid {
+        Ok(())
+    } else {
+        Err(HarnessError::io(
+            format!(
+                "{} belongs to uid {}, not to us (uid {uid}); remove it",
+                dir.display(),
+                meta.uid()
+            ),
+            io::Error::from(io::ErrorKind::PermissionDenied),
+        ))
+    }
+}
+
 fn compile_into(javac: &Path, classpath: &str, work: &Path) -> Result<PathBuf> {
     let source = work.join(format!("{CRAFT_CLASS}.java"));
     write_file(&source, CRAFT_SOURCE)?;
     let classes = work.join("classes");
     let mut cmd = Command::new(javac);
+    // Only our one class: jars on the class path that ship sources (e.g. the findbugs
+    // annotations) would otherwise get compiled into the cache too.
     cmd.arg("-nowarn")
+        .arg("-implicit:none")
+        .arg("-sourcepath")
+        .arg("")
         .arg("-d")
         .arg(&classes)
         .arg("-cp")

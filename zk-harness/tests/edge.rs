@@ -48,6 +48,12 @@ fn sequential_suffixes_stick_at_i32_max() {
             .dir("/edge/multi", MAX)
             .dir("/edge/pipe", MAX - 1),
     );
+    let log = std::fs::read_to_string(server.log_path()).unwrap();
+    assert!(log.starts_with("CraftSnapshot: "), "{log}");
+    assert!(
+        log.contains("/edge/seq version=0 cversion=2147483644"),
+        "{log}"
+    );
     let zk = connect(&server);
 
     // The client sees 2 * stored - numChildren, not the stored counter (wrapping).
