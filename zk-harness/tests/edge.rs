@@ -232,3 +232,26 @@ fn bad_crafted_nodes_are_typed_errors() {
         );
     }
 }
+
+#[test]
+fn write_to_puts_a_snapshot_into_any_data_dir() {
+    // For servers the harness does not start itself (e.g. ensemble members prepared by
+    // hand): the snapshot lands in `version-2/`, named after its last zxid.
+    let dir = std::env::temp_dir().join(format!("zk-harness-edge-write-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let result = Crafted::new()
+        .dir("/a/b", 5)
+        .node("/a", b"x", 3)
+        .write_to(&dir);
+    let names: Vec<String> = std::fs::read_dir(dir.join("version-2"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    result.expect("snapshot written");
+    // Zxids 1 and 2 create /a and /a/b, 3 and 4 set their fields.
+    assert_eq!(names, ["snapshot.4"]);
+}
