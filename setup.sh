@@ -4,6 +4,8 @@
 #   libzookeeper-mt-dev  the ZooKeeper C client (headers + libzookeeper_mt) we bind
 #   zookeeper            the Java server the tests, examples and benchmarks start on loopback
 #   default-jre-headless a Java runtime for that server
+#   default-jdk-headless javac: zk-harness compiles a small Java program that writes
+#                        crafted data dirs (counters at their ends) with the server's classes
 #   pkg-config           one of the ways build.rs looks for the C client
 #   python3-kazoo        the Python client the comparison benchmarks measure against
 #   python3-dev dpkg-dev build zkpython (seed 000's Python bindings) from Debian's source
@@ -21,7 +23,7 @@ if [ "${ZK_SETUP_SKIP:-0}" = "1" ]; then
   exit 0
 fi
 
-packages=(libzookeeper-mt-dev zookeeper default-jre-headless pkg-config python3-kazoo python3-dev dpkg-dev valgrind)
+packages=(libzookeeper-mt-dev zookeeper default-jre-headless default-jdk-headless pkg-config python3-kazoo python3-dev dpkg-dev valgrind)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 exec "$(dirname "$0")"/scripts/ensure-packages.sh setup "${packages[@]}"

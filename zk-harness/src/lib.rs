@@ -32,23 +32,31 @@
 //! - `ZK_TEST_HOSTS`, `ZK_HOSTS`: external servers, see [`Hosts`] and [`test_hosts`].
 //! - `ZK_HARNESS_JAVA`: the `java` to run (else `$JAVA_HOME/bin/java`, else `PATH`).
 //! - `ZK_HARNESS_CLASSPATH`: the server class path (else Debian's jars).
+//! - `ZK_HARNESS_JAVAC`: the `javac` compiling the crafted-data-dir writer (else next to
+//!   `java`, `$JAVA_HOME/bin`, `PATH`); see [`Crafted`].
 //! - `ZK_HARNESS_KEEP_DIRS=1`: keep server dirs (config, data, `server.log`) for debugging.
 //!
 //! # Requirements
-//! A Java runtime and the `zookeeper` Debian package (the project's `./setup.sh`).
+//! A Java runtime and the `zookeeper` Debian package (the project's `./setup.sh`); servers
+//! from crafted data dirs ([`Server::start_crafted`]) also need `javac`
+//! (`default-jdk-headless`, installed by the same script).
 
 #![warn(missing_docs)]
 
+mod edge;
 mod ensemble;
 mod error;
 mod fourlw;
+pub mod history;
 mod hosts;
 mod options;
+mod schedule;
 mod security;
 mod server;
 mod spawner;
 mod util;
 
+pub use edge::{Crafted, CraftedNode};
 pub use ensemble::Ensemble;
 pub use error::{HarnessError, Result};
 pub use fourlw::{four_letter, Mode};
@@ -57,6 +65,7 @@ pub use hosts::{
     TEST_HOSTS_ENV,
 };
 pub use options::ServerOptions;
+pub use schedule::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, SplitMix64, TimedAction};
 pub use security::{ServerSasl, ServerTls, TlsMaterial};
 pub use server::Server;
 pub use spawner::process_alive;

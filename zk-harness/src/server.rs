@@ -10,6 +10,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::edge::{self, Crafted};
 use crate::error::{HarnessError, Result};
 use crate::fourlw::{four_letter, Mode};
 use crate::options::ServerOptions;
@@ -92,11 +93,41 @@ impl Server {
     /// `opts.start_timeout`) until it answers `ruok` with `imok` and `srvr` reports
     /// `Mode: standalone`.
     pub fn start_with(opts: &ServerOptions) -> Result<Server> {
+        Self::start_prepared(opts, |_| Ok(()))
+    }
+
+    /// Starts a standalone server (with [`ServerOptions::default`]) whose data dir first
+    /// gets a snapshot holding the [`Crafted`] nodes, with counters at chosen values (e.g.
+    /// a parent's sequential counter right below `i32::MAX`). See [`Crafted`].
+    ///
+    /// The crafted state is an ordinary snapshot: it survives restarts like any data.
+    pub fn start_crafted(crafted: &Crafted) -> Result<Server> {
+        Self::start_crafted_with(crafted, &ServerOptions::default())
+    }
+
+    /// [`start_crafted`](Self::start_crafted) with options. The snapshot writer's output
+    /// goes to the head of [`log_path`](Self::log_path).
+    pub fn start_crafted_with(crafted: &Crafted, opts: &ServerOptions) -> Result<Server> {
+        Self::start_prepared(opts, |server| {
+            crafted
+                .write_logged(&server.data_dir, &server.dir, &server.log_path)
+                .map_err(|e| edge::with_output(e, &server.log_path))
+        })
+    }
+
+    /// Prepares a server, runs `before_launch` on it (its dirs exist, no process yet),
+    /// launches it and waits until it serves; retries with a new port if the port was
+    /// taken in between.
+    fn start_prepared(
+        opts: &ServerOptions,
+        before_launch: impl Fn(&Server) -> Result<()>,
+    ) -> Result<Server> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             let port = util::free_port()?;
             let server = Server::prepare(format!("server 127.0.0.1:{port}"), port, opts, None)?;
+            before_launch(&server)?;
             let result = server
                 .launch()
                 .and_then(|()| server.wait_until_serving(opts.start_timeout));
