@@ -41,21 +41,26 @@
 
 mod ensemble;
 mod error;
+pub mod fault_proxy;
 mod fourlw;
 mod hosts;
+pub mod lag;
 mod options;
 mod security;
 mod server;
 mod spawner;
+pub mod testing;
 mod util;
 
 pub use ensemble::Ensemble;
 pub use error::{HarnessError, Result};
+pub use fault_proxy::{FaultProxy, OpCode};
 pub use fourlw::{four_letter, Mode};
 pub use hosts::{
     shared_server, shared_test_connect_string, test_hosts, try_shared_server, Hosts, HOSTS_ENV,
     TEST_HOSTS_ENV,
 };
+pub use lag::LaggingEnsemble;
 pub use options::ServerOptions;
 pub use security::{ServerSasl, ServerTls, TlsMaterial};
 pub use server::Server;
