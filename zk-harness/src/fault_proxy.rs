@@ -34,7 +34,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -406,6 +406,13 @@ impl FaultProxy {
         Self::start_addr(addr, Protocol::Client)
     }
 
+    /// Like [`start`](Self::start), listening on `ip` (e.g. another loopback address of
+    /// 127.0.0.0/8, so that a client sees proxies as different hosts).
+    pub fn start_on(ip: IpAddr, target: impl AsRef<str>) -> Result<FaultProxy> {
+        let addr = first_of_connect_string(target.as_ref())?;
+        Self::start_full(SocketAddr::new(ip, 0), addr, Protocol::Client)
+    }
+
     /// A proxy that forwards bytes without parsing them: stall, cut, block and redirect
     /// work; request counting and the request-triggered faults do not.
     pub fn raw(target: impl AsRef<str>) -> Result<FaultProxy> {
@@ -414,8 +421,12 @@ impl FaultProxy {
     }
 
     pub(crate) fn start_addr(target: SocketAddr, protocol: Protocol) -> Result<FaultProxy> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .map_err(|e| HarnessError::io("binding the fault proxy on 127.0.0.1", e))?;
+        Self::start_full((Ipv4Addr::LOCALHOST, 0).into(), target, protocol)
+    }
+
+    fn start_full(bind: SocketAddr, target: SocketAddr, protocol: Protocol) -> Result<FaultProxy> {
+        let listener = TcpListener::bind(bind)
+            .map_err(|e| HarnessError::io(format!("binding the fault proxy on {bind}"), e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| HarnessError::io("reading the fault proxy's address", e))?;
@@ -450,7 +461,9 @@ impl FaultProxy {
         })
     }
 
-    /// `"127.0.0.1:PORT"`: give this to the client instead of the server's address.
+    /// `"IP:PORT"` of the proxy (`127.0.0.1` unless started with
+    /// [`start_on`](Self::start_on)): give this to the client instead of the server's
+    /// address.
     pub fn connect_string(&self) -> String {
         self.addr.to_string()
     }
@@ -489,6 +502,13 @@ impl FaultProxy {
     /// True while new connections are refused.
     pub fn is_blocked(&self) -> bool {
         self.shared.lock().blocked
+    }
+
+    /// [`block`](Self::block) plus [`cut_all`](Self::cut_all): the client is cut off
+    /// from the server (which keeps running) until [`unblock`](Self::unblock).
+    pub fn isolate(&self) {
+        self.block();
+        self.cut_all();
     }
 
     /// Closes every open connection now (both sides; the client sees connection loss,

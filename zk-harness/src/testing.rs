@@ -627,6 +627,49 @@ mod tests {
         assert_ne!(a, b);
     }
 
+    /// The child side of `child_processes`: does nothing in a normal run.
+    #[test]
+    fn child_entry() {
+        if child_role().as_deref() != Some("testing::tests::child_entry") {
+            return;
+        }
+        let lines = watch_parent();
+        report("READY|", std::env::var("CHILD_PARAM").unwrap_or_default());
+        for line in lines {
+            report("ECHO|", line);
+        }
+    }
+
+    #[test]
+    fn child_processes() {
+        let wait = Duration::from_secs(60);
+        let mut child =
+            TestChild::spawn("testing::tests::child_entry", &[("CHILD_PARAM", "p-42")]).unwrap();
+        assert_eq!(child.wait_for_marker("READY|", wait).unwrap(), "p-42");
+        child.send_line("hello").unwrap();
+        assert_eq!(child.wait_for_marker("ECHO|", wait).unwrap(), "hello");
+        // Closing stdin ends the child (watch_parent exits the process).
+        child.close_stdin();
+        assert!(child.wait_exit(wait).unwrap().success());
+        assert!(child.send_line("late").is_err());
+
+        // Dropped while running: killed and reaped.
+        let mut child = TestChild::spawn("testing::tests::child_entry", &[]).unwrap();
+        assert_eq!(child.wait_for_marker("READY|", wait).unwrap(), "");
+        let pid = child.pid();
+        child.pause().unwrap();
+        drop(child);
+        assert!(!crate::process_alive(pid));
+
+        // A marker that never comes: the child's stdout closes first.
+        let mut child = TestChild::spawn("testing::tests::child_entry", &[]).unwrap();
+        child.close_stdin();
+        assert!(matches!(
+            child.wait_for_marker("NEVER|", wait),
+            Err(HarnessError::NotRunning { .. })
+        ));
+    }
+
     #[test]
     fn polling() {
         let mut n = 0;

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use zk_harness::fault_proxy::{live_proxy_threads, FaultKind};
-use zk_harness::testing::{unique_path, wait_until};
+use zk_harness::testing::{unique_path, wait_until, Seed};
 use zk_harness::{four_letter, shared_server, FaultProxy, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, Error, Op, SessionState, ZkFuture, ZooKeeper};
 
@@ -281,13 +281,15 @@ fn redirect_sends_new_connections_to_another_server() {
 #[test]
 fn block_refuses_new_connections_until_unblock() {
     let _serial = serial();
-    let proxy = proxy_to_shared();
+    // On another loopback address, as a client sees a different host.
+    let ip = std::net::Ipv4Addr::new(127, 0, 0, 2).into();
+    let proxy = FaultProxy::start_on(ip, shared_server().connect_string()).unwrap();
+    assert_eq!(proxy.local_addr().ip(), ip);
     let zk = connect(&proxy.connect_string(), Duration::from_secs(10));
     let session = zk.client_id().unwrap().session_id;
 
-    proxy.block();
+    proxy.isolate();
     assert!(proxy.is_blocked());
-    proxy.cut_all();
     assert!(
         proxy.wait_for_refused(2, WAIT),
         "the client retried while blocked"
@@ -346,4 +348,51 @@ fn drop_joins_every_thread_and_closes_every_socket() {
 
     let left: Vec<String> = sockets().difference(&before).cloned().collect();
     assert!(left.is_empty(), "sockets left open: {left:?}");
+}
+
+/// Creates `<dir>/0` .. `<dir>/3`, stopping at the first error.
+fn four_creates(zk: &ZooKeeper, dir: &str) -> zookeeper::Result<()> {
+    for i in 0..4 {
+        create(zk, &format!("{dir}/{i}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_seeded_cut_point_is_exact() {
+    let _serial = serial();
+    let seed = Seed::from_env_or_random("ZK_FAULT_SEED").unwrap();
+    let mut rng = seed.rng();
+    let proxy = proxy_to_shared();
+    let zk = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let base = unique_path("seeded");
+    let (dry, run) = (format!("{base}/dry"), format!("{base}/run"));
+    for p in [&base, &dry, &run] {
+        create(&zk, p).unwrap();
+    }
+
+    // Learn the operation's requests without faults.
+    let mark = proxy.mark();
+    four_creates(&zk, &dry).unwrap();
+    let n = proxy.requests_since(mark).len() as u64;
+    assert_eq!(n, 4);
+
+    let k = 1 + rng.below(n);
+    eprintln!("cutting at request {k} of {n}");
+    proxy.cut_after(k);
+    assert_eq!(four_creates(&zk, &run), Err(Error::ConnectionLoss));
+    zk.wait_connected(WAIT).unwrap();
+    // Requests 1..=k were applied (the k-th without the client knowing), none after.
+    let mut children = zk.get_children(&run).unwrap();
+    children.sort();
+    let expected: Vec<String> = (0..k).map(|i| i.to_string()).collect();
+    assert_eq!(children, expected, "seed={seed}");
+
+    for dir in [&dry, &run] {
+        for child in zk.get_children(dir).unwrap() {
+            zk.delete(&format!("{dir}/{child}"), None).unwrap();
+        }
+        zk.delete(dir, None).unwrap();
+    }
+    zk.delete(&base, None).unwrap();
 }
