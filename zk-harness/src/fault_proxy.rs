@@ -958,9 +958,10 @@ fn pump(shared: &Shared, conn: &Arc<Conn>, dir: Dir, mut source: TcpStream) {
     if let Some(rest) = parser.take_rest() {
         let _ = forward(shared, conn, dir, rest, false);
     }
+    // During a stall the end of the stream is held like its bytes.
     let held = {
         let mut out = conn.out(dir);
-        if out.held.is_empty() {
+        if out.held.is_empty() && may_flush(shared, dir) {
             false
         } else {
             out.eof_held = true;
