@@ -10,6 +10,13 @@ use crate::options::ServerOptions;
 use crate::server::{QuorumMember, Server, POLL, START_ATTEMPTS};
 use crate::util;
 
+/// `(myid, quorum port, election port)` of a member, as a `server.N` line lists it.
+pub(crate) type PeerPorts = (u32, u16, u16);
+
+/// Maps the real peer ports to what each member's `zoo.cfg` lists (see
+/// [`Ensemble::start_with_peer_views`]).
+pub(crate) type PeerViews<'a> = dyn FnMut(&[PeerPorts]) -> Result<Vec<Vec<PeerPorts>>> + 'a;
+
 /// An ensemble of `n` servers on 127.0.0.1 (member `i` has `myid` `i + 1`), each with its
 /// own client, quorum and election port and temp dir.
 ///
@@ -25,6 +32,19 @@ impl Ensemble {
     /// Starts `n` members and waits (up to `opts.start_timeout`) until exactly one
     /// reports `Mode: leader` and all others `Mode: follower`.
     pub fn start(n: usize, opts: &ServerOptions) -> Result<Ensemble> {
+        Self::start_with_peer_views(n, opts, &mut |peers| Ok(vec![peers.to_vec(); peers.len()]))
+    }
+
+    /// Like [`start`](Self::start), but member `i`'s `zoo.cfg` lists the peers as
+    /// `views(real)[i]` says: `real` holds `(myid, quorum port, election port)` of every
+    /// member as it binds them, and a view may point member `i` at other ports for its
+    /// peers (e.g. proxies). A member's own entry must stay real (it binds those ports).
+    /// `views` is called again with new ports if a start attempt hits a taken port.
+    pub(crate) fn start_with_peer_views(
+        n: usize,
+        opts: &ServerOptions,
+        views: &mut PeerViews<'_>,
+    ) -> Result<Ensemble> {
         if n == 0 || n > 255 {
             return Err(HarnessError::InvalidArgument(format!(
                 "an ensemble needs 1 to 255 members, not {n}"
@@ -38,11 +58,22 @@ impl Ensemble {
             let peers: Vec<(u32, u16, u16)> = (0..n)
                 .map(|i| (i as u32 + 1, ports[3 * i + 1], ports[3 * i + 2]))
                 .collect();
+            let views = views(&peers)?;
+            if views.len() != n
+                || views
+                    .iter()
+                    .enumerate()
+                    .any(|(i, v)| v.get(i) != peers.get(i))
+            {
+                return Err(HarnessError::InvalidArgument(
+                    "an ensemble peer view must have one entry per member and keep the member's own ports".into(),
+                ));
+            }
             let mut members = Vec::with_capacity(n);
-            for i in 0..n {
+            for (i, view) in views.into_iter().enumerate() {
                 let quorum = QuorumMember {
                     my_id: i as u32 + 1,
-                    peers: peers.clone(),
+                    peers: view,
                 };
                 let port = ports[3 * i];
                 let label = format!("ensemble member {i} (myid {}, 127.0.0.1:{port})", i + 1);

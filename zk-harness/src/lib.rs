@@ -46,24 +46,29 @@
 mod edge;
 mod ensemble;
 mod error;
+pub mod fault_proxy;
 mod fourlw;
 pub mod history;
 mod hosts;
+pub mod lag;
 mod options;
 mod schedule;
 mod security;
 mod server;
 mod spawner;
+pub mod testing;
 mod util;
 
 pub use edge::{Crafted, CraftedNode};
 pub use ensemble::Ensemble;
 pub use error::{HarnessError, Result};
+pub use fault_proxy::{FaultProxy, OpCode};
 pub use fourlw::{four_letter, Mode};
 pub use hosts::{
     shared_server, shared_test_connect_string, test_hosts, try_shared_server, Hosts, HOSTS_ENV,
     TEST_HOSTS_ENV,
 };
+pub use lag::LaggingEnsemble;
 pub use options::ServerOptions;
 pub use schedule::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, SplitMix64, TimedAction};
 pub use security::{ServerSasl, ServerTls, TlsMaterial};
