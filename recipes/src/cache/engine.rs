@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Select, TryRecvError};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use zookeeper::{Error, EventType, Stat, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{Error, EventType, Stat, Watch, WatchedEvent, ZkFuture, ZooKeeper};
 
 /// What to cache.
 #[derive(Debug, Clone)]
@@ -68,8 +68,24 @@ enum Kind {
     Children,
 }
 
-/// Refreshes between checks for a stop request during a long load.
-const STOP_CHECK_EVERY: usize = 64;
+/// Reads between checks for a stop request during a long load.
+const STOP_CHECK_EVERY: usize = 256;
+/// Nodes whose reads are in flight at once.
+const BATCH: usize = 128;
+
+/// A read in flight.
+enum Read {
+    ChildrenWatch(ZkFuture<(Vec<String>, Watch)>),
+    Children(ZkFuture<Vec<String>>),
+    DataWatch(ZkFuture<(Vec<u8>, Stat, Watch)>),
+    Data(ZkFuture<(Vec<u8>, Stat)>),
+}
+
+/// A read's reply.
+enum Reply {
+    Children(Vec<String>, Option<Watch>),
+    Data(Vec<u8>, Stat, Option<Watch>),
+}
 /// Longest pause between retries of a read that failed with a connection loss.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -134,11 +150,12 @@ impl Worker {
         self.enqueue(&root);
         let end = self.follow();
         self.remove_all_watches();
-        self.out.close();
         if let Some(reason) = &end {
             log::debug!("recipes: cache on {root} stopped: {reason}");
         }
+        // The reason first: a reader that sees the stream end can ask for it.
         self.shared.set_ended(end);
+        self.out.close();
     }
 
     fn stop_requested(&self) -> bool {
@@ -176,8 +193,9 @@ impl Worker {
                 && !self.initialized
             {
                 self.initialized = true;
-                self.signal(CacheEvent::Initialized);
+                // The flag first: a reader of the event finds it set.
                 self.shared.set_initialized();
+                self.signal(CacheEvent::Initialized);
             }
             if !self.work.is_empty() && self.connected && self.retry_at.is_none() {
                 continue; // a stop request interrupted a long load: checked at the top
@@ -401,7 +419,8 @@ impl Worker {
         }
     }
 
-    /// Works through the queue while connected. `Some` ends the thread.
+    /// Works through the queue while connected, in batches of pipelined reads. `Some`
+    /// ends the thread.
     fn process(&mut self) -> Option<End> {
         if self.sync_first {
             match self.zk.sync(&self.config.root) {
@@ -410,29 +429,69 @@ impl Worker {
             }
         }
         let mut done = 0;
-        while let Some(path) = self.work.pop_front() {
-            if let Some(node) = self.nodes.get_mut(&path) {
-                node.queued = false;
-            }
-            if let Err(error) = self.refresh(&path) {
-                if error.is_retryable() || error.is_session_terminal() {
-                    // Try this node again later.
-                    if let Some(node) = self.nodes.get_mut(&path) {
-                        if !node.queued {
-                            node.queued = true;
-                            self.work.push_front(path);
-                        }
-                    }
-                    return self.failed(error);
+        while !self.work.is_empty() {
+            // Submit the reads of up to BATCH nodes, then take their replies in order
+            // (the server answers in order, so this costs about one round trip).
+            let mut reads = Vec::new();
+            let mut failure = None;
+            while reads.len() < BATCH {
+                let Some(path) = self.work.pop_front() else {
+                    break;
+                };
+                if let Some(node) = self.nodes.get_mut(&path) {
+                    node.queued = false;
                 }
-                log::warn!("recipes: cache cannot read {path}: {error}");
+                match self.check_absent_root(&path) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(error) => {
+                        failure = self.read_failed(&path, error);
+                        break;
+                    }
+                }
+                // Children first: a reader told that a node was added finds both its
+                // watches armed.
+                for read in [self.submit_children(&path), self.submit_data(&path)]
+                    .into_iter()
+                    .flatten()
+                {
+                    reads.push((path.clone(), read));
+                }
             }
-            done += 1;
-            if done % STOP_CHECK_EVERY == 0 && self.stop_requested() {
-                return Some(None);
+            done += reads.len();
+            for (path, read) in reads {
+                if let Err(error) = self.finish(&path, read) {
+                    let error = self.read_failed(&path, error);
+                    failure = failure.or(error);
+                }
+            }
+            if let Some(error) = failure {
+                return self.failed(error);
+            }
+            if done >= STOP_CHECK_EVERY {
+                done = 0;
+                if self.stop_requested() {
+                    return Some(None);
+                }
             }
         }
         self.backoff = Duration::from_millis(10);
+        None
+    }
+
+    /// A read of `path` failed: a connection or session error is returned (the node
+    /// is read again later); anything else is logged and the node skipped.
+    fn read_failed(&mut self, path: &str, error: Error) -> Option<Error> {
+        if error.is_retryable() || error.is_session_terminal() {
+            if let Some(node) = self.nodes.get_mut(path) {
+                if !node.queued {
+                    node.queued = true;
+                    self.work.push_front(path.to_string());
+                }
+            }
+            return Some(error);
+        }
+        log::warn!("recipes: cache cannot read {path}: {error}");
         None
     }
 
@@ -450,95 +509,107 @@ impl Worker {
         None
     }
 
-    /// Re-reads what is dirty about one node.
-    fn refresh(&mut self, path: &str) -> zookeeper::Result<()> {
-        let is_root = path == self.config.root;
-        let Some(node) = self.nodes.get_mut(path) else {
-            return Ok(());
-        };
-        if is_root && !node.present && node.data_watch.is_some() {
-            // An absent root with its exists watch armed: only a re-read checks again.
-            if !node.dirty_data && !node.dirty_children {
-                return Ok(());
-            }
-            match self.zk.exists(path)? {
-                None => {
-                    node.dirty_data = false;
-                    node.dirty_children = false;
-                    return Ok(());
-                }
-                // Created: its exists watch serves as its data watch from now on.
-                Some(_) => node.present = true,
-            }
+    /// For an absent root with its exists watch armed: whether to read it now (only
+    /// a forced re-read checks again, with a plain `exists`). `true` for other nodes.
+    fn check_absent_root(&mut self, path: &str) -> zookeeper::Result<bool> {
+        if path != self.config.root {
+            return Ok(true);
         }
-
-        // Children first: a reader told that a node was added finds both its watches
-        // armed.
-        if !self.refresh_children(path)? {
-            return Ok(());
-        }
-        self.refresh_data(path)?;
-        Ok(())
-    }
-
-    /// Re-lists the children if they are dirty; `false` if the node is gone.
-    fn refresh_children(&mut self, path: &str) -> zookeeper::Result<bool> {
         let Some(node) = self.nodes.get_mut(path) else {
             return Ok(false);
         };
-        if !node.dirty_children || node.depth >= self.config.max_depth {
-            node.dirty_children = false;
+        if node.present || node.data_watch.is_none() {
             return Ok(true);
         }
+        if !node.dirty_data && !node.dirty_children {
+            return Ok(false);
+        }
+        match self.zk.exists(path)? {
+            None => {
+                node.dirty_data = false;
+                node.dirty_children = false;
+                Ok(false)
+            }
+            // Created: its exists watch serves as its data watch from now on.
+            Some(_) => {
+                node.present = true;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Submits the listing of the node's children if they are dirty (with a child
+    /// watch unless one is armed).
+    fn submit_children(&mut self, path: &str) -> Option<Read> {
+        let node = self.nodes.get_mut(path)?;
+        let wanted = node.dirty_children && node.depth < self.config.max_depth;
         node.dirty_children = false;
-        let result = if node.child_watch.is_none() {
-            self.zk
-                .get_children_watch(path)
-                .map(|(names, watch)| (names, Some(watch)))
+        if !wanted {
+            return None;
+        }
+        Some(if node.child_watch.is_none() {
+            Read::ChildrenWatch(self.zk.get_children_watch_async(path))
         } else {
-            self.zk.get_children(path).map(|names| (names, None))
+            Read::Children(self.zk.get_children_async(path))
+        })
+    }
+
+    /// Submits the read of the node's data if it is dirty and cached (with a data
+    /// watch unless one is armed).
+    fn submit_data(&mut self, path: &str) -> Option<Read> {
+        let is_root = path == self.config.root;
+        let node = self.nodes.get_mut(path)?;
+        let wanted = node.dirty_data && (!is_root || self.config.root_data);
+        node.dirty_data = false;
+        if !wanted {
+            return None;
+        }
+        Some(if node.data_watch.is_none() {
+            Read::DataWatch(self.zk.get_watch_async(path))
+        } else {
+            Read::Data(self.zk.get_async(path))
+        })
+    }
+
+    /// Takes a read's reply and applies it. On an error other than "no node" the
+    /// node is marked dirty again.
+    fn finish(&mut self, path: &str, read: Read) -> zookeeper::Result<()> {
+        let (kind, result) = match read {
+            Read::ChildrenWatch(reply) => (
+                Kind::Children,
+                reply
+                    .wait()
+                    .map(|(names, watch)| Reply::Children(names, Some(watch))),
+            ),
+            Read::Children(reply) => (
+                Kind::Children,
+                reply.wait().map(|names| Reply::Children(names, None)),
+            ),
+            Read::DataWatch(reply) => (
+                Kind::Data,
+                reply
+                    .wait()
+                    .map(|(data, stat, watch)| Reply::Data(data, stat, Some(watch))),
+            ),
+            Read::Data(reply) => (
+                Kind::Data,
+                reply
+                    .wait()
+                    .map(|(data, stat)| Reply::Data(data, stat, None)),
+            ),
         };
         match result {
-            Ok((names, watch)) => {
+            Ok(Reply::Children(names, watch)) => {
                 if let Some(watch) = watch {
                     self.arm(path, Kind::Children, watch);
                 }
                 if let Some(node) = self.nodes.get_mut(path) {
                     node.present = true;
+                    self.apply_children(path, names);
                 }
-                self.apply_children(path, names);
-                Ok(true)
+                Ok(())
             }
-            Err(Error::NoNode) => self.gone(path).map(|()| false),
-            Err(error) => {
-                if let Some(node) = self.nodes.get_mut(path) {
-                    node.dirty_children = true;
-                }
-                Err(error)
-            }
-        }
-    }
-
-    /// Re-reads the data if it is dirty (and cached for this node).
-    fn refresh_data(&mut self, path: &str) -> zookeeper::Result<()> {
-        let is_root = path == self.config.root;
-        let Some(node) = self.nodes.get_mut(path) else {
-            return Ok(());
-        };
-        if !node.dirty_data || (is_root && !self.config.root_data) {
-            node.dirty_data = false;
-            return Ok(());
-        }
-        node.dirty_data = false;
-        let result = if node.data_watch.is_none() {
-            self.zk
-                .get_watch(path)
-                .map(|(data, stat, watch)| (data, stat, Some(watch)))
-        } else {
-            self.zk.get(path).map(|(data, stat)| (data, stat, None))
-        };
-        match result {
-            Ok((data, stat, watch)) => {
+            Ok(Reply::Data(data, stat, watch)) => {
                 if let Some(watch) = watch {
                     self.arm(path, Kind::Data, watch);
                 }
@@ -548,7 +619,10 @@ impl Worker {
             Err(Error::NoNode) => self.gone(path),
             Err(error) => {
                 if let Some(node) = self.nodes.get_mut(path) {
-                    node.dirty_data = true;
+                    match kind {
+                        Kind::Data => node.dirty_data = true,
+                        Kind::Children => node.dirty_children = true,
+                    }
                 }
                 Err(error)
             }

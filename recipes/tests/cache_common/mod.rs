@@ -131,10 +131,15 @@ pub fn server_tree(zk: &ZooKeeper, root: &str, max_depth: usize) -> BTreeMap<Str
     out
 }
 
-/// Creates a persistent node (parents must exist).
+/// Creates a persistent node, and its missing parents (empty).
 pub fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
-    zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent)
-        .unwrap_or_else(|e| panic!("create {path}: {e}"));
+    let mut result = zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent);
+    if result == Err(Error::NoNode) {
+        let (parent, _) = path.rsplit_once('/').unwrap();
+        recipes::util::ensure_path(zk, parent).unwrap();
+        result = zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent);
+    }
+    result.unwrap_or_else(|e| panic!("create {path}: {e}"));
 }
 
 /// Deletes `path` and everything below it.
@@ -158,4 +163,27 @@ pub fn expire(zk: &ZooKeeper, hosts: &str) {
     let thief = ZooKeeper::builder(hosts).session(id).connect().unwrap();
     assert_eq!(thief.client_id().unwrap().session_id, id.session_id);
     thief.close().unwrap();
+}
+
+/// Waits until the cache holds `expected` armed watches and `zk` has exactly that many
+/// contexts above `baseline` (a watch that just fired is re-armed a moment later, so a
+/// count read right after an event may be one short); fails after 10 s.
+pub fn settled_watches(
+    armed: impl Fn() -> usize,
+    zk: &ZooKeeper,
+    baseline: usize,
+    expected: usize,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (now, contexts) = (armed(), zk.live_contexts().saturating_sub(baseline));
+        if now == expected && contexts == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {expected} armed watches, the cache has {now} and the handle {contexts}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
