@@ -6,7 +6,7 @@
 mod cache_common;
 mod common;
 
-use cache_common::{create, delete_tree, expire, server_tree, settled_watches, Model, WAIT};
+use cache_common::{create, delete_tree, expire, server_tree, settled_watches, Model};
 use common::{unique_path, Proxy};
 use recipes::cache::{CacheEvent, TreeCache};
 use recipes::lifecycle::ManagedZooKeeper;
