@@ -124,3 +124,34 @@ fn a_bad_path_is_a_typed_error() {
     }
     assert_eq!(zk.live_contexts(), 0);
 }
+
+#[test]
+fn closing_a_managed_client_stops_its_caches() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let managed =
+        recipes::lifecycle::ManagedZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+    let path = unique_path("managed-close");
+    let cache = NodeCache::start(&managed, &path).unwrap();
+    cache.wait_initialized(WAIT).unwrap();
+    let zk = managed.current();
+    managed.close();
+    let events: Vec<_> = cache.events().iter().collect();
+    assert_eq!(events, vec![CacheEvent::Initialized, CacheEvent::Lost]);
+    assert_eq!(
+        cache.end_reason(),
+        Some(RecipeError::ZooKeeper(Error::Closed))
+    );
+    assert_eq!(zk.live_contexts(), 0);
+}
+
+#[test]
+fn caches_and_streams_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<NodeCache>();
+    check::<recipes::cache::ChildrenCache>();
+    check::<recipes::cache::TreeCache>();
+    check::<recipes::cache::CacheEvents>();
+    check::<recipes::lifecycle::ConnectionStates>();
+    check::<recipes::lifecycle::ManagedZooKeeper>();
+    check::<recipes::events::Next<'static, CacheEvent>>();
+}

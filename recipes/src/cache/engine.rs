@@ -175,8 +175,8 @@ impl Worker {
                 }
             }
             if ended {
-                // A managed client closed (a plain handle's end came as `Lost`).
-                self.signal(CacheEvent::Lost);
+                // A managed client closed (it reported `Lost` first, unless between
+                // sessions, when that was reported already).
                 return Some(RecipeError::ZooKeeper(Error::Closed));
             }
             self.collect_fired();
