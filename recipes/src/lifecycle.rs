@@ -485,7 +485,7 @@ impl ManagedZooKeeper {
     }
 
     /// Uses `connect` to establish each session (the first one before this returns, its
-    /// error is returned). It may set any option of [`ZooKeeper::builder`] and add
+    /// error is returned; later ones on the client's monitor thread). It may set any option of [`ZooKeeper::builder`] and add
     /// credentials (`add_auth`) before returning the handle; it must not resume a session
     /// (`builder(..).session(..)`): each call must start a new one. A failing call is
     /// retried with a growing pause (0.1 s up to 5 s) until it succeeds or the client is
@@ -734,6 +734,9 @@ fn follow_session(
 /// The client a long-lived recipe follows: a plain handle (one session: its loss ends
 /// the recipe) or a [`ManagedZooKeeper`] (the recipe carries on in each new session).
 /// Made from `&ZooKeeper`, `ZooKeeper`, `&ManagedZooKeeper` or `ManagedZooKeeper`.
+///
+/// A recipe holds a clone, so the session (or managed client) stays open while the
+/// recipe runs, even if the application dropped its own handle.
 #[derive(Debug, Clone)]
 pub enum Client {
     /// One session.

@@ -6,7 +6,7 @@
 mod cache_common;
 mod common;
 
-use cache_common::{create, delete_tree, expire, server_tree, settled_watches, Model};
+use cache_common::{create, delete_tree, expire, server_tree, settled_watches, Model, WAIT};
 use common::{unique_path, Proxy};
 use recipes::cache::{CacheEvent, TreeCache};
 use recipes::lifecycle::ManagedZooKeeper;
@@ -264,6 +264,125 @@ fn changes_during_an_expiry_are_reported_in_the_new_session() {
     });
     cache.close();
     common::assert_no_leftover_contexts(&second);
+    managed.close();
+    delete_tree(&writer, &root);
+}
+
+/// A small deterministic generator (xorshift64*), so a seed reproduces the run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Random creates, updates and deletes on a small tree, with the cache's connection cut
+/// and restored at random and its session expired at random (a managed client makes a
+/// new one), while nobody reads the events. At the end the reader catches up and must
+/// hold exactly the server's tree, with two watches per node and a queue that never
+/// held more than one entry per path (plus connection signals). The run prints its
+/// seed; `CACHE_FAULT_SEED=<seed>` replays the same sequence of faults and changes.
+#[test]
+fn random_changes_cuts_and_expiries_end_in_the_servers_state() {
+    let seed = std::env::var("CACHE_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    println!("cache fault run: seed {seed} (CACHE_FAULT_SEED={seed} replays it)");
+    let mut rng = Rng(seed);
+    let hosts = zk_harness::shared_test_connect_string();
+    let proxy = Proxy::start(&hosts);
+    let via_proxy = proxy.addr.clone();
+    let managed = ManagedZooKeeper::with_connector(move || {
+        ZooKeeper::connect(&via_proxy, Duration::from_secs(10))
+    })
+    .unwrap();
+    let writer = common::connect();
+    let root = unique_path("faults");
+    create(&writer, &root, b"");
+    // The paths the run plays with (parents before children).
+    let pool: Vec<String> = ["a", "a/x", "a/x/deep", "a/y", "b", "b/z", "c", "d"]
+        .iter()
+        .map(|p| format!("{root}/{p}"))
+        .collect();
+    let cache = TreeCache::start(&managed, &root).unwrap();
+    let mut model = Model::default();
+    model.read_until_signal(cache.events(), CacheEvent::Initialized);
+
+    let (mut cut, mut expiries, mut cuts, mut most_queued) = (false, 0, 0, 0);
+    let mut expired_generation = 0;
+    for step in 0..400 {
+        let roll = rng.below(100);
+        if roll < 4 && !cut {
+            proxy.cut();
+            cut = true;
+            cuts += 1;
+        } else if roll < 8 && cut {
+            proxy.restore();
+            cut = false;
+        } else if roll < 9 && cut {
+            // Once per session: a session already expired cannot be taken over.
+            let session = managed.session();
+            if session.generation > expired_generation && !session.zk.state().is_terminal() {
+                expire(&session.zk, &hosts);
+                expired_generation = session.generation;
+                expiries += 1;
+            }
+        } else {
+            let path = &pool[rng.below(pool.len() as u64) as usize];
+            let value = format!("{step}");
+            match writer.exists(path).unwrap() {
+                Some(stat) if stat.num_children == 0 && rng.below(3) == 0 => {
+                    writer.delete(path, None).unwrap()
+                }
+                Some(_) => drop(writer.set(path, value.as_bytes(), None).unwrap()),
+                None => {
+                    let parent = path.rsplit_once('/').unwrap().0;
+                    if writer.exists(parent).unwrap().is_some() {
+                        create(&writer, path, value.as_bytes());
+                    }
+                }
+            }
+        }
+        most_queued = most_queued.max(cache.events().len());
+    }
+    proxy.restore();
+    let expected = server_tree(&writer, &root, usize::MAX);
+    println!(
+        "{cuts} cuts, {expiries} expiries, {} nodes at the end, at most {most_queued} events queued",
+        expected.len()
+    );
+    // Each expiry was followed by exactly one new session.
+    let current = managed.wait_connected(WAIT).unwrap();
+    assert_eq!(current.generation, 1 + expiries);
+    let final_signal = CacheEvent::NewSession {
+        generation: current.generation,
+    };
+    model.read_until(cache.events(), "the server's final tree", |m| {
+        m.data() == expected && (expiries == 0 || m.signals.contains(&final_signal))
+    });
+    // One entry per path of the pool and the root, plus the connection signals kept.
+    assert!(
+        most_queued <= pool.len() + 1 + 32 + 3,
+        "{most_queued} events queued"
+    );
+    settled_watches(|| cache.armed_watches(), &current.zk, 0, 2 * expected.len());
+    drop(cache);
+    common::assert_no_leftover_contexts(&current.zk);
     managed.close();
     delete_tree(&writer, &root);
 }
