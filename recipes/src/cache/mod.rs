@@ -265,9 +265,17 @@ impl Core {
             Arc::clone(&shared),
             stop_rx,
         );
+        let (guard_shared, guard_queue) = (Arc::clone(&shared), Arc::clone(&queue));
         let thread = std::thread::Builder::new()
             .name(format!("zk-cache {root}"))
-            .spawn(move || worker.run())
+            .spawn(move || {
+                // A bug must not leave the cache looking alive: report it as the end.
+                let run = std::panic::AssertUnwindSafe(move || worker.run());
+                if std::panic::catch_unwind(run).is_err() {
+                    guard_shared.set_ended(Some(RecipeError::Lost("the cache thread panicked")));
+                    guard_queue.close();
+                }
+            })
             .map_err(|_| RecipeError::Lost("could not start the cache thread"))?;
         Ok(Core {
             shared,
