@@ -48,6 +48,35 @@ fn delete_tree(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
     zk.delete(path, None)
 }
 
+/// 100 writes of `path`, each waiting for the cache's event; prints the mean time.
+fn round_trips(
+    writer: &ZooKeeper,
+    cache: &TreeCache,
+    path: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    while cache.events().try_recv().is_ok() {}
+    let started = Instant::now();
+    for n in 0..100 {
+        let value = format!("round trip {n}");
+        writer.set(path, value.as_bytes(), None)?;
+        loop {
+            let event = cache.events().recv_timeout(Duration::from_secs(10))?;
+            if event
+                .node()
+                .is_some_and(|node| node.data == value.as_bytes())
+            {
+                break;
+            }
+        }
+    }
+    println!(
+        "write-to-event round trip with {} watches armed: {:?} on average",
+        cache.armed_watches(),
+        started.elapsed() / 100
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
     let connect = hosts.connect_string();
@@ -148,7 +177,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         started.elapsed(),
         cache.armed_watches()
     );
+    // Round trips through the big cache, then through a cache of that one node: write,
+    // then wait for its event (each wake-up of a cache thread looks at all its watches).
+    round_trips(&writer, &cache, &format!("{big}/b7/l7"))?;
     drop(cache);
+    let one = TreeCache::start(&zk, &format!("{big}/b7/l7"))?;
+    one.wait_initialized(Duration::from_secs(10))?;
+    round_trips(&writer, &one, &format!("{big}/b7/l7"))?;
+    drop(one);
     println!(
         "after close: {} contexts left on the handle",
         zk.live_contexts()

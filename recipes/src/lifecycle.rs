@@ -22,12 +22,12 @@
 //! Every event carries the session's *generation*: 1 for the first session, one more
 //! for each new session of a [`ManagedZooKeeper`] (always 1 on a plain handle).
 //!
-//! Not guaranteed: a state that lasted shorter than the C client's event delivery may be
-//! missed between two others (a `Suspended` is always followed by the state that ended
-//! it). `Lost` means the server said so (or the handle closed): while the client cannot
-//! reach any server it cannot know that the session expired, so it stays `Suspended`
-//! (Curator can simulate the loss after a session timeout of silence; this does not).
-//! Treat `Suspended` as "may be lost" for anything exclusive.
+//! Not guaranteed: a reader more than 64 events behind loses the oldest
+//! `Suspended`/`Reconnected` pairs (see [`ConnectionStates`]). `Lost` means the server
+//! said so (or the handle closed): while the client cannot reach any server it cannot
+//! know that the session expired, so it stays `Suspended` (Curator can simulate the loss
+//! after a session timeout of silence; this does not). Treat `Suspended` as "may be
+//! lost" for anything exclusive.
 //!
 //! # A client that survives expiry
 //! A [`ManagedZooKeeper`] holds one session at a time. When the server expires it (or

@@ -73,9 +73,12 @@
 //!   read. After the cache stops (session lost on a plain handle), the snapshot is no
 //!   longer updated.
 //!
-//! Cost: the cache thread waits on all its watches at once; each wake-up costs time in
-//! proportion to the number of watches, so caches are meant for trees of up to some ten
-//! thousand nodes.
+//! Cost: reads are pipelined (128 nodes per round trip), so loading a tree of 2,000
+//! nodes takes about a second on a loaded two-core machine. The cache thread waits on
+//! all its watches at once (the client offers one channel per watch, nothing that
+//! gathers them), so each wake-up costs time in proportion to the number of watches:
+//! about 2 ms with 4,000 watches armed on that machine, against well under 0.1 ms for a
+//! small cache. Caches are meant for trees of up to some thousands of nodes.
 
 mod buffer;
 mod children;
