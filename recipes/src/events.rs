@@ -2,6 +2,8 @@
 //! connection states, [`cache`](crate::cache) changes): blocking, with a timeout, without
 //! waiting, or as a future on any executor.
 //!
+//! Threads (or tasks) reading one stream share it: each event goes to one of them.
+//!
 //! Every stream is a queue with one producer (a recipe's own thread) whose memory is
 //! bounded by the recipe's coalescing rule (see each stream's docs), never by how far a
 //! slow reader is behind. A stream ends once its recipe has stopped and every queued
