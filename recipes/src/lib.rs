@@ -12,13 +12,18 @@
 //! | leader election | [`election`] | ZooKeeper recipes |
 //! | read-write lock | [`rwlock`] | ZooKeeper recipes |
 //! | semaphore | [`semaphore`] | ZooKeeper recipes |
+//! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
+//! | node, children and tree caches | [`cache`] | Curator |
 #![warn(missing_docs)]
 
 pub mod barrier;
+pub mod cache;
 pub mod config_watch;
 pub mod election;
 pub mod error;
+pub mod events;
 pub mod id_generator;
+pub mod lifecycle;
 pub mod lock;
 mod nodes;
 pub mod queue;
