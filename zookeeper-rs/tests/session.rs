@@ -370,18 +370,21 @@ fn set_servers_moves_the_client(proxy_ip: &str) {
         zk.connected_host().unwrap(),
         Some(proxy.connect_string().parse().unwrap())
     );
+    // SAFETY (all three): the first two are refused before C is called; for the third
+    // the connection is up and idle (no reconnect or connection error under way), as
+    // `set_servers` requires.
     assert!(matches!(
-        zk.set_servers(" "),
+        unsafe { zk.set_servers(" ") },
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(
-        zk.set_servers("127.0.0.1:1\0").unwrap_err(),
+        unsafe { zk.set_servers("127.0.0.1:1\0") }.unwrap_err(),
         Error::InteriorNul("host list")
     );
 
     // The old server is not in the new list: the client must move (now, or at the
     // latest when its connection breaks).
-    zk.set_servers(&hosts()).unwrap();
+    unsafe { zk.set_servers(&hosts()) }.unwrap();
     proxy.block();
     common::poll_until("the client to reconnect to the new list", WAIT, || {
         zk.state().is_connected() && zk.current_server().ok().flatten() == Some(hosts())
@@ -391,7 +394,8 @@ fn set_servers_moves_the_client(proxy_ip: &str) {
     assert_eq!(zk.connected_host().unwrap(), Some(hosts().parse().unwrap()));
 
     // With one server in the list, cycling lands on it again.
-    zk.cycle_next_server().unwrap();
+    // SAFETY: connected and idle, as `cycle_next_server` requires.
+    unsafe { zk.cycle_next_server() }.unwrap();
     zk.exists("/").unwrap();
 }
 
