@@ -340,10 +340,16 @@ impl ZooKeeper {
         let is_multi = multi.is_some();
         let outcome = self.with_handle(|zh| {
             if is_multi {
-                // `zoo_amulti` folds its per-operation check for an ended session
-                // (ZINVALIDSTATE) into ZMARSHALLINGERROR, the code it also returns for
-                // an allocation failure after queueing (buffers must then be kept):
-                // answer an ended session here, before C, with nothing to keep.
+                // An ended session is answered here, before C, for two reasons. In
+                // 3.8 `zoo_amulti` checks the state once per operation, and when one
+                // check fails it still frees each later operation's request path,
+                // which it never initialised (a stale pointer: in practice the
+                // previous operation's path, i.e. our buffer), and with a chroot it
+                // frees the failing operation's path twice: heap corruption. And it
+                // folds that ZINVALIDSTATE into ZMARSHALLINGERROR, the code it also
+                // returns for an allocation failure after queueing, after which the
+                // buffers must be kept. The check cannot close the window in which
+                // the IO thread ends the session during the call itself.
                 if let Some(error) = terminal_error(zh) {
                     return Err(error);
                 }

@@ -460,7 +460,12 @@ mod sasl {
             // Paces the requests; an event ends the wait early.
             let _ = pace.recv_timeout(Duration::from_millis(5));
         }
-        assert_eq!(zk.state(), SessionState::AuthFailed, "after {futures:?}");
+        assert_eq!(
+            zk.state(),
+            SessionState::AuthFailed,
+            "after {} requests",
+            futures.len()
+        );
         println!("{} requests made while reconnecting", futures.len());
         for future in futures {
             let result = future.wait_timeout(WAIT);
