@@ -484,6 +484,14 @@ impl ZooKeeper {
     /// connecting, reconnecting or handling a connection error for the duration of the
     /// call, or accept the risk of memory corruption. Every other method of this type
     /// is safe.
+    ///
+    /// Safe code cannot make the call:
+    ///
+    /// ```compile_fail,E0133
+    /// fn move_to(zk: &zookeeper::ZooKeeper, hosts: &str) -> zookeeper::Result<()> {
+    ///     zk.set_servers(hosts) // error[E0133]: call to unsafe function
+    /// }
+    /// ```
     pub unsafe fn set_servers(&self, hosts: &str) -> Result<()> {
         if hosts.trim().is_empty() {
             return Err(Error::InvalidArgument("empty host list"));
@@ -505,6 +513,12 @@ impl ZooKeeper {
     /// past the end of the address list. As for [`set_servers`](Self::set_servers),
     /// the caller must make sure the IO thread is not connecting, reconnecting or
     /// handling a connection error for the duration of the call.
+    ///
+    /// ```compile_fail,E0133
+    /// fn cycle(zk: &zookeeper::ZooKeeper) -> zookeeper::Result<()> {
+    ///     zk.cycle_next_server() // error[E0133]: call to unsafe function
+    /// }
+    /// ```
     pub unsafe fn cycle_next_server(&self) -> Result<()> {
         // SAFETY: live handle; the race with the IO thread is the caller's to exclude.
         self.with_handle(|zh| unsafe { sys::zoo_cycle_next_server(zh) })

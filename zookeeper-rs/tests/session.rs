@@ -287,7 +287,8 @@ fn connect_timeout_defaults_to_the_session_timeout() {
 /// reconnect makes the C IO thread rewrite its copy of the id and password. The binding
 /// reads its own copy, taken on the completion thread when a connection is reported,
 /// so a reader never races that rewrite (the race itself is a data race without a
-/// visible symptom on x86-64; ThreadSanitizer, `scripts/tsan.sh`, reports it).
+/// visible symptom on x86-64: under ThreadSanitizer, `scripts/tsan.sh`, reading the C
+/// struct here is reported as a race with the IO thread's `check_events`).
 #[test]
 fn client_id_is_stable_across_reconnects() {
     let proxy = Proxy::start(&hosts());
