@@ -102,8 +102,8 @@ impl ZooKeeperBuilder {
         self
     }
 
-    /// How long `connect` waits for the first connection. Default: the session timeout
-    /// (as finally set, whichever of the two is set first).
+    /// How long `connect` waits for the first connection. Default: the session timeout,
+    /// in whichever order the two are set.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
