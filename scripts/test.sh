@@ -24,6 +24,12 @@ cargo test -p zookeeper-sys --features vendored
 echo "== valgrind memcheck over the client and recipe test binaries =="
 ./scripts/valgrind.sh
 
+echo "== AddressSanitizer over the client, recipe and soak suites (vendored C client instrumented) =="
+./scripts/asan.sh
+
+echo "== ThreadSanitizer over the client's concurrency suites (std and C client instrumented) =="
+./scripts/tsan.sh
+
 echo "== TLS and SASL through the vendored C client =="
 ./scripts/setup-security.sh
 cargo test -p zookeeper-sys --features tls,sasl

@@ -85,7 +85,8 @@ impl std::fmt::Debug for ZooKeeper {
 pub struct ZooKeeperBuilder {
     hosts: String,
     session_timeout: Duration,
-    connect_timeout: Duration,
+    /// `None`: the session timeout, whenever it is set (before or after this).
+    connect_timeout: Option<Duration>,
     client_id: Option<ClientId>,
     read_only: bool,
     deterministic_order: Option<bool>,
@@ -101,9 +102,10 @@ impl ZooKeeperBuilder {
         self
     }
 
-    /// How long `connect` waits for the first connection. Default: the session timeout.
+    /// How long `connect` waits for the first connection. Default: the session timeout,
+    /// in whichever order the two are set.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = Some(timeout);
         self
     }
 
@@ -183,7 +185,7 @@ impl ZooKeeperBuilder {
         let zh = unsafe {
             sys::zookeeper_init2(
                 hosts.as_ptr(),
-                Some(context::session_watcher),
+                Some(crate::session::global_watcher),
                 session_ms,
                 client_id.as_ref().map_or(ptr::null(), |id| id as *const _),
                 session_context as *mut c_void,
@@ -225,16 +227,15 @@ impl ZooKeeperBuilder {
                 security: Arc::new(keepalive),
             }),
         };
-        let deadline = deadline_after(self.connect_timeout);
+        let deadline = deadline_after(self.connect_timeout.unwrap_or(self.session_timeout));
         #[cfg(feature = "tls")]
         let tls_failures_before = crate::logging::tls_failures();
-        #[cfg(any(feature = "tls", feature = "sasl"))]
-        let state = if self.security.uses_sasl() {
-            crate::security::wait_connected(&zk, &zk.inner.session, deadline)
-        } else {
-            zk.inner.session.wait_connected(deadline)
-        };
-        #[cfg(not(any(feature = "tls", feature = "sasl")))]
+        // A failed SASL authentication ends the session without a session event: a
+        // monitor notices it, now and for the rest of the handle's life.
+        #[cfg(feature = "sasl")]
+        if self.security.uses_sasl() {
+            crate::security::monitor_authentication(&zk);
+        }
         let state = zk.inner.session.wait_connected(deadline);
         match state {
             state if state.is_connected() => Ok(zk),
@@ -267,7 +268,7 @@ impl ZooKeeper {
         ZooKeeperBuilder {
             hosts: hosts.to_string(),
             session_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::ZERO,
+            connect_timeout: None,
             client_id: None,
             read_only: false,
             deterministic_order: None,
@@ -275,7 +276,6 @@ impl ZooKeeper {
             #[cfg(any(feature = "tls", feature = "sasl"))]
             security: Default::default(),
         }
-        .fix_connect_timeout()
     }
 
     /// The current session state.
@@ -307,14 +307,14 @@ impl ZooKeeper {
 
     /// Runs `call` with the live C handle, holding the read lock so close cannot run
     /// concurrently. Fails fast on a closed or terminal session.
+    ///
+    /// The read lock is only ever tried, never waited for: the one writer is `close`, so
+    /// a lock that cannot be had means a close has started, and the call fails with
+    /// `Closed` at once instead of stalling for the seconds `zookeeper_close` can take
+    /// (it sends CloseSession and waits for the answer). This also keeps a caller on the
+    /// C completion thread (a waker) from waiting on a closer that joins that thread.
     pub(crate) fn with_handle<R>(&self, call: impl FnOnce(*mut sys::zhandle_t) -> R) -> Result<R> {
-        // On the C completion thread (only a waker can get us here) a blocking read could
-        // wait on a closer that is joining this very thread: fail instead of deadlocking.
-        let guard = if context::in_c_callback() {
-            self.inner.handle.try_read().ok_or(Error::Closed)?
-        } else {
-            self.inner.handle.read()
-        };
+        let guard = self.inner.handle.try_read().ok_or(Error::Closed)?;
         let Some(handle) = *guard else {
             return Err(Error::Closed);
         };
@@ -337,7 +337,23 @@ impl ZooKeeper {
     ) -> ZkFuture<T> {
         let client = self.inner.client;
         let slot = ReplySlot::new();
+        let is_multi = multi.is_some();
         let outcome = self.with_handle(|zh| {
+            if is_multi {
+                // An ended session is answered here, before C, for two reasons. In
+                // 3.8 `zoo_amulti` checks the state once per operation, and when one
+                // check fails it still frees each later operation's request path,
+                // which it never initialised (a stale pointer: in practice the
+                // previous operation's path, i.e. our buffer), and with a chroot it
+                // frees the failing operation's path twice: heap corruption. And it
+                // folds that ZINVALIDSTATE into ZMARSHALLINGERROR, the code it also
+                // returns for an allocation failure after queueing, after which the
+                // buffers must be kept. The check cannot close the window in which
+                // the IO thread ends the session during the call itself.
+                if let Some(error) = terminal_error(zh) {
+                    return Err(error);
+                }
+            }
             let (watch_id, receiver) = match watch {
                 Some((kind, path)) => {
                     let (sender, receiver) = crossbeam_channel::bounded(1);
@@ -366,31 +382,34 @@ impl ZooKeeper {
             );
             let watch_context = watch_id.map_or(ptr::null_mut(), |(id, _)| context::id_to_ptr(id));
             let rc = terminal_code(zh, call(zh, watch_context, context::id_to_ptr(request_id)));
+            if rc == sys::ZMARSHALLINGERROR && is_multi {
+                // The session ended during the call: that is the error (the slot keeps
+                // the first result); the buffers are still kept below, as C may hold them.
+                if let Some(error) = terminal_error(zh) {
+                    slot.fulfill(Err(error));
+                }
+            }
             if rc != sys::ZOK {
                 context::submission_failed(request_id, rc);
             }
-            receiver
+            Ok(receiver)
         });
         match outcome {
-            Ok(receiver) => ZkFuture::pending(slot, move |reply| convert(reply, receiver)),
-            Err(error) => ZkFuture::failed(error),
+            Ok(Ok(receiver)) => ZkFuture::pending(slot, move |reply| convert(reply, receiver)),
+            Ok(Err(error)) | Err(error) => ZkFuture::failed(error),
         }
     }
 
     /// The session id and password, to resume the session elsewhere.
+    ///
+    /// Read from a copy taken when the session (re)connected, never from the C handle:
+    /// its IO thread rewrites that struct on every reconnect, unsynchronized.
     pub fn client_id(&self) -> Result<ClientId> {
-        self.with_handle(|zh| {
-            // SAFETY: live handle; C returns a pointer into the handle, read under the lock.
-            let raw = unsafe { &*sys::zoo_client_id(zh) };
-            let mut password = [0u8; 16];
-            for (dst, src) in password.iter_mut().zip(raw.passwd) {
-                *dst = src as u8;
-            }
-            ClientId {
-                session_id: raw.client_id,
-                password,
-            }
-        })
+        // Fails on a closed or ended session, as every call does.
+        self.with_handle(|_| ())?;
+        // `connect` returns only once connected, and the id is recorded before the
+        // state says so: the copy is always there for a handle a caller holds.
+        self.inner.session.client_id().ok_or(Error::SystemError)
     }
 
     /// The session timeout negotiated with the server.
@@ -444,18 +463,64 @@ impl ZooKeeper {
     }
 
     /// Replaces the server list (`zoo_set_servers`); the client may move to rebalance.
-    pub fn set_servers(&self, hosts: &str) -> Result<()> {
+    ///
+    /// To follow membership changes without this call, give host *names* in the
+    /// connect string: the C client re-resolves them on its own IO thread (see
+    /// [`ZooKeeperBuilder::resolution_delay`]), where no race exists.
+    ///
+    /// # Safety
+    ///
+    /// In the C client this binding links (3.8), `zoo_set_servers` frees and replaces
+    /// the host string and the address list, and may close the socket, while the
+    /// client's IO thread uses them without the lock that guards them (ZOOKEEPER-4699,
+    /// fixed upstream in 3.9.4): on a connection failure or reconnect at that moment the
+    /// IO thread reads freed memory (a heap use-after-free AddressSanitizer reports
+    /// within seconds when the call is repeated while the client reconnects), or
+    /// reads or writes a socket descriptor number that has been closed and reused.
+    /// No lock or check on the Rust side can exclude this: the IO thread takes none
+    /// this binding could hold, and when it reconnects is up to the network.
+    ///
+    /// The caller must therefore make sure the C client's IO thread is not
+    /// connecting, reconnecting or handling a connection error for the duration of the
+    /// call, or accept the risk of memory corruption. Every other method of this type
+    /// is safe.
+    ///
+    /// Safe code cannot make the call:
+    ///
+    /// ```compile_fail,E0133
+    /// fn move_to(zk: &zookeeper::ZooKeeper, hosts: &str) -> zookeeper::Result<()> {
+    ///     zk.set_servers(hosts) // error[E0133]: call to unsafe function
+    /// }
+    /// ```
+    pub unsafe fn set_servers(&self, hosts: &str) -> Result<()> {
         if hosts.trim().is_empty() {
             return Err(Error::InvalidArgument("empty host list"));
         }
         let hosts = c_string(hosts, "host list")?;
-        // SAFETY: live handle; `hosts` is NUL-terminated and copied by C.
+        // SAFETY: live handle; `hosts` is NUL-terminated and copied by C. The race with
+        // the IO thread (ZOOKEEPER-4699) is the caller's to exclude, per the contract.
         Error::check(self.with_handle(|zh| unsafe { sys::zoo_set_servers(zh, hosts.as_ptr()) })?)
     }
 
     /// Moves to the next server in the list on the next reconnect (`zoo_cycle_next_server`).
-    pub fn cycle_next_server(&self) -> Result<()> {
-        // SAFETY: live handle.
+    ///
+    /// # Safety
+    ///
+    /// `zoo_cycle_next_server` advances the address list's cursor and rewrites the
+    /// current address under the C client's reconfiguration lock, but the IO thread
+    /// advances and reads the same fields without it when a connection fails: a data
+    /// race that can make the IO thread connect to a torn address or read one entry
+    /// past the end of the address list. As for [`set_servers`](Self::set_servers),
+    /// the caller must make sure the IO thread is not connecting, reconnecting or
+    /// handling a connection error for the duration of the call.
+    ///
+    /// ```compile_fail,E0133
+    /// fn cycle(zk: &zookeeper::ZooKeeper) -> zookeeper::Result<()> {
+    ///     zk.cycle_next_server() // error[E0133]: call to unsafe function
+    /// }
+    /// ```
+    pub unsafe fn cycle_next_server(&self) -> Result<()> {
+        // SAFETY: live handle; the race with the IO thread is the caller's to exclude.
         self.with_handle(|zh| unsafe { sys::zoo_cycle_next_server(zh) })
     }
 
@@ -491,14 +556,48 @@ impl ZooKeeper {
     pub(crate) fn client_key(&self) -> u64 {
         self.inner.client
     }
+
+    /// A reference that does not keep the session open.
+    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+    pub(crate) fn downgrade(&self) -> WeakZooKeeper {
+        WeakZooKeeper {
+            inner: Arc::downgrade(&self.inner),
+            session: Arc::clone(&self.inner.session),
+        }
+    }
+
+    /// Ends the session in a terminal `state` the C client reached without sending a
+    /// session event (a failed SASL authentication): as the global watcher does for
+    /// one, the state is recorded first, then pending requests fail and watches get
+    /// their final event, then session subscribers hear of it.
+    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+    pub(crate) fn end_session(&self, state: SessionState) {
+        let session = &self.inner.session;
+        if session.state().is_terminal() {
+            return;
+        }
+        session.on_state(state);
+        context::sweep(self.inner.client, SweepReason::Terminal(state));
+        session.publish(WatchedEvent {
+            event_type: crate::types::EventType::Session,
+            state,
+            path: String::new(),
+        });
+    }
 }
 
-impl ZooKeeperBuilder {
-    fn fix_connect_timeout(mut self) -> Self {
-        if self.connect_timeout.is_zero() {
-            self.connect_timeout = self.session_timeout;
-        }
-        self
+/// A [`ZooKeeper`] that does not keep the handle open (for monitor threads).
+#[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+pub(crate) struct WeakZooKeeper {
+    inner: std::sync::Weak<Inner>,
+    /// Kept so the state can be waited on after the handle is gone.
+    pub(crate) session: Arc<Session>,
+}
+
+#[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+impl WeakZooKeeper {
+    pub(crate) fn upgrade(&self) -> Option<ZooKeeper> {
+        self.inner.upgrade().map(|inner| ZooKeeper { inner })
     }
 }
 
@@ -586,16 +685,24 @@ pub(crate) fn terminal_code(zh: *mut sys::zhandle_t, rc: c_int) -> c_int {
     if rc != sys::ZINVALIDSTATE {
         return rc;
     }
+    terminal_error(zh)
+        .and_then(|error| error.code())
+        .unwrap_or(rc)
+}
+
+/// The error for a session the C client already knows has ended (expired or failed
+/// authentication), whether or not its session event has reached us yet.
+fn terminal_error(zh: *mut sys::zhandle_t) -> Option<Error> {
     // SAFETY: the caller holds the handle's read lock, so `zh` is live.
     let state = unsafe { sys::zoo_state(zh) };
     // SAFETY: reading `extern const int`s the C library defines and never writes.
     let (expired, auth_failed) =
         unsafe { (sys::ZOO_EXPIRED_SESSION_STATE, sys::ZOO_AUTH_FAILED_STATE) };
     if state == expired {
-        sys::ZSESSIONEXPIRED
+        Some(Error::SessionExpired)
     } else if state == auth_failed {
-        sys::ZAUTHFAILED
+        Some(Error::AuthFailed)
     } else {
-        rc
+        None
     }
 }

@@ -6,11 +6,16 @@
 
 use crossbeam_channel::Sender;
 use log::{Level, LevelFilter};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use zookeeper_sys as sys;
 
 static EXPLICIT_LEVEL: AtomicBool = AtomicBool::new(false);
+
+/// The C level last set, or -1. `zoo_set_debug_level` writes a plain global that every
+/// handle's C threads read unsynchronized: it is only called when the level changes, not
+/// at every connect while other handles run.
+static APPLIED_LEVEL: AtomicI32 = AtomicI32::new(-1);
 
 /// TLS handshake failures the C client has logged in this process.
 static TLS_FAILURES: AtomicU64 = AtomicU64::new(0);
@@ -24,6 +29,10 @@ pub(crate) fn tls_failures() -> u64 {
 
 /// Sets the C client's log level for the whole process (it is global in C), and stops
 /// connects from deriving it from `log::max_level()`.
+///
+/// The C client writes the level to a plain global its threads read without
+/// synchronization: changing it while handles are open is a (benign in practice) data
+/// race inside the C client. Set it once, before connecting.
 pub fn set_c_log_level(level: LevelFilter) {
     EXPLICIT_LEVEL.store(true, Ordering::Relaxed);
     apply(level);
@@ -44,6 +53,9 @@ fn apply(level: LevelFilter) {
         LevelFilter::Info => sys::ZOO_LOG_LEVEL_INFO,
         LevelFilter::Debug | LevelFilter::Trace => sys::ZOO_LOG_LEVEL_DEBUG,
     };
+    if APPLIED_LEVEL.swap(c_level as i32, Ordering::Relaxed) == c_level as i32 {
+        return;
+    }
     // SAFETY: sets a process-wide int; no preconditions.
     unsafe { sys::zoo_set_debug_level(c_level) };
 }

@@ -531,24 +531,35 @@ impl ZooKeeper {
 
     /// Adds credentials to the session (`zoo_add_auth`), e.g. `("digest", b"user:pass")`.
     /// Wrong credentials for a scheme the server checks end the session (`AuthFailed`).
+    ///
+    /// Scheme and credentials above the server's default request limit (`jute.maxbuffer`,
+    /// 0xfffff bytes) fail with `DataTooLarge` before anything is sent: the server would
+    /// drop the connection instead of answering, and the C client, which resends every
+    /// credential after each reconnect, would reconnect in a loop until the session
+    /// expired.
     pub fn add_auth(&self, scheme: &str, credentials: &[u8]) -> Result<()> {
         self.add_auth_async(scheme, credentials).wait()
     }
 
     /// Async [`add_auth`](Self::add_auth).
     pub fn add_auth_async(&self, scheme: &str, credentials: &[u8]) -> ZkFuture<()> {
+        if let Err(error) = check_auth_len(scheme, credentials.len()) {
+            return ZkFuture::failed(error);
+        }
         let scheme = match c_string(scheme, "auth scheme") {
             Ok(scheme) if !scheme.as_bytes().is_empty() => scheme,
             Ok(_) => return ZkFuture::failed(Error::InvalidArgument("empty auth scheme")),
             Err(error) => return ZkFuture::failed(error),
         };
+        // In range of `c_int`: checked above.
         let (cert, len) = data_ptr(credentials);
         self.submit(
             None,
             None,
             |zh, _, request| {
                 // SAFETY: live handle; scheme and credentials are copied by C before it
-                // returns (it keeps them to resend on reconnect); ours is the completion.
+                // returns (it keeps them to resend on reconnect), `len` is their true
+                // length (bounded above, so no `int` truncation); ours is the completion.
                 unsafe {
                     sys::zoo_add_auth(
                         zh,
@@ -1029,6 +1040,18 @@ fn request_len(path: &str, data: &[u8], acl: &[Acl]) -> usize {
     64 + path.len() + data.len() + acl_len
 }
 
+/// An auth request: scheme and credentials with their length prefixes, plus headers. It
+/// travels alone (the C client sends each credential in its own packet, also when it
+/// resends them after a reconnect), so it alone must fit the server's limit; that bound
+/// also keeps the length within C's `int`.
+fn check_auth_len(scheme: &str, credentials_len: usize) -> Result<()> {
+    check_request_len(
+        64usize
+            .saturating_add(scheme.len())
+            .saturating_add(credentials_len),
+    )
+}
+
 fn check_request_len(len: usize) -> Result<()> {
     if len > MAX_REQUEST_LEN {
         return Err(Error::DataTooLarge {
@@ -1037,4 +1060,32 @@ fn check_request_len(len: usize) -> Result<()> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_credentials_are_bounded_before_c_sees_an_int() {
+        assert_eq!(check_auth_len("digest", 1000), Ok(()));
+        assert!(matches!(
+            check_auth_len("digest", MAX_REQUEST_LEN),
+            Err(Error::DataTooLarge {
+                max: MAX_REQUEST_LEN,
+                ..
+            })
+        ));
+        // Lengths that would wrap or go negative as a C `int` never get through.
+        for len in [i32::MAX as usize + 1, u32::MAX as usize + 7, usize::MAX] {
+            assert!(
+                matches!(
+                    check_auth_len("digest", len),
+                    Err(Error::DataTooLarge { .. })
+                ),
+                "{len}"
+            );
+        }
+        assert!(check_auth_len(&"s".repeat(MAX_REQUEST_LEN), 0).is_err());
+    }
 }

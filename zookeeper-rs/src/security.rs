@@ -19,14 +19,17 @@
 //! See [`ZooKeeperBuilder::tls`] and [`ZooKeeperBuilder::sasl`] for how failures show,
 //! and `docs/security.md` in the repository for the set-up.
 
-use crate::client::{ZooKeeper, ZooKeeperBuilder};
+#[cfg(feature = "sasl")]
+use crate::client::ZooKeeper;
+use crate::client::ZooKeeperBuilder;
 use crate::error::{Error, Result};
 use crate::path::c_string;
-use crate::session::Session;
+#[cfg(feature = "sasl")]
 use crate::types::SessionState;
 use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+#[cfg(feature = "sasl")]
 use std::time::{Duration, Instant};
 use zookeeper_sys as sys;
 
@@ -265,6 +268,7 @@ pub(crate) struct SecurityOptions {
 impl SecurityOptions {
     /// Whether the connection uses TLS (a connect timeout is then checked for a TLS
     /// handshake failure the C client logged).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     pub(crate) fn uses_tls(&self) -> bool {
         #[cfg(feature = "tls")]
         return self.tls.is_some();
@@ -273,6 +277,7 @@ impl SecurityOptions {
     }
 
     /// Whether `connect` must watch the C state for a failed SASL authentication.
+    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
     pub(crate) fn uses_sasl(&self) -> bool {
         #[cfg(feature = "sasl")]
         return self.sasl.is_some();
@@ -310,10 +315,14 @@ impl ZooKeeperBuilder {
     ///
     /// A failed authentication (wrong password, unknown user, a mechanism the system's
     /// Cyrus SASL lacks) makes `connect` return `AuthFailed` as soon as the C client
-    /// gives up, usually within milliseconds. The C client ends the session without a
-    /// session event, so `connect` polls the C state while it waits. Should a later
-    /// re-authentication fail, the handle stops the same way: calls fail and
-    /// [`ZooKeeper::is_unrecoverable`] is true, but no `AuthFailed` event is sent.
+    /// gives up, usually within milliseconds.
+    ///
+    /// Should a later re-authentication fail (after a reconnect), the session ends as on
+    /// an `AuthFailed` session event: [`ZooKeeper::state`] says `AuthFailed`, pending
+    /// requests fail with `AuthFailed`, every armed [`Watch`](crate::Watch) gets a final
+    /// `Session`/`AuthFailed` event and session subscribers get one too. The C client
+    /// ends such a session without any event (it only sets its state), so a monitor
+    /// thread per SASL handle checks the C state every 50 ms until the session ends.
     #[cfg(feature = "sasl")]
     pub fn sasl(mut self, sasl: SaslConfig) -> Self {
         self.security.sasl = Some(sasl);
@@ -385,7 +394,7 @@ impl Prepared {
             sys::zookeeper_sys_init_secure(
                 hosts,
                 self.cert.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
-                Some(crate::context::session_watcher),
+                Some(crate::session::global_watcher),
                 recv_timeout,
                 client_id,
                 context,
@@ -404,25 +413,42 @@ impl Prepared {
     }
 }
 
-/// Waits for the first connection like `Session::wait_connected`, but also notices the
-/// C client giving up on SASL: it then sets `ZOO_AUTH_FAILED_STATE` and stops without a
-/// session event, so the state is polled and the event supplied here.
-pub(crate) fn wait_connected(zk: &ZooKeeper, session: &Session, deadline: Instant) -> SessionState {
-    const POLL: Duration = Duration::from_millis(25);
-    loop {
-        let now = Instant::now();
-        let state = session.wait_connected(deadline.min(now + POLL));
-        if state.is_connected() || state.is_terminal() || Instant::now() >= deadline {
-            return state;
-        }
-        // SAFETY: live handle (with_handle holds the lock that keeps close out).
-        let c_state = zk.with_handle(|zh| unsafe { sys::zoo_state(zh) });
-        // SAFETY: reading an `extern const int` the C library defines and never writes.
-        let auth_failed = unsafe { sys::ZOO_AUTH_FAILED_STATE };
-        if c_state == Ok(auth_failed) {
-            session.on_state(SessionState::AuthFailed);
-            return SessionState::AuthFailed;
-        }
+/// How often the authentication monitor reads the C state.
+#[cfg(feature = "sasl")]
+const AUTH_POLL: Duration = Duration::from_millis(50);
+
+/// Starts the thread that notices the C client giving up on SASL, at connect or at any
+/// later re-authentication: `zoo_sasl_mark_failed` sets `ZOO_AUTH_FAILED_STATE` and the
+/// IO thread stops, with no session event and no completion for pending requests. The
+/// thread reads the C state every [`AUTH_POLL`] and, on a failure, ends the session the
+/// way an `AuthFailed` event would (`ZooKeeper::end_session`). It holds no strong
+/// reference between polls and exits once the session has ended (closed included) or
+/// the last handle is gone.
+#[cfg(feature = "sasl")]
+pub(crate) fn monitor_authentication(zk: &ZooKeeper) {
+    let weak = zk.downgrade();
+    let spawned = std::thread::Builder::new()
+        .name("zookeeper-sasl-monitor".into())
+        .spawn(move || loop {
+            if weak.session.wait_terminal(Instant::now() + AUTH_POLL) {
+                return;
+            }
+            let Some(zk) = weak.upgrade() else { return };
+            // SAFETY: live handle (with_handle holds the lock that keeps close out);
+            // `zoo_state` reads one int.
+            let Ok(c_state) = zk.with_handle(|zh| unsafe { sys::zoo_state(zh) }) else {
+                return; // closed or ended
+            };
+            // SAFETY: reading an `extern const int` the C library defines and never writes.
+            if c_state == unsafe { sys::ZOO_AUTH_FAILED_STATE } {
+                zk.end_session(SessionState::AuthFailed);
+                return;
+            }
+            // Dropping `zk` here may close the handle (the last clone): this is not a C
+            // thread, so that is allowed.
+        });
+    if let Err(error) = spawned {
+        log::error!("zookeeper-rs: cannot start the SASL monitor thread: {error}");
     }
 }
 

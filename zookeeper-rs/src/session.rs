@@ -1,16 +1,21 @@
 //! Session state shared between the global watcher (C completion thread) and users:
 //! a condition variable to wait on, and a stream of events for any number of receivers.
 
-use crate::types::{SessionState, WatchedEvent};
+use crate::types::{ClientId, SessionState, WatchedEvent};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::time::Instant;
+use zookeeper_sys as sys;
 
 pub(crate) struct Session {
     /// Registry key of the client this session belongs to.
     pub(crate) client: u64,
     state: Mutex<SessionState>,
     changed: Condvar,
+    /// The session id and password, copied on the C completion thread when a session
+    /// event reports a connection (see `record_client_id`), so that no user thread reads
+    /// the C handle's `client_id` while the IO thread rewrites it on a reconnect.
+    client_id: Mutex<Option<ClientId>>,
     /// `None` once the handle is closed: later subscribers get an ended stream.
     subscribers: Mutex<Option<Vec<Sender<WatchedEvent>>>>,
 }
@@ -21,6 +26,7 @@ impl Session {
             client,
             state: Mutex::new(SessionState::NotConnected),
             changed: Condvar::new(),
+            client_id: Mutex::new(None),
             subscribers: Mutex::new(Some(Vec::new())),
         }
     }
@@ -40,6 +46,49 @@ impl Session {
             *current = state;
         }
         self.changed.notify_all();
+    }
+
+    /// The session id and password as of the last connection, if any.
+    pub(crate) fn client_id(&self) -> Option<ClientId> {
+        *self.client_id.lock()
+    }
+
+    /// Copies the C handle's session id and password. Called on the C completion thread
+    /// for a session event that reports a connection: the IO thread wrote them before it
+    /// queued that event (the completion queue's lock orders the two), and it writes them
+    /// again only after a later reconnect's handshake, with the same values unless a
+    /// read-only session moves to a read-write server.
+    ///
+    /// # Safety
+    /// `zh` is the live handle whose global watcher is running.
+    pub(crate) unsafe fn record_client_id(&self, zh: *mut sys::zhandle_t) {
+        // SAFETY: per the contract `zh` is live; C returns a pointer into it.
+        let Some(raw) = (unsafe { sys::zoo_client_id(zh).as_ref() }) else {
+            return;
+        };
+        let mut password = [0u8; 16];
+        for (dst, src) in password.iter_mut().zip(raw.passwd) {
+            *dst = src as u8;
+        }
+        if raw.client_id != 0 {
+            *self.client_id.lock() = Some(ClientId {
+                session_id: raw.client_id,
+                password,
+            });
+        }
+    }
+
+    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+    /// Waits until the state is terminal (expired, auth failed, closed) or `deadline`
+    /// passes; returns whether it is terminal.
+    pub(crate) fn wait_terminal(&self, deadline: Instant) -> bool {
+        let mut state = self.state.lock();
+        while !state.is_terminal() {
+            if self.changed.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        state.is_terminal()
     }
 
     /// Waits until connected, terminal, or `deadline`; returns the state then.
@@ -75,4 +124,32 @@ impl Session {
     pub(crate) fn close_subscribers(&self) {
         self.subscribers.lock().take();
     }
+}
+
+/// The global watcher handed to C: records the session id and password when a session
+/// event reports a connection, before `context::session_watcher` publishes the new state
+/// (so a caller that saw `Connected` finds the id), then delegates to it.
+pub(crate) unsafe extern "C" fn global_watcher(
+    zh: *mut sys::zhandle_t,
+    event_type: std::os::raw::c_int,
+    state: std::os::raw::c_int,
+    path: *const std::os::raw::c_char,
+    context: *mut std::os::raw::c_void,
+) {
+    use crate::types::EventType;
+    if !context.is_null()
+        && EventType::from_c(event_type) == EventType::Session
+        && SessionState::from_c(state).is_connected()
+    {
+        // Nothing below can unwind (a lock without poisoning, plain copies); the guard
+        // keeps a panic from crossing into C all the same.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: the context is the `Arc<Session>` leaked at init and reclaimed only
+            // after `zookeeper_close` has joined this thread; `zh` is the live handle C
+            // is calling back for.
+            unsafe { (*(context as *const Session)).record_client_id(zh) }
+        }));
+    }
+    // SAFETY: the arguments are C's, passed on unchanged.
+    unsafe { crate::context::session_watcher(zh, event_type, state, path, context) }
 }

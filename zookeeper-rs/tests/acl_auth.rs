@@ -192,3 +192,43 @@ fn add_auth_rejects_bad_input_before_c() {
     assert!(zk.is_unrecoverable());
     assert_eq!(zk.live_contexts(), 0);
 }
+
+/// Credentials above the server's request limit: the server would drop the connection
+/// instead of answering, and the C client, which resends every credential after each
+/// reconnect, would reconnect in a loop until the session expired. They are refused up
+/// front, and the session is not disturbed.
+#[test]
+fn oversized_credentials_are_refused_before_sending() {
+    let zk = connect();
+    let events = zk.session_events();
+    let mut credentials = b"user:".to_vec();
+    credentials.resize(2 << 20, b'x');
+    let error = zk.add_auth("digest", &credentials).unwrap_err();
+    assert!(
+        matches!(error, Error::DataTooLarge { len, max } if len > max && max == 0xfffff),
+        "{error:?}"
+    );
+    // An oversized scheme counts too.
+    assert!(matches!(
+        common::block_on(zk.add_auth_async(&"s".repeat(1 << 20), b"user:pass")),
+        Err(Error::DataTooLarge { .. })
+    ));
+    assert_eq!(zk.live_contexts(), 0);
+
+    // No connection loss followed: the session and its connection are the same.
+    let path = unique("after-big-auth");
+    create(&zk, &path, b"still here");
+    assert_eq!(zk.get(&path).unwrap().0, b"still here");
+    assert!(zk.state().is_connected());
+    let seen: Vec<_> = events.try_iter().collect();
+    assert!(
+        seen.iter()
+            .all(|event| event.state == zookeeper::SessionState::Connected),
+        "the connection dropped: {seen:?}"
+    );
+    // A credential just under the limit still goes through.
+    credentials.truncate(0xfffff - 200);
+    zk.add_auth("digest", &credentials).unwrap();
+    zk.exists("/").unwrap();
+    assert!(zk.state().is_connected());
+}

@@ -316,3 +316,61 @@ fn closing_leaves_no_pending_future_forever() {
     assert!(ok <= 1600);
     assert_eq!(zk.live_contexts(), 0);
 }
+
+/// While `close` runs, and that can take seconds (it sends CloseSession and waits for
+/// the answer; here the server is paused and never answers), calls from other threads
+/// fail with `Closed` at once instead of waiting for the close to finish.
+#[test]
+fn calls_during_a_slow_close_fail_closed_at_once() {
+    use std::sync::atomic::AtomicU64;
+    use std::time::Duration;
+    let server = zk_harness::Server::start().unwrap();
+    let zk = ZooKeeper::connect(&server.connect_string(), Duration::from_secs(10)).unwrap();
+    zk.exists("/").unwrap();
+    server.pause().unwrap();
+
+    let closed_after = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let closer = {
+        let zk = zk.clone();
+        let closed_after = Arc::clone(&closed_after);
+        thread::spawn(move || {
+            zk.close().unwrap();
+            closed_after.store(started.elapsed().as_millis() as u64 + 1, Ordering::SeqCst);
+        })
+    };
+    // Once the close has started, calls answer Closed; each must come back while the
+    // close is still running.
+    let mut answered_closed = 0;
+    loop {
+        let before = Instant::now();
+        let result = zk.client_id();
+        let took = before.elapsed();
+        match result {
+            Err(Error::Closed) => {
+                let close_done = closed_after.load(Ordering::SeqCst);
+                assert_eq!(
+                    close_done, 0,
+                    "Closed came only after the close had finished ({close_done} ms); the \
+                     call waited {took:?}"
+                );
+                answered_closed += 1;
+                // Other kinds of call too, blocking and async.
+                assert_eq!(zk.get("/").unwrap_err(), Error::Closed);
+                assert_eq!(block_on(zk.exists_async("/")).unwrap_err(), Error::Closed);
+                assert!(zk.is_unrecoverable());
+                if answered_closed == 3 {
+                    break;
+                }
+            }
+            Ok(_) => assert_eq!(closed_after.load(Ordering::SeqCst), 0),
+            Err(other) => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < WAIT, "close never started");
+    }
+    closer.join().unwrap();
+    let close_took = closed_after.load(Ordering::SeqCst);
+    println!("close took {close_took} ms with the server paused");
+    assert_eq!(zk.state(), SessionState::Closed);
+    assert_eq!(zk.live_contexts(), 0);
+}

@@ -261,3 +261,101 @@ fn rejected_before_reaching_c() {
     assert_eq!(zk.live_contexts(), 0);
     assert_eq!(zk.exists(&base).unwrap(), None);
 }
+
+/// A waker that, when called (on the C completion thread), holds that thread until the
+/// test lets it go, so that events queued behind it (here: the expiry) wait.
+struct HoldingWaker {
+    entered: std::sync::mpsc::SyncSender<()>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl std::task::Wake for HoldingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        let _ = self.entered.try_send(());
+        // Bounded: a broken test must not hang the C thread (and close) forever.
+        let _ = self.release.lock().unwrap().recv_timeout(common::WAIT);
+    }
+}
+
+/// A multi in the window where the C client already knows the session expired but the
+/// expiry event has not reached the binding yet. `zoo_amulti` then answers
+/// ZMARSHALLINGERROR (its per-operation state check folded in), which must come out as
+/// `SessionExpired`, and nothing may be kept for C: the handle's contexts go back to 0
+/// without a close.
+#[test]
+fn multi_in_the_expiry_window_reports_session_expired() {
+    use common::{wait_for_state, Proxy, WAIT};
+    use std::future::Future;
+    use std::sync::{mpsc, Arc, Mutex};
+    use zookeeper::{SessionState, ZooKeeper};
+
+    let proxy = Proxy::start(&common::hosts());
+    let zk = ZooKeeper::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connect()
+        .unwrap();
+    let base = unique("multi-expiry");
+    create(&zk, &base, b"");
+    let events = zk.session_events();
+    let id = zk.client_id().unwrap();
+
+    // Cut off; a request made now fails with ConnectionLoss at the next failed
+    // connection attempt, and its waker then holds the completion thread.
+    proxy.block();
+    wait_for_state(&events, SessionState::Connecting, WAIT);
+    let (entered_tx, entered) = mpsc::sync_channel(1);
+    let (release, release_rx) = mpsc::channel();
+    let waker = std::task::Waker::from(Arc::new(HoldingWaker {
+        entered: entered_tx,
+        release: Mutex::new(release_rx),
+    }));
+    // A request may fail at once if a connection attempt fails just then: take the
+    // first one still pending after its first poll.
+    let held = (0..1000).find_map(|_| {
+        let mut request = zk.exists_async(&base);
+        let mut cx = std::task::Context::from_waker(&waker);
+        std::pin::Pin::new(&mut request)
+            .poll(&mut cx)
+            .is_pending()
+            .then_some(request)
+    });
+    let held = held.expect("a request pending while cut off");
+    entered.recv_timeout(WAIT).expect("the waker runs");
+
+    // Expire the session (another handle takes it over and closes it), then let the
+    // first handle reach the server: C learns of the expiry, its event waits behind
+    // the held completion thread.
+    let thief = ZooKeeper::builder(&common::hosts())
+        .session(id)
+        .connect()
+        .unwrap();
+    thief.close().unwrap();
+    proxy.unblock();
+    common::poll_until("the C client to see the expiry", WAIT, || {
+        zk.is_unrecoverable()
+    });
+    assert!(
+        !zk.state().is_terminal(),
+        "the expiry event was not held back"
+    );
+
+    let result = zk.multi(&[
+        Op::check(&base, -1),
+        Op::create(&format!("{base}/x"), b"", CreateMode::Persistent),
+    ]);
+    let async_result = block_on(zk.multi_async(&[Op::delete(&base, -1)]));
+    release.send(()).unwrap();
+    assert_eq!(result.unwrap_err(), Error::SessionExpired);
+    assert_eq!(async_result.unwrap_err(), Error::SessionExpired);
+    assert!(block_on(held).is_err());
+
+    wait_for_state(&events, SessionState::Expired, WAIT);
+    common::poll_until("every context freed without close", WAIT, || {
+        zk.live_contexts() == 0
+    });
+    zk.close().unwrap();
+}

@@ -562,11 +562,16 @@ fn calls_after_close_fail_with_closed() {
         assert_eq!(handle.session_timeout().unwrap_err(), Error::Closed);
         assert_eq!(handle.current_server().unwrap_err(), Error::Closed);
         assert_eq!(handle.connected_host().unwrap_err(), Error::Closed);
+        // SAFETY: the handle is closed: neither call reaches C, no IO thread runs.
         assert_eq!(
-            handle.set_servers(&common::hosts()).unwrap_err(),
+            unsafe { handle.set_servers(&common::hosts()) }.unwrap_err(),
             Error::Closed
         );
-        assert_eq!(handle.cycle_next_server().unwrap_err(), Error::Closed);
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { handle.cycle_next_server() }.unwrap_err(),
+            Error::Closed
+        );
         assert_eq!(
             handle
                 .wait_connected(Duration::from_millis(10))

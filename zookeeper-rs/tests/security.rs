@@ -417,6 +417,85 @@ mod sasl {
         assert!(took < Duration::from_secs(5), "{took:?}");
     }
 
+    /// SASL fails when the client authenticates again after a reconnect (the server came
+    /// back with another password for the user). The C client then ends the session
+    /// without any event or completion; the binding must still end it: `state()` says
+    /// `AuthFailed`, futures made while reconnecting complete, every armed watch gets
+    /// its final event, session subscribers hear of it.
+    #[test]
+    fn sasl_failure_on_reauthentication_ends_the_session() {
+        use common::{wait_for_state, WAIT};
+        use zookeeper::{EventType, SessionState};
+        let server =
+            Server::start_with(&ServerOptions::for_tests().sasl(ServerSasl::digest_users([ALICE])))
+                .unwrap();
+        let zk = sasl_builder(
+            &server.connect_string(),
+            SaslConfig::digest_md5(ALICE.0, ALICE.1),
+        )
+        .connect()
+        .unwrap();
+        let events = zk.session_events();
+        let pace = zk.session_events();
+        let path = unique("sasl-reauth");
+        zk.create(&path, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+            .unwrap();
+        let (_, _, on_data) = zk.get_watch(&path).unwrap();
+        let (_, on_missing) = zk.exists_watch(&format!("{path}/missing")).unwrap();
+
+        // The server comes back with another password for alice.
+        server.stop();
+        wait_for_state(&events, SessionState::Connecting, WAIT);
+        let jaas = ServerSasl::digest_users([(ALICE.0, "alice-changed")])
+            .jaas_config()
+            .unwrap();
+        std::fs::write(server.dir().join("jaas.conf"), jaas).unwrap();
+        server.restart_no_wait().unwrap();
+
+        // Requests keep coming while the client reconnects and authenticates again.
+        let mut futures = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while !zk.state().is_terminal() && Instant::now() < deadline {
+            futures.push(zk.exists_async(&path));
+            // Paces the requests; an event ends the wait early.
+            let _ = pace.recv_timeout(Duration::from_millis(5));
+        }
+        assert_eq!(
+            zk.state(),
+            SessionState::AuthFailed,
+            "after {} requests",
+            futures.len()
+        );
+        println!("{} requests made while reconnecting", futures.len());
+        for future in futures {
+            let result = future.wait_timeout(WAIT);
+            assert!(
+                matches!(
+                    result,
+                    Ok(_) | Err(Error::ConnectionLoss) | Err(Error::AuthFailed)
+                ),
+                "{result:?}"
+            );
+        }
+        for watch in [&on_data, &on_missing] {
+            let event = watch.wait_timeout(WAIT).unwrap().expect("a final event");
+            assert_eq!(
+                (event.event_type, event.state),
+                (EventType::Session, SessionState::AuthFailed)
+            );
+            assert_eq!(watch.wait_timeout(WAIT), Err(Error::Closed));
+        }
+        wait_for_state(&events, SessionState::AuthFailed, WAIT);
+        assert_eq!(zk.get(&path).unwrap_err(), Error::AuthFailed);
+        assert_eq!(
+            zk.wait_connected(Duration::ZERO).unwrap_err(),
+            Error::AuthFailed
+        );
+        assert!(zk.is_unrecoverable());
+        assert_eq!(zk.live_contexts(), 0);
+        zk.close().unwrap();
+    }
+
     #[test]
     fn sasl_config_debug_hides_the_password() {
         let text = format!("{:?}", SaslConfig::digest_md5("alice", "hunter2"));

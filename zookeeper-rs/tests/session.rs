@@ -239,6 +239,94 @@ fn connect_to_a_refused_port_times_out_quickly() {
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
 
+/// Connects with only a session timeout (so the connect timeout is its default) to
+/// `hosts`, which never accept a session; returns how long `connect` waited.
+fn failed_connect_time(hosts: &str, session_timeout: Duration) -> Duration {
+    let started = Instant::now();
+    let result = ZooKeeper::connect(hosts, session_timeout);
+    let took = started.elapsed();
+    assert_eq!(result.unwrap_err(), Error::Timeout, "{hosts}");
+    took
+}
+
+#[test]
+fn connect_timeout_defaults_to_the_session_timeout() {
+    // Shorter than the builder's default session timeout (10 s), from which the connect
+    // timeout used to be fixed before `session_timeout(..)` applied.
+    let session = Duration::from_secs(3);
+    let refused = format!("127.0.0.1:{}", zk_harness::free_port().unwrap());
+    // Accepts connections (the kernel completes the handshake into the backlog) but
+    // never answers the connect request.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_hosts = silent.local_addr().unwrap().to_string();
+    for hosts in [refused.as_str(), silent_hosts.as_str()] {
+        let took = failed_connect_time(hosts, session);
+        assert!(took >= session, "{hosts}: gave up after {took:?}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{hosts}: waited {took:?}, the 10 s default, not the 3 s session timeout"
+        );
+    }
+    // An explicit connect timeout wins, whichever is set first.
+    for builder in [
+        ZooKeeper::builder(&refused)
+            .connect_timeout(Duration::from_millis(300))
+            .session_timeout(Duration::from_secs(30)),
+        ZooKeeper::builder(&refused)
+            .session_timeout(Duration::from_secs(30))
+            .connect_timeout(Duration::from_millis(300)),
+    ] {
+        let started = Instant::now();
+        assert_eq!(builder.connect().unwrap_err(), Error::Timeout);
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+    drop(silent);
+}
+
+/// `client_id()` while the connection drops and comes back again and again: every
+/// reconnect makes the C IO thread rewrite its copy of the id and password. The binding
+/// reads its own copy, taken on the completion thread when a connection is reported,
+/// so a reader never races that rewrite (the race itself is a data race without a
+/// visible symptom on x86-64: under ThreadSanitizer, `scripts/tsan.sh`, reading the C
+/// struct here is reported as a race with the IO thread's `check_events`).
+#[test]
+fn client_id_is_stable_across_reconnects() {
+    let proxy = Proxy::start(&hosts());
+    let zk = connect_via(&proxy, Duration::from_secs(10));
+    let id = zk.client_id().unwrap();
+    let events = zk.session_events();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let zk = zk.clone();
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert_eq!(zk.client_id().unwrap(), id);
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    const RECONNECTS: usize = 8;
+    for _ in 0..RECONNECTS {
+        proxy.block();
+        wait_for_state(&events, SessionState::Connecting, WAIT);
+        proxy.unblock();
+        wait_for_state(&events, SessionState::Connected, WAIT);
+        assert_eq!(zk.client_id().unwrap(), id);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().unwrap() > 0);
+    }
+    zk.exists("/").unwrap();
+    zk.close().unwrap();
+    assert_eq!(zk.client_id().unwrap_err(), Error::Closed);
+}
+
 #[test]
 fn connect_to_an_unresolvable_host() {
     let started = Instant::now();
@@ -370,18 +458,21 @@ fn set_servers_moves_the_client(proxy_ip: &str) {
         zk.connected_host().unwrap(),
         Some(proxy.connect_string().parse().unwrap())
     );
+    // SAFETY (all three): the first two are refused before C is called; for the third
+    // the connection is up and idle (no reconnect or connection error under way), as
+    // `set_servers` requires.
     assert!(matches!(
-        zk.set_servers(" "),
+        unsafe { zk.set_servers(" ") },
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(
-        zk.set_servers("127.0.0.1:1\0").unwrap_err(),
+        unsafe { zk.set_servers("127.0.0.1:1\0") }.unwrap_err(),
         Error::InteriorNul("host list")
     );
 
     // The old server is not in the new list: the client must move (now, or at the
     // latest when its connection breaks).
-    zk.set_servers(&hosts()).unwrap();
+    unsafe { zk.set_servers(&hosts()) }.unwrap();
     proxy.block();
     common::poll_until("the client to reconnect to the new list", WAIT, || {
         zk.state().is_connected() && zk.current_server().ok().flatten() == Some(hosts())
@@ -391,7 +482,8 @@ fn set_servers_moves_the_client(proxy_ip: &str) {
     assert_eq!(zk.connected_host().unwrap(), Some(hosts().parse().unwrap()));
 
     // With one server in the list, cycling lands on it again.
-    zk.cycle_next_server().unwrap();
+    // SAFETY: connected and idle, as `cycle_next_server` requires.
+    unsafe { zk.cycle_next_server() }.unwrap();
     zk.exists("/").unwrap();
 }
 
