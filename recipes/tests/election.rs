@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, unique_path};
 use recipes::election::LeaderElection;
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -113,4 +113,23 @@ fn one_leader_at_a_time() {
     }
     assert_eq!(turns.load(Ordering::SeqCst), n);
     assert!(connect().get_children(&dir).unwrap().is_empty());
+}
+
+/// A candidate waiting in line whose wait times out leaves no watch registered: 50
+/// timed-out waits, and the handle's live contexts are back at their baseline.
+#[test]
+fn timed_out_waits_leave_nothing_registered() {
+    let dir = unique_path("leak");
+    let leader_zk = connect();
+    let _leader = LeaderElection::join(&leader_zk, &dir, b"leader").unwrap();
+    let zk = connect();
+    let candidate = LeaderElection::join(&zk, &dir, b"waiting").unwrap();
+    assert_no_leftover_contexts(&zk);
+    for _ in 0..50 {
+        assert_eq!(
+            candidate.wait_until_leader(Duration::from_millis(10)),
+            Err(RecipeError::Timeout)
+        );
+    }
+    assert_no_leftover_contexts(&zk);
 }

@@ -3,11 +3,13 @@
 //! with SIGKILL in another process releasing the lock after its session timeout.
 
 mod common;
+mod ordered_support;
 
 use common::{
     assert_no_leftover_contexts, child_session, connect, connect_to, report_and_hang, unique_path,
     wait_until, Child, Proxy,
 };
+use ordered_support::{eventually, op, shared_server_addr, RequestProxy};
 use recipes::lock::{Lock, LockLost};
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -338,4 +340,157 @@ fn child_lock_holder() {
     let lock = Lock::new(&zk, &path).unwrap();
     let guard = lock.acquire().unwrap();
     report_and_hang(&format!("LOCKED {}", guard.node()));
+}
+
+/// Timed-out acquisitions leave no watch registered.
+#[test]
+fn timed_out_acquisitions_leave_nothing_registered() {
+    let path = unique_path("leak");
+    let holder = Lock::new(&connect(), &path).unwrap();
+    let _guard = holder.acquire().unwrap();
+    let zk = connect();
+    let lock = Lock::new(&zk, &path).unwrap();
+    for _ in 0..30 {
+        assert!(lock
+            .acquire_timeout(Duration::from_millis(10))
+            .unwrap()
+            .is_none());
+    }
+    assert_no_leftover_contexts(&zk);
+    assert_eq!(
+        zk.get_children(&path).unwrap().len(),
+        1,
+        "attempts withdrawn"
+    );
+}
+
+/// The requests of `log` after the `index`-th one.
+fn ops_after(log: &[ordered_support::Request], index: usize) -> Vec<i32> {
+    log[index + 1..]
+        .iter()
+        .map(|r| r.op)
+        .filter(|&op| op != 11) // pings
+        .collect()
+}
+
+/// The create of a lock node applies but its reply is lost with the connection: after
+/// reconnecting, the acquisition syncs before it looks for its node (a member that has
+/// not applied the create yet would hide it), finds it and uses it: one node, no orphan.
+#[test]
+fn lost_create_reply_is_looked_up_after_a_sync() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let path = unique_path("lost-create");
+    recipes::util::ensure_path(&connect(), &path).unwrap();
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &path).unwrap();
+    proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
+    let guard = lock.acquire().unwrap();
+    assert_eq!(proxy.connections(), 2, "one reconnection");
+    let log = proxy.log();
+    let create = log
+        .iter()
+        .position(|r| r.op == op::CREATE || r.op == op::CREATE2)
+        .unwrap();
+    let after = ops_after(&log, create);
+    let sync = after.iter().position(|&o| o == op::SYNC);
+    let list = after
+        .iter()
+        .position(|&o| o == op::GET_CHILDREN || o == op::GET_CHILDREN2);
+    eprintln!("requests after the lost create: {after:?}");
+    assert!(
+        sync.is_some() && sync < list,
+        "no sync before the recovery read: {after:?}"
+    );
+    let children = connect().get_children(&path).unwrap();
+    assert_eq!(
+        children.len(),
+        1,
+        "the lost create was not repeated: {children:?}"
+    );
+    assert!(guard.node().ends_with(&children[0]));
+    guard.release().unwrap();
+}
+
+/// `acquire_timeout` keeps its deadline while its create's reply is lost and the server
+/// stays unreachable: `Ok(None)` soon after the deadline (not `ConnectionLoss` after the
+/// reconnect timeout), and the node the create made is removed once the connection is
+/// back.
+#[test]
+fn acquire_timeout_keeps_its_deadline_during_the_create() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let path = unique_path("deadline");
+    let direct = connect();
+    recipes::util::ensure_path(&direct, &path).unwrap();
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &path).unwrap();
+    proxy.set_up(false);
+    proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
+    let started = Instant::now();
+    let outcome = lock.acquire_timeout(Duration::from_millis(500));
+    let waited = started.elapsed();
+    eprintln!("acquire_timeout(500 ms) with the reply lost: {outcome:?} after {waited:?}");
+    assert!(matches!(outcome, Ok(None)), "{outcome:?}");
+    // The reconnect timeout is 20 s: it did not wait for it.
+    assert!(waited < Duration::from_secs(8), "{waited:?}");
+    assert_eq!(
+        direct.get_children(&path).unwrap().len(),
+        1,
+        "the create applied"
+    );
+    proxy.set_up(true);
+    assert!(
+        eventually(Duration::from_secs(30), || direct
+            .get_children(&path)
+            .unwrap()
+            .is_empty()),
+        "the orphan lock node was never removed"
+    );
+}
+
+/// Dropping a guard while the server is unreachable does not block for the reconnect
+/// timeout: the delete goes on in the background and applies once the connection is back
+/// (the session survived).
+#[test]
+fn dropping_a_guard_while_disconnected_is_cheap() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let path = unique_path("cheap-drop");
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &path).unwrap();
+    let guard = lock.acquire().unwrap();
+    let node = guard.node().to_string();
+    proxy.cut();
+    let started = Instant::now();
+    drop(guard);
+    let took = started.elapsed();
+    eprintln!("drop while disconnected took {took:?}");
+    // Before: up to the reconnect timeout (twice the 10 s session timeout).
+    assert!(took < Duration::from_secs(5), "drop blocked {took:?}");
+    proxy.set_up(true);
+    let direct = connect();
+    assert!(
+        eventually(Duration::from_secs(30), || direct
+            .exists(&node)
+            .unwrap()
+            .is_none()),
+        "the lock node was never deleted"
+    );
+    assert!(zk.state().is_connected(), "the session survived");
+}
+
+/// A guard acquired right after a reconnection is not reported lost because of the
+/// disconnection before it.
+#[test]
+fn guard_acquired_after_a_reconnect_is_not_lost() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &unique_path("after-reconnect")).unwrap();
+    lock.acquire().unwrap().release().unwrap();
+    for round in 0..5 {
+        proxy.cut();
+        wait_until("disconnected", || !zk.state().is_connected());
+        proxy.set_up(true);
+        let guard = lock.acquire().unwrap();
+        assert_eq!(guard.lost_reason(), None, "round {round}");
+        guard.release().unwrap();
+    }
 }

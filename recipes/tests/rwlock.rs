@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, unique_path};
 use recipes::rwlock::ReadWriteLock;
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -161,4 +161,29 @@ fn lock_is_lost_with_the_session() {
         .expect("the lock passes on when the session closes");
     assert!(guard.is_held().is_err(), "closed session");
     drop(guard); // releasing on a closed session is quiet
+}
+
+/// Read and write requests that time out behind a writer leave no watch registered.
+#[test]
+fn timed_out_requests_leave_nothing_registered() {
+    let dir = unique_path("leak");
+    let holder_zk = connect();
+    let holder = ReadWriteLock::new(&holder_zk, &dir).unwrap();
+    let _writing = holder.write(WAIT).unwrap();
+    let zk = connect();
+    let lock = ReadWriteLock::new(&zk, &dir).unwrap();
+    for round in 0..40 {
+        let outcome = if round % 2 == 0 {
+            lock.read(Duration::from_millis(10)).map(drop)
+        } else {
+            lock.write(Duration::from_millis(10)).map(drop)
+        };
+        assert_eq!(outcome, Err(RecipeError::Timeout));
+    }
+    assert_no_leftover_contexts(&zk);
+    assert_eq!(
+        zk.get_children(&dir).unwrap().len(),
+        1,
+        "requests withdrawn"
+    );
 }

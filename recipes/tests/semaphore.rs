@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, unique_path};
 use recipes::semaphore::Semaphore;
 use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,7 +39,8 @@ fn n_permits_then_blocks() {
 fn permit_count_must_agree() {
     let zk = connect();
     let dir = unique_path("agree");
-    Semaphore::new(&zk, &dir, 2).unwrap();
+    // The first acquisition creates the directory with its count.
+    drop(Semaphore::new(&zk, &dir, 2).unwrap().acquire(WAIT).unwrap());
     Semaphore::new(&zk, &dir, 2).unwrap();
     assert!(matches!(
         Semaphore::new(&zk, &dir, 3),
@@ -154,4 +155,36 @@ fn lease_goes_with_its_session() {
         .unwrap()
         .expect("permit passes on when the session closes");
     drop(lease);
+}
+
+/// Requests that time out, as the first waiter (children watch) and behind another
+/// waiter (predecessor watch), leave no watch registered.
+#[test]
+fn timed_out_requests_leave_nothing_registered() {
+    let dir = unique_path("leak");
+    let holder_zk = connect();
+    let holder = Semaphore::new(&holder_zk, &dir, 1).unwrap();
+    let _lease = holder.acquire(WAIT).unwrap();
+    let zk = connect();
+    let sem = Semaphore::new(&zk, &dir, 1).unwrap();
+    for _ in 0..20 {
+        assert_eq!(
+            sem.acquire(Duration::from_millis(10)).err(),
+            Some(RecipeError::Timeout)
+        );
+    }
+    assert_no_leftover_contexts(&zk);
+    // Behind a first waiter that stays: this one watches its predecessor.
+    let waiter_zk = connect();
+    let waiter = Semaphore::new(&waiter_zk, &dir, 1).unwrap();
+    let first = thread::spawn(move || waiter.acquire(Duration::from_secs(3)).map(drop));
+    common::wait_until("the first waiter queued", || sem.requests().unwrap() == 2);
+    for _ in 0..20 {
+        assert_eq!(
+            sem.acquire(Duration::from_millis(10)).err(),
+            Some(RecipeError::Timeout)
+        );
+    }
+    assert_no_leftover_contexts(&zk);
+    assert_eq!(first.join().unwrap(), Err(RecipeError::Timeout));
 }
