@@ -54,9 +54,8 @@
 //!   again by the next acquisition with its own `N`.
 
 use crate::support::{
-    await_watch, check_base_path, create_if_absent, create_member, default_op_timeout, op_deadline,
-    ordered_members, owned_node_guard, retry, watch_node, withdraw_watch, Deadline, OwnedNode,
-    Patience, SeqDir,
+    await_watch, check_base_path, create_member, default_op_timeout, op_deadline, ordered_members,
+    owned_node_guard, retry, watch_node, withdraw_watch, Deadline, OwnedNode, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -127,7 +126,7 @@ impl Semaphore {
             let (data, stat) = match retry(zk, deadline, || zk.get(dir)) {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) if !create => return Ok(()),
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => {
-                    create_if_absent(zk, dir, text, &self.nodes, deadline)?;
+                    self.seq_dir().create(zk, deadline.into())?;
                     continue;
                 }
                 other => other?,
@@ -145,6 +144,15 @@ impl Semaphore {
             }
             self.checked.store(true, Ordering::Relaxed);
             return Ok(());
+        }
+    }
+
+    /// The directory, holding the permit count.
+    fn seq_dir(&self) -> SeqDir<'_> {
+        SeqDir {
+            path: &self.dir,
+            data: self.count.as_bytes(),
+            nodes: &self.nodes,
         }
     }
 
@@ -171,11 +179,7 @@ impl Semaphore {
         if !self.checked.load(Ordering::Relaxed) {
             self.check_count(true, step_deadline)?;
         }
-        let dir = SeqDir {
-            path: &self.dir,
-            data: self.count.as_bytes(),
-            nodes: &self.nodes,
-        };
+        let dir = self.seq_dir();
         let tag = format!("{LEASE}{}-", guid());
         let created = create_member(
             &self.zk,

@@ -555,7 +555,7 @@ pub(crate) struct SeqDir<'a> {
 impl SeqDir<'_> {
     /// Creates the directory (as `nodes` say, holding `data`) and missing parents; an
     /// existing one is fine.
-    fn create(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
+    pub(crate) fn create(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
         retry(zk, patience, || {
             make_dir(zk, self.path, self.data, self.nodes.dir_mode(), self.nodes)
         })

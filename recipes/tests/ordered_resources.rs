@@ -3,6 +3,9 @@
 //! cost no thread each, and a cleanup that cannot reach the server gives up instead of
 //! keeping the handle (and its session) forever.
 //!
+//! Also: container directories, which the server removes once idle and the recipes
+//! create again.
+//!
 //! The tests count the process's threads, so they run one at a time.
 
 mod common;
@@ -12,11 +15,16 @@ use common::{connect, unique_path};
 use ordered_support::{
     eventually, shared_server_addr, threads_named, under_valgrind, RequestProxy,
 };
+use recipes::election::LeaderElection;
 use recipes::lock::{Lock, LockGuard, LockLost};
+use recipes::rwlock::ReadWriteLock;
+use recipes::semaphore::Semaphore;
+use recipes::NodeOptions;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
-use zookeeper::{CreateMode, Op, ZooKeeper};
+use zk_harness::{Server, ServerOptions};
+use zookeeper::{CreateMode, EventType, Op, ZooKeeper};
 
 /// Held by each test: thread counts are only meaningful one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -153,4 +161,61 @@ fn background_cleanup_gives_up_and_lets_the_session_go() {
         threads_named(""),
         threads_named("zk-recipe-clean")
     );
+}
+
+/// With `container_dirs(true)` the lock, read-write lock, semaphore and election
+/// directories are container nodes: the server removes each once it is empty, and the
+/// next use creates it again (the semaphore's with its permit count). The server here
+/// checks containers every 200 ms (the default is a minute).
+#[test]
+fn container_directories_go_when_idle_and_come_back() {
+    let _serial = serial();
+    let server = Server::start_with(
+        &ServerOptions::for_tests().jvm_arg("-Dznode.container.checkIntervalMs=200"),
+    )
+    .unwrap();
+    let zk = ZooKeeper::connect(&server.connect_string(), Duration::from_secs(10)).unwrap();
+    let containers = NodeOptions::default().container_dirs(true);
+    let lock = Lock::new(&zk, "/c/lock")
+        .unwrap()
+        .with_node_options(containers.clone());
+    let rw = ReadWriteLock::new(&zk, "/c/rw")
+        .unwrap()
+        .with_node_options(containers.clone());
+    let sem = Semaphore::new(&zk, "/c/sem", 2)
+        .unwrap()
+        .with_node_options(containers.clone());
+    let wait = Duration::from_secs(20);
+    for round in 0..2 {
+        let guard = lock.acquire().unwrap();
+        let write = rw.write(wait).unwrap();
+        let lease = sem.acquire(wait).unwrap();
+        let candidate =
+            LeaderElection::join_with_options(&zk, "/c/election", b"x", containers.clone())
+                .unwrap();
+        for dir in ["/c/lock", "/c/rw", "/c/sem", "/c/election"] {
+            assert!(zk.exists(dir).unwrap().is_some(), "{dir} created again");
+        }
+        assert_eq!(zk.get("/c/sem").unwrap().0, b"2", "round {round}");
+        guard.release().unwrap();
+        write.release().unwrap();
+        lease.release().unwrap();
+        candidate.resign().unwrap();
+        // Nobody deletes them but the server's container check (a client cannot tell a
+        // container from its stat: the server reports its ephemeral owner as 0).
+        for dir in ["/c/lock", "/c/rw", "/c/sem", "/c/election"] {
+            let (stat, watch) = zk.exists_watch(dir).unwrap();
+            if stat.is_some() {
+                let event = watch.wait_timeout(wait).unwrap().unwrap_or_else(|| {
+                    panic!(
+                        "{dir} not removed: {:?} {:?}",
+                        zk.get_children2(dir),
+                        zk.get_acl(dir)
+                    )
+                });
+                assert_eq!(event.event_type, EventType::NodeDeleted, "{dir}");
+            }
+        }
+    }
+    zk.close().unwrap();
 }
