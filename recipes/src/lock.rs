@@ -509,7 +509,9 @@ impl Shared {
         }
     }
 
-    /// Applies the session events that have arrived, then the grace timer.
+    /// Applies the session events that have arrived, in order, each followed by the
+    /// grace check (so with no grace a disconnection counts even if the reconnection
+    /// arrived before anyone looked).
     fn catch_up(&self, view: &mut SessionView) {
         loop {
             match self.events.try_recv() {
@@ -524,6 +526,7 @@ impl Shared {
                     }
                     _ => {
                         view.disconnected_since.get_or_insert_with(Instant::now);
+                        self.check_grace(view);
                     }
                 },
                 Err(TryRecvError::Empty) => break,
@@ -534,6 +537,11 @@ impl Shared {
                 }
             }
         }
+        self.check_grace(view);
+    }
+
+    /// Reports a disconnection that has outlasted the grace (once).
+    fn check_grace(&self, view: &mut SessionView) {
         if let Some(since) = view.disconnected_since {
             if !view.grace_over && since.elapsed() >= self.grace {
                 view.grace_over = true;
@@ -705,7 +713,13 @@ mod monitor {
                 }
                 match self.next_wake(&inbox) {
                     Wake::Inbox | Wake::Timer => self.refresh_all(),
-                    Wake::Events(source) => self.sources[source].shared.refresh(),
+                    Wake::Events(source) => {
+                        let source = &mut self.sources[source];
+                        source.shared.refresh();
+                        if source.shared.zk.state().is_connected() {
+                            rearm(source);
+                        }
+                    }
                     Wake::Watch(source, index) => self.fired(source, index),
                 }
             }
@@ -734,30 +748,38 @@ mod monitor {
         /// Drops the watches of released guards and the sources with nothing left to
         /// serve (under their view's lock, so a new request re-adds them).
         fn tidy(&mut self) {
+            let mut withdrawn = Vec::new();
             self.sources.retain_mut(|source| {
-                source.watched.retain(|w| {
-                    let keep = !w.guard.is_released();
-                    if let (false, Some(watch)) = (keep, &w.watch) {
-                        withdraw_watch(&source.shared.zk, watch);
+                let (released, kept): (Vec<_>, Vec<_>) = source
+                    .watched
+                    .drain(..)
+                    .partition(|w| w.guard.is_released());
+                source.watched = kept;
+                let zk = &source.shared.zk;
+                withdrawn.extend(released.into_iter().map(|w| (zk.clone(), w.watch)));
+                let needed = {
+                    let mut view = source.shared.view.lock();
+                    let needed = view.ended.is_none()
+                        && !view.guards.is_empty()
+                        && (!source.shared.grace.is_zero()
+                            || !source.watched.is_empty()
+                            || !view.to_watch.is_empty());
+                    if !needed {
+                        view.monitored = false;
                     }
-                    keep
-                });
-                let mut view = source.shared.view.lock();
-                let needed = view.ended.is_none()
-                    && !view.guards.is_empty()
-                    && (!source.shared.grace.is_zero()
-                        || !source.watched.is_empty()
-                        || !view.to_watch.is_empty());
+                    needed
+                };
                 if !needed {
-                    view.monitored = false;
-                    for w in source.watched.drain(..) {
-                        if let Some(watch) = &w.watch {
-                            withdraw_watch(&source.shared.zk, watch);
-                        }
-                    }
+                    withdrawn.extend(source.watched.drain(..).map(|w| (zk.clone(), w.watch)));
                 }
                 needed
             });
+            // Outside every view lock: a removal may wait for the client's handle lock.
+            for (zk, watch) in withdrawn {
+                if let Some(watch) = watch {
+                    withdraw_watch(&zk, &watch);
+                }
+            }
         }
 
         /// Applies every source's events and timers, and re-arms the watches a

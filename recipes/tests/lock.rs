@@ -722,3 +722,19 @@ fn node_options_acl_protects_the_lock() {
         .release()
         .unwrap();
 }
+
+/// A disconnection that is over before anyone asks the guard still counts as a loss (no
+/// grace): the guard's view replays the session events in order when asked.
+#[test]
+fn a_disconnection_nobody_watched_still_counts() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &unique_path("unwatched")).unwrap();
+    let guard = lock.acquire().unwrap();
+    proxy.cut();
+    wait_until("disconnected", || !zk.state().is_connected());
+    proxy.set_up(true);
+    zk.wait_connected(Duration::from_secs(20)).unwrap();
+    assert_eq!(guard.lost_reason(), Some(LockLost::Disconnected));
+    assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
+}
