@@ -587,11 +587,18 @@ impl Shared {
         }
     }
 
-    /// A released guard.
-    fn forget(&self, guard: &Arc<GuardState>) {
-        let mut view = self.view.lock();
-        if let Some(index) = view.guards.iter().position(|g| Arc::ptr_eq(g, guard)) {
-            view.guards.swap_remove(index);
+    /// A released guard. The last one tells the monitor thread (if it serves this
+    /// value), which then lets go of it: it must not keep the handle open.
+    fn forget(self: &Arc<Self>, guard: &Arc<GuardState>) {
+        let tell_monitor = {
+            let mut view = self.view.lock();
+            if let Some(index) = view.guards.iter().position(|g| Arc::ptr_eq(g, guard)) {
+                view.guards.swap_remove(index);
+            }
+            view.monitored && view.guards.is_empty()
+        };
+        if tell_monitor {
+            monitor::serve(Arc::clone(self));
         }
     }
 

@@ -163,6 +163,35 @@ fn background_cleanup_gives_up_and_lets_the_session_go() {
     );
 }
 
+/// A lock with a disconnect grace has the monitor thread time it while a guard is held;
+/// once the guard is released and the user drops the lock and the handle, the monitor
+/// lets go of the handle too: the client's threads and the monitor end.
+#[test]
+fn the_monitor_lets_go_of_the_handle() {
+    let _serial = serial();
+    connect().close().unwrap(); // warm up what lives as long as the process
+    let baseline = threads_named("");
+    {
+        let zk = connect();
+        let lock = Lock::new(&zk, &unique_path("grace"))
+            .unwrap()
+            .with_disconnect_grace(Duration::from_secs(5));
+        let guard = lock.acquire().unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || threads_named("zk-lock-monitor")
+                == 1),
+            "the grace is timed by the monitor thread"
+        );
+        guard.release().unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || threads_named("") <= baseline),
+        "threads stayed above the baseline {baseline}: {} (monitor: {})",
+        threads_named(""),
+        threads_named("zk-lock-monitor")
+    );
+}
+
 /// With `container_dirs(true)` the lock, read-write lock, semaphore and election
 /// directories are container nodes: the server removes each once it is empty, and the
 /// next use creates it again (the semaphore's with its permit count). The server here
