@@ -133,7 +133,12 @@ impl Semaphore {
             };
             if data.is_empty() {
                 match retry(zk, deadline, || zk.set(dir, text, Some(stat.version))) {
-                    Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => continue,
+                    Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => {
+                        // Read again after a sync: if the reply was lost and the client
+                        // moved to a member that lags, it would not show our write yet.
+                        retry(zk, deadline, || zk.sync(dir))?;
+                        continue;
+                    }
                     Err(error) => return Err(error),
                 }
             }

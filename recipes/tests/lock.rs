@@ -738,3 +738,43 @@ fn a_disconnection_nobody_watched_still_counts() {
     assert_eq!(guard.lost_reason(), Some(LockLost::Disconnected));
     assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
 }
+
+/// `acquire_timeout` keeps its deadline when the connection drops while it waits in
+/// line: `Ok(None)` at the deadline (its node is withdrawn in the background once the
+/// server is reachable again), not a wait for the reconnect timeout.
+#[test]
+fn acquire_timeout_keeps_its_deadline_while_waiting_disconnected() {
+    let path = unique_path("deadline-wait");
+    let direct = connect();
+    let holder = Lock::new(&direct, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let zk = connect_to(&proxy.addr);
+    let lock = Arc::new(Lock::new(&zk, &path).unwrap());
+    let waiter = {
+        let lock = Arc::clone(&lock);
+        thread::spawn(move || {
+            let started = Instant::now();
+            let outcome = lock
+                .acquire_timeout(Duration::from_secs(2))
+                .map(|g| g.is_some());
+            (outcome, started.elapsed())
+        })
+    };
+    wait_until("waiting in line", || lock.waiting() == 1);
+    proxy.cut();
+    let (outcome, waited) = waiter.join().unwrap();
+    eprintln!("acquire_timeout(2 s) cut off while waiting: {outcome:?} after {waited:?}");
+    assert_eq!(outcome, Ok(false));
+    assert!(waited < Duration::from_secs(8), "{waited:?}");
+    proxy.set_up(true);
+    assert!(
+        eventually(Duration::from_secs(30), || direct
+            .get_children(&path)
+            .unwrap()
+            .len()
+            == 1),
+        "the waiter's node was never withdrawn"
+    );
+    guard.release().unwrap();
+}
