@@ -1354,7 +1354,7 @@ fn lock_child(spec: &Spec) {
                 continue;
             }
         };
-        let token = u64::try_from(guard.sequence()).expect("lock sequence in range");
+        let token = u64::try_from(guard.fencing_token()).expect("a zxid is positive");
         let enter = now_ns();
         let outcome = if victim_pending && ok + 1 >= victim_round {
             match victim_section(&zk, &guard, token, owner, hosts, session) {

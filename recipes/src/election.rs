@@ -13,7 +13,8 @@
 //! let candidate = LeaderElection::join(&zk, "/app/election", b"worker-7")?;
 //! candidate.wait_until_leader(Duration::from_secs(60))?;
 //! assert!(candidate.is_leader()?);
-//! // ... lead, checking `is_leader()` (or the session events) before acting ...
+//! // ... lead, checking `is_leader()` (or the session events) before acting, and
+//! // passing candidate.fencing_token() to the resources it writes ...
 //! candidate.resign()?; // the next candidate takes over
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
@@ -27,26 +28,47 @@
 //! - [`is_leader`](LeaderElection::is_leader) asks the server; it fails once this
 //!   candidate cannot lead any more: `Lost` if its node is gone (resigned, deleted),
 //!   the session error (`SessionExpired`, `Closed`) if its session ended.
+//! - [`fencing_token`](LeaderElection::fencing_token) (the candidate node's `czxid`)
+//!   grows from each leader to the next, also across counter restarts and re-created
+//!   directories.
+//! - A [`wait_until_leader`](LeaderElection::wait_until_leader) that times out leaves no
+//!   watch registered.
+//! - With [`NodeOptions::acl`] (see [`LeaderElection::join_with_options`]) the directory
+//!   and candidate nodes get that ACL: a client without the rights cannot delete a
+//!   candidate.
+//!
+//! # The end of the sequence counter
+//! Candidate numbers come from the directory's 32-bit child counter, which a 3.8 server
+//! does not wrap cleanly (past 2147483647 it repeats numbers or goes negative: two
+//! candidates could each find themselves lowest). A candidate node numbered at or past
+//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! [`NodeOptions::sequence_limit`]) is deleted at once and never counts; the joining
+//! candidate then restarts the counter by deleting the directory, which the server allows
+//! only when it is empty, and joins the new one. A leader may lead for a long time, so
+//! a join does not wait for the directory to empty for longer than its request timeout
+//! (the session timeout): then it fails with
+//! [`RecipeError::SequenceExhausted`] and nothing is left behind. Joins succeed again
+//! once every candidate of the old directory has left. Never two leaders.
 //!
 //! # Non-guarantees
 //! - Leadership is only as good as the session: after a network partition the old
 //!   leader may still *believe* it leads until its client notices the session expired,
 //!   while the server has already let the next candidate lead. Leaders that act on
 //!   external resources should watch [`ZooKeeper::session_events`] (a `Connecting` event
-//!   means "stop acting until reconnected") and use [`sequence`](LeaderElection::sequence)
-//!   as a fencing token where the resource supports one.
+//!   means "stop acting until reconnected") and use
+//!   [`fencing_token`](LeaderElection::fencing_token) where the resource supports one.
 //! - No fairness beyond join order; a candidate that rejoins goes to the back.
 
 use crate::support::{
-    create_sequential, delete_node, ensure_dir, members, op_deadline, retry, wait_watch, Deadline,
-    Member,
+    check_base_path, create_member, delete_node, op_deadline, ordered_members, retry,
+    wait_for_change, Deadline, Member, NodeWait, Patience, SeqDir,
 };
-use crate::util::{guid, sequence_of};
+use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::ZooKeeper;
+use zookeeper::{Error, ZooKeeper};
 
 /// Name prefix of candidate nodes.
 const CANDIDATE: &str = "candidate-";
@@ -59,7 +81,11 @@ pub struct LeaderElection {
     dir: String,
     name: String,
     seq: i32,
+    czxid: i64,
+    /// The sequence limit of the election's nodes.
+    limit: i32,
     resigned: AtomicBool,
+    waiting: AtomicU64,
 }
 
 impl LeaderElection {
@@ -68,17 +94,38 @@ impl LeaderElection {
     ///
     /// [`leader_data`]: LeaderElection::leader_data
     pub fn join(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
+        Self::join_with_options(zk, dir, data, NodeOptions::default())
+    }
+
+    /// [`join`](Self::join), creating the directory (if missing) and the candidate node
+    /// as `nodes` say: their ACL, a container directory (removed by the server once every
+    /// candidate has left), the sequence limit. Fails with
+    /// [`RecipeError::SequenceExhausted`] at the end of the directory's counter while
+    /// other candidates remain (see the module docs).
+    pub fn join_with_options(
+        zk: &ZooKeeper,
+        dir: &str,
+        data: &[u8],
+        nodes: NodeOptions,
+    ) -> Result<LeaderElection> {
+        check_base_path(dir)?;
         let deadline = op_deadline(zk);
-        ensure_dir(zk, dir, &NodeOptions::default(), deadline)?;
+        let seq_dir = SeqDir {
+            path: dir,
+            data: b"",
+            nodes: &nodes,
+        };
         let tag = format!("{CANDIDATE}{}-", guid());
-        let name = create_sequential(zk, dir, &tag, data, &NodeOptions::default(), deadline)?;
-        let seq = sequence_of(&name).unwrap_or_default();
+        let created = create_member(zk, &seq_dir, &tag, data, deadline.into(), deadline)?;
         Ok(LeaderElection {
             zk: zk.clone(),
             dir: dir.to_string(),
-            name,
-            seq,
+            name: created.name,
+            seq: created.seq,
+            czxid: created.czxid,
+            limit: nodes.limit(),
             resigned: AtomicBool::new(false),
+            waiting: AtomicU64::new(0),
         })
     }
 
@@ -87,15 +134,30 @@ impl LeaderElection {
         &self.name
     }
 
-    /// This candidate's sequence number: increases with join order, so a leader's
-    /// sequence can serve as a fencing token.
+    /// This candidate's sequence number: orders the candidates of one incarnation of the
+    /// directory, and starts again from 0 when the directory is re-created (a counter
+    /// restart, a container directory removed while empty). Not a fencing token: use
+    /// [`fencing_token`](Self::fencing_token).
     pub fn sequence(&self) -> i32 {
         self.seq
     }
 
+    /// A fencing token for the resources a leader acts on: the zxid that created this
+    /// candidate's node (`czxid`). Leaders lead in the order their nodes were created,
+    /// and a re-created directory is newer than every node of the old one, so each
+    /// leader's token is greater than every earlier leader's.
+    pub fn fencing_token(&self) -> i64 {
+        self.czxid
+    }
+
+    /// The candidates that take part (numbered below the limit), in order; none while
+    /// the directory is missing.
     fn candidates(&self, deadline: Deadline) -> Result<Vec<Member>> {
-        let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
-        Ok(members(children, &[CANDIDATE]))
+        match retry(&self.zk, deadline, || self.zk.get_children(&self.dir)) {
+            Ok(children) => Ok(ordered_members(children, &[CANDIDATE], self.limit)),
+            Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
     }
 
     fn check_joined(&self) -> Result<()> {
@@ -117,8 +179,9 @@ impl LeaderElection {
     }
 
     /// Blocks until this candidate leads. Waits on its immediate predecessor only.
-    /// `Err(Timeout)` after `timeout` (the candidate stays in the election);
-    /// `Err(Lost)` if its node disappears; a session error if the session ends.
+    /// `Err(Timeout)` after `timeout` (the candidate stays in the election; no watch
+    /// stays registered); `Err(Lost)` if its node disappears; a session error if the
+    /// session ends.
     pub fn wait_until_leader(&self, timeout: Duration) -> Result<()> {
         self.check_joined()?;
         let deadline = Deadline::after(timeout);
@@ -131,10 +194,16 @@ impl LeaderElection {
             if index == 0 {
                 return Ok(());
             }
+            deadline.check()?;
             let predecessor = format!("{}/{}", self.dir, list[index - 1].name);
-            let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&predecessor))?;
-            if stat.is_some() {
-                wait_watch(&watch, deadline)?;
+            match wait_for_change(
+                &self.zk,
+                &predecessor,
+                Patience::from(deadline),
+                &self.waiting,
+            )? {
+                NodeWait::Fired | NodeWait::LookAgain => {}
+                NodeWait::TimedOut => return Err(RecipeError::Timeout),
             }
         }
     }
@@ -150,7 +219,7 @@ impl LeaderElection {
             match retry(&self.zk, deadline, || self.zk.get(&path)) {
                 Ok((data, _)) => return Ok(Some(data)),
                 // The leader left between the two reads: look again.
-                Err(RecipeError::ZooKeeper(zookeeper::Error::NoNode)) => continue,
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => continue,
                 Err(error) => return Err(error),
             }
         }
@@ -173,8 +242,10 @@ impl LeaderElection {
 
 impl Drop for LeaderElection {
     fn drop(&mut self) {
-        if let Err(error) = self.resign_inner() {
-            log::debug!("recipes: election: resigning {}: {error}", self.name);
+        if self.resigned.swap(true, Ordering::SeqCst) {
+            return;
         }
+        let path = format!("{}/{}", self.dir, self.name);
+        crate::support::delete_on_drop(&self.zk, &path);
     }
 }

@@ -20,9 +20,11 @@ pub enum RecipeError {
     /// Data found in ZooKeeper that the recipe did not write (e.g. a counter that is not a number).
     Corrupt(String),
     /// The directory's sequence counter is at its end (see
-    /// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT)) and the directory could not be
-    /// restarted because it is not empty. Nothing was left behind by the failed call;
-    /// the directory recovers once it has drained (or at once, if it is a container).
+    /// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) and
+    /// [`NodeOptions::sequence_limit`](crate::NodeOptions::sequence_limit)) and the
+    /// directory could not be restarted in time because it is not empty. Nothing was left
+    /// behind by the failed call; the next call after the directory has drained restarts
+    /// it (a container directory the server removed once empty is created afresh too).
     SequenceExhausted {
         /// The recipe directory.
         dir: String,

@@ -3,24 +3,39 @@
 //!
 //! # Protocol
 //! 1. Create `<path>/<guid>-lock-<seq>`, ephemeral and sequential. The guid finds the node
-//!    again if the create's reply is lost with the connection (no orphan node that would
-//!    block everyone until the session ends).
+//!    again if the create's reply is lost with the connection (after a `sync`, so a
+//!    reconnection to a member that has not applied the create yet cannot hide it): no
+//!    orphan node that would block everyone until the session ends.
 //! 2. List the children (no watch) and order them by sequence suffix. The lowest holds
 //!    the lock.
 //! 3. Otherwise watch only the next lower node (the predecessor) and wait for it to go,
 //!    then go to 2. Each release or crash wakes exactly one waiter: no herd. The watch is
 //!    set with `get_watch`, not `exists`: on a node that is already gone `get` registers
 //!    nothing, where `exists` would leave a creation watch behind forever (the reason
-//!    Curator uses `getData` here too).
+//!    Curator uses `getData` here too). A wait that times out takes its watch off again.
+//!
+//! # The end of the sequence counter
+//! Sequence numbers are the directory's 32-bit child counter, which a 3.8 server does
+//! not wrap cleanly: past 2147483647 it repeats numbers or goes negative, and ordering by
+//! them would admit two holders. So a lock node numbered at or past
+//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or the limit set with
+//! [`NodeOptions::sequence_limit`]) is deleted at once and takes no part: waiters skip
+//! such nodes. The acquisition then restarts the counter: it deletes the directory, which
+//! the server allows only once it is empty (atomically, so no holder or waiter can be in
+//! it), and creates it afresh. While the directory still has holders or waiters, the
+//! acquisition waits for them to finish, within its timeout: `acquire` waits as long as
+//! it takes, `acquire_timeout` returns `None` at its deadline, `try_acquire` returns
+//! `None` at once. This never admits two holders: every live lock node is in one
+//! incarnation of the directory, ordered by numbers below the limit. Waiters that
+//! arrive at the end are not ordered among themselves across the restart (whoever
+//! creates first in the new directory goes first).
 //!
 //! # Learning that the lock is lost
-//! Neither kazoo nor Curator tells a lock holder that its lock is gone. Here each [`Lock`]
-//! value has one small monitor thread, started by its first acquisition and shared by all
-//! of its guards, that follows the session events; the first [`LockGuard::lost`] call on
-//! a guard also has it watch that guard's own node. A guard reports the first of:
+//! Neither kazoo nor Curator tells a lock holder that its lock is gone. Here a guard
+//! reports the first of:
 //! - [`LockLost::SessionExpired`]: the server expired the session, deleting the node;
 //! - [`LockLost::NodeDeleted`]: someone deleted the node. Seen once [`LockGuard::lost`]
-//!   has been called (that sets the watch; a deletion before the call is found too);
+//!   has been called (that sets a watch; a deletion before the call is found too);
 //! - [`LockLost::Disconnected`]: the connection has been down longer than the
 //!   *disconnect grace* (default zero). While disconnected the holder cannot know whether
 //!   the server has already expired the session and handed the lock on, so by default a
@@ -31,24 +46,36 @@
 //! - [`LockLost::Closed`]: the handle was closed.
 //!
 //! Query it with [`LockGuard::is_lost`] (no request), or block on / `select!` over
-//! [`LockGuard::lost`].
+//! [`LockGuard::lost`]. A guard hears only of what happens after its acquisition: a
+//! disconnection the client recovered from before the lock was granted is no loss.
 //!
 //! # Cost
 //! An uncontended acquisition and release is three requests, as in the plain recipe:
-//! create, list the children, delete. No thread is started per acquisition (the monitor
-//! thread is one per `Lock` value), and the watch on the guard's own node (one more
-//! request) is set only for guards asked for [`lost`](LockGuard::lost).
+//! create, list the children, delete. No thread is started per lock or per acquisition:
+//! each `Lock` value follows the session through its own subscription to the session
+//! events, read when a guard is asked ([`is_lost`](LockGuard::is_lost)) or acquired. One
+//! thread for the whole process serves what needs someone awake: the guards asked for
+//! [`lost`](LockGuard::lost) (whose nodes it watches, one more request each) and the
+//! grace timers of locks with a disconnect grace. It ends when it has nothing to serve.
+//! Dropping a guard waits for its delete only as long as a connected client needs (at
+//! most two seconds); an unanswered delete goes on in the background.
 //!
 //! # Guarantees
 //! - Mutual exclusion among all holders of guards on the same path, in any thread or
-//!   process, while their sessions live; fairness: waiters get the lock in the order they
-//!   asked for it.
+//!   process, while their sessions live, also across the end of the sequence counter;
+//!   fairness: waiters get the lock in the order they asked for it.
+//! - [`LockGuard::fencing_token`] grows with every holder of the lock, across counter
+//!   restarts and re-creation of the directory.
 //! - A holder that crashes, is killed or loses its session releases the lock when the
 //!   server expires its session (after the session timeout).
-//! - Releasing, or a waiter giving up, wakes only that node's successor.
+//! - Releasing, or a waiter giving up, wakes only that node's successor. A timed-out
+//!   wait leaves no watch registered and withdraws its node.
 //! - A guard reports a loss as soon as its client hears of it (the expiry notification,
 //!   or, once [`LockGuard::lost`] has been called, the deletion notification), and, while
 //!   disconnected, once the disconnect grace has passed.
+//! - With [`NodeOptions::acl`], the lock's directory and nodes get that ACL: a client
+//!   without the rights cannot delete a holder's node (deleting a child needs the
+//!   parent's DELETE permission).
 //!
 //! # Non-guarantees
 //! - Not reentrant: a second `acquire` on the same path from the same thread waits for
@@ -56,7 +83,7 @@
 //! - Like every ZooKeeper lock, a holder paused (GC, SIGSTOP, swapped out) for longer
 //!   than the session timeout can resume believing it still holds the lock before its
 //!   guard hears the news. Protect external resources with the guard's
-//!   [`sequence`](LockGuard::sequence) as a fencing token.
+//!   [`fencing_token`](LockGuard::fencing_token).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -67,7 +94,7 @@
 //! let lock = Lock::new(&zk, "/locks/resource")?;
 //! {
 //!     let guard = lock.acquire()?;
-//!     // ... the critical section ...
+//!     // ... the critical section, writing with guard.fencing_token() ...
 //!     assert!(!guard.is_lost());
 //! } // released here (or call guard.release() to see errors)
 //! if let Some(guard) = lock.acquire_timeout(Duration::from_secs(1))? {
@@ -77,20 +104,20 @@
 //! ```
 
 use crate::support::{
-    check_base_path, create_sequential, default_reconnect_timeout, delete_eventually, members,
-    retry, wait_for_change, Deadline, Member, NodeWait, Patience, ANY_NAME,
+    check_base_path, create_member, default_reconnect_timeout, delete_eventually, delete_on_drop,
+    ordered_members, retry, wait_for_change, Deadline, Member, NodeWait, Patience, SeqDir,
+    ANY_NAME,
 };
-use crate::util::{ensure_path, guid, sequence_of};
+use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
-use crossbeam_channel::{Receiver, RecvError, Select, Sender};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zookeeper::{Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{Error, SessionState, WatchedEvent, ZooKeeper};
 
 /// Why a held lock was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -129,14 +156,14 @@ impl LockLost {
 /// `Send + Sync`: threads may share one `Lock`; each acquisition is independent (threads
 /// of one process exclude each other through ZooKeeper like separate processes do).
 pub struct Lock {
-    /// The loss monitor of this value's guards, started by the first acquisition. Before
-    /// `zk`: its thread ends before our handle clone goes.
-    monitor: OnceLock<Arc<Monitor>>,
     zk: ZooKeeper,
     dir: String,
     label: Vec<u8>,
+    nodes: NodeOptions,
     patience: Patience,
     grace: Duration,
+    /// What this value's guards know of the session, made by the first acquisition.
+    shared: OnceLock<Arc<Shared>>,
     wakeups: AtomicU64,
     waiting: AtomicU64,
 }
@@ -157,18 +184,19 @@ enum Wait {
 }
 
 impl Lock {
-    /// A lock on `path` (created with its parents if missing; lock nodes are its
-    /// children).
+    /// A lock on `path`; lock nodes are its children. The directory (and its parents) is
+    /// created by the first acquisition if missing, with the node options then set
+    /// ([`with_node_options`](Self::with_node_options)). No request is sent here.
     pub fn new(zk: &ZooKeeper, path: &str) -> Result<Lock> {
         check_base_path(path)?;
-        ensure_path(zk, path)?;
         Ok(Lock {
-            monitor: OnceLock::new(),
             zk: zk.clone(),
             dir: path.to_string(),
             label: Vec::new(),
+            nodes: NodeOptions::default(),
             patience: Patience::reconnect(default_reconnect_timeout(zk)),
             grace: Duration::ZERO,
+            shared: OnceLock::new(),
             wakeups: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
         })
@@ -181,13 +209,20 @@ impl Lock {
         self
     }
 
+    /// The ACL, directory kind and sequence limit of the nodes this lock creates (default:
+    /// open ACL, persistent directory). With a container directory the server removes
+    /// the directory once the lock is idle; the next acquisition creates it again.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> Lock {
+        self.nodes = nodes;
+        self
+    }
+
     /// How long a guard tolerates a dropped connection before it reports
     /// [`LockLost::Disconnected`] (default zero; see the module docs).
     pub fn with_disconnect_grace(mut self, grace: Duration) -> Lock {
         self.grace = grace;
-        // A monitor already started keeps serving its guards with the old grace; later
-        // acquisitions start one with the new grace.
-        self.monitor = OnceLock::new();
+        // Guards acquired already keep the old grace; later acquisitions use the new one.
+        self.shared = OnceLock::new();
         self
     }
 
@@ -215,7 +250,9 @@ impl Lock {
     }
 
     /// Blocks at most `timeout` for the lock: `None` if it was not acquired in time (this
-    /// attempt's node is removed again).
+    /// attempt's node is removed again, in the background if the server cannot be
+    /// reached). The deadline holds for every step, including a connection loss during
+    /// the create or the listing; errors other than reaching the deadline are reported.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
         self.acquire_with(Wait::Until(Deadline::after(timeout)))
     }
@@ -224,7 +261,7 @@ impl Lock {
     /// if nobody holds the lock.
     pub fn holder(&self) -> Result<Option<String>> {
         loop {
-            let Some(first) = self.sorted_nodes()?.into_iter().next() else {
+            let Some(first) = self.sorted_nodes(self.patience)?.into_iter().next() else {
                 return Ok(None);
             };
             let path = format!("{}/{}", self.dir, first.name);
@@ -250,51 +287,64 @@ impl Lock {
     }
 
     fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        // Before the node exists: the monitor follows the session from then on.
-        let monitor = Arc::clone(
-            self.monitor
-                .get_or_init(|| Arc::new(Monitor::start(&self.zk, self.grace))),
+        // Before the node exists: the subscription follows the session from then on.
+        let shared = Arc::clone(
+            self.shared
+                .get_or_init(|| Arc::new(Shared::new(&self.zk, self.grace))),
         );
+        let (patience, drain) = match wait {
+            Wait::No => (self.patience, Deadline::after(Duration::ZERO)),
+            Wait::Until(deadline) => (self.patience.before(deadline), deadline),
+        };
+        let dir = SeqDir {
+            path: &self.dir,
+            data: b"",
+            nodes: &self.nodes,
+        };
         let tag = format!("{}-lock-", guid());
-        let name = create_sequential(
-            &self.zk,
-            &self.dir,
-            &tag,
-            &self.label,
-            &NodeOptions::default(),
-            self.patience,
-        )?;
-        let node = format!("{}/{name}", self.dir);
-        let sequence = sequence_of(&name).unwrap_or_default();
-        match self.wait_turn(&name, wait) {
+        let created = match create_member(&self.zk, &dir, &tag, &self.label, patience, drain) {
+            Ok(created) => created,
+            Err(error) => return not_acquired(error, wait),
+        };
+        let node = format!("{}/{}", self.dir, created.name);
+        match self.wait_turn(&created.name, wait, patience) {
             Ok(true) => Ok(Some(LockGuard::new(
                 self.zk.clone(),
                 node,
-                sequence,
-                monitor,
+                created.seq,
+                created.czxid,
+                shared,
                 self.patience,
             ))),
-            not_acquired => {
-                // Gave up or failed: withdraw the node, so it blocks nobody.
-                if let Err(error) = delete_eventually(&self.zk, &node, self.patience) {
+            not_yet => {
+                // Gave up or failed: withdraw the node, so it blocks nobody (past the
+                // deadline the delete goes on in the background).
+                if let Err(error) = delete_eventually(&self.zk, &node, patience) {
                     log::debug!("lock: withdrawing {node}: {error}");
                 }
-                not_acquired.map(|_| None)
+                match not_yet {
+                    Ok(_) => Ok(None),
+                    Err(error) => not_acquired(error, wait),
+                }
             }
         }
     }
 
-    /// The lock nodes, ordered by sequence number.
-    fn sorted_nodes(&self) -> Result<Vec<Member>> {
-        let children = retry(&self.zk, self.patience, || self.zk.get_children(&self.dir))?;
-        Ok(members(children, ANY_NAME))
+    /// The lock nodes that take part (numbered below the limit), in order; none while
+    /// the directory is missing.
+    fn sorted_nodes(&self, patience: Patience) -> Result<Vec<Member>> {
+        match retry(&self.zk, patience, || self.zk.get_children(&self.dir)) {
+            Ok(children) => Ok(ordered_members(children, ANY_NAME, self.nodes.limit())),
+            Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
     }
 
     /// Steps 2 and 3 of the protocol: `true` once `name` is the lowest node, `false` if
     /// the wait ended first.
-    fn wait_turn(&self, name: &str, wait: Wait) -> Result<bool> {
+    fn wait_turn(&self, name: &str, wait: Wait, patience: Patience) -> Result<bool> {
         loop {
-            let nodes = self.sorted_nodes()?;
+            let nodes = self.sorted_nodes(patience)?;
             let Some(position) = nodes.iter().position(|node| node.name == name) else {
                 return Err(RecipeError::Lost(
                     "the lock node vanished while waiting (session expired or node deleted)",
@@ -311,7 +361,6 @@ impl Lock {
                 return Ok(false);
             }
             let predecessor = format!("{}/{}", self.dir, nodes[position - 1].name);
-            let patience = self.patience.before(deadline);
             match wait_for_change(&self.zk, &predecessor, patience, &self.waiting)? {
                 NodeWait::Fired => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
@@ -323,7 +372,24 @@ impl Lock {
     }
 }
 
-/// A guard's loss state, shared with the monitor thread of its [`Lock`].
+/// The outcome of an acquisition that failed with `error`: "not acquired" (`Ok(None)`)
+/// if its deadline passed (whatever step it was in) or, for `try_acquire`, at the
+/// counter's end while others hold the lock; otherwise the error.
+fn not_acquired(error: RecipeError, wait: Wait) -> Result<Option<LockGuard>> {
+    let at_deadline = match &error {
+        RecipeError::Timeout | RecipeError::SequenceExhausted { .. } => true,
+        RecipeError::ZooKeeper(e) => e.is_retryable(),
+        _ => false,
+    };
+    match wait {
+        Wait::No if matches!(error, RecipeError::SequenceExhausted { .. }) => Ok(None),
+        Wait::Until(deadline) if at_deadline && deadline.expired() => Ok(None),
+        _ => Err(error),
+    }
+}
+
+/// A guard's loss state, shared with the [`Shared`] view of its [`Lock`] and the monitor
+/// thread.
 struct GuardState {
     node: String,
     inner: Mutex<GuardInner>,
@@ -396,10 +462,16 @@ impl GuardState {
     }
 }
 
-/// What the monitor of a [`Lock`] knows of the session, and the guards it serves.
+/// What one [`Lock`] value knows of its session, for its guards: its own subscription to
+/// the session events and the view they build. The events are applied by whoever looks
+/// first (a guard asked whether it is lost, an acquisition registering its guard, the
+/// monitor thread), always under the view's lock, so a guard is judged on every event
+/// that came before the look.
 struct Shared {
+    zk: ZooKeeper,
     grace: Duration,
-    inner: Mutex<SessionView>,
+    events: Receiver<WatchedEvent>,
+    view: Mutex<SessionView>,
 }
 
 #[derive(Default)]
@@ -412,98 +484,16 @@ struct SessionView {
     disconnected_since: Option<Instant>,
     /// The current disconnection has outlasted the grace (and was reported).
     grace_over: bool,
+    /// Guards whose node the monitor thread is to watch, not yet taken by it.
+    to_watch: Vec<Arc<GuardState>>,
+    /// Whether the monitor thread serves this value now.
+    monitored: bool,
 }
 
 impl Shared {
-    /// A new guard: from now on it hears of every session loss. One that happened
-    /// already (the session ended, or the connection is down past the grace) is recorded
-    /// at once.
-    fn register(&self, guard: &Arc<GuardState>) {
-        let mut view = self.inner.lock();
-        if let Some(reason) = view.ended {
-            guard.declare(reason);
-        } else if view.grace_over
-            || view
-                .disconnected_since
-                .is_some_and(|since| since.elapsed() >= self.grace)
-        {
-            guard.declare(LockLost::Disconnected);
-        }
-        view.guards.push(Arc::clone(guard));
-    }
-
-    /// A released guard.
-    fn forget(&self, guard: &Arc<GuardState>) {
-        let mut view = self.inner.lock();
-        if let Some(index) = view.guards.iter().position(|g| Arc::ptr_eq(g, guard)) {
-            view.guards.swap_remove(index);
-        }
-    }
-
-    /// The session is over: every guard, held now or later, is lost.
-    fn end(&self, reason: LockLost) {
-        let mut view = self.inner.lock();
-        view.ended.get_or_insert(reason);
-        for guard in &view.guards {
-            guard.declare(reason);
-        }
-    }
-
-    fn disconnected(&self) {
-        let mut view = self.inner.lock();
-        let since = *view.disconnected_since.get_or_insert_with(Instant::now);
-        if !view.grace_over && since.elapsed() >= self.grace {
-            Self::grace_over(&mut view);
-        }
-    }
-
-    fn reconnected(&self) {
-        let mut view = self.inner.lock();
-        view.disconnected_since = None;
-        view.grace_over = false;
-    }
-
-    /// When the current disconnection outlasts the grace, unless reported already.
-    fn grace_deadline(&self) -> Option<Instant> {
-        let view = self.inner.lock();
-        match view.disconnected_since {
-            Some(since) if !view.grace_over => Some(since + self.grace),
-            _ => None,
-        }
-    }
-
-    /// Called at the grace deadline: reports the disconnection if it still lasts.
-    fn check_grace(&self) {
-        let mut view = self.inner.lock();
-        if let Some(since) = view.disconnected_since {
-            if !view.grace_over && since.elapsed() >= self.grace {
-                Self::grace_over(&mut view);
-            }
-        }
-    }
-
-    fn grace_over(view: &mut SessionView) {
-        view.grace_over = true;
-        for guard in &view.guards {
-            guard.declare(LockLost::Disconnected);
-        }
-    }
-}
-
-/// The loss monitor of one [`Lock`] value: one thread for all of its guards, started by
-/// the first acquisition. It ends when the `Lock` and all of its guards are gone (or the
-/// handle is closed).
-struct Monitor {
-    shared: Arc<Shared>,
-    /// Guards whose node is to be watched. `None` once dropping (ends the thread).
-    watch_requests: Option<Sender<Arc<GuardState>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Monitor {
-    fn start(zk: &ZooKeeper, grace: Duration) -> Monitor {
+    fn new(zk: &ZooKeeper, grace: Duration) -> Shared {
         // Subscribe first, then read the state: no change falls between the two.
-        let session_events = zk.session_events();
+        let events = zk.session_events();
         let mut view = SessionView::default();
         match zk.state() {
             state if state.is_connected() => {}
@@ -511,50 +501,411 @@ impl Monitor {
             state if state.is_terminal() => view.ended = Some(LockLost::Closed),
             _ => view.disconnected_since = Some(Instant::now()),
         }
-        let shared = Arc::new(Shared {
-            grace,
-            inner: Mutex::new(view),
-        });
-        let (watch_requests, requests) = crossbeam_channel::unbounded();
-        let worker = MonitorThread {
+        Shared {
             zk: zk.clone(),
-            shared: Arc::clone(&shared),
-            session_events,
-            requests,
-            watched: Vec::new(),
-        };
-        let thread = match std::thread::Builder::new()
-            .name("zk-lock-monitor".into())
-            .spawn(move || worker.run())
-        {
-            Ok(handle) => Some(handle),
-            Err(error) => {
-                log::warn!("lock: cannot start the loss monitor: {error}");
-                None
-            }
-        };
-        Monitor {
-            shared,
-            watch_requests: Some(watch_requests),
-            thread,
+            grace,
+            events,
+            view: Mutex::new(view),
         }
     }
 
-    /// Asks the monitor thread to watch the guard's node.
-    fn watch(&self, guard: &Arc<GuardState>) {
-        if let Some(requests) = &self.watch_requests {
-            // Fails only if the thread has ended (the handle was closed): the guard has
-            // been told `Closed` then.
-            let _ = requests.send(Arc::clone(guard));
+    /// Applies the session events that have arrived, in order, each followed by the
+    /// grace check (so with no grace a disconnection counts even if the reconnection
+    /// arrived before anyone looked).
+    fn catch_up(&self, view: &mut SessionView) {
+        loop {
+            match self.events.try_recv() {
+                Ok(event) => match event.state {
+                    SessionState::Expired => self.end(view, LockLost::SessionExpired),
+                    SessionState::AuthFailed | SessionState::Closed => {
+                        self.end(view, LockLost::Closed)
+                    }
+                    state if state.is_connected() => {
+                        view.disconnected_since = None;
+                        view.grace_over = false;
+                    }
+                    _ => {
+                        view.disconnected_since.get_or_insert_with(Instant::now);
+                        self.check_grace(view);
+                    }
+                },
+                Err(TryRecvError::Empty) => break,
+                // The handle was closed: the stream has ended.
+                Err(TryRecvError::Disconnected) => {
+                    self.end(view, LockLost::Closed);
+                    break;
+                }
+            }
+        }
+        self.check_grace(view);
+    }
+
+    /// Reports a disconnection that has outlasted the grace (once).
+    fn check_grace(&self, view: &mut SessionView) {
+        if let Some(since) = view.disconnected_since {
+            if !view.grace_over && since.elapsed() >= self.grace {
+                view.grace_over = true;
+                for guard in &view.guards {
+                    guard.declare(LockLost::Disconnected);
+                }
+            }
+        }
+    }
+
+    /// The session is over: every guard, held now or later, is lost.
+    fn end(&self, view: &mut SessionView, reason: LockLost) {
+        view.ended.get_or_insert(reason);
+        for guard in &view.guards {
+            guard.declare(reason);
+        }
+    }
+
+    /// Brings the view up to date (cheap: a lock and a channel poll).
+    fn refresh(&self) {
+        self.catch_up(&mut self.view.lock());
+    }
+
+    /// A new guard, just acquired: from now on it hears of every session loss. The
+    /// events before are applied first: the acquisition's last reply came after them
+    /// (the client delivers session events and replies in one order), so a
+    /// disconnection it recovered from counts for older guards only.
+    fn register(self: &Arc<Self>, guard: &Arc<GuardState>) {
+        let serve = {
+            let mut view = self.view.lock();
+            self.catch_up(&mut view);
+            if let Some(reason) = view.ended {
+                guard.declare(reason);
+            } else if view.grace_over {
+                guard.declare(LockLost::Disconnected);
+            }
+            view.guards.push(Arc::clone(guard));
+            // A grace is timed by the monitor thread while guards are held.
+            !self.grace.is_zero() && !std::mem::replace(&mut view.monitored, true)
+        };
+        if serve {
+            monitor::serve(Arc::clone(self));
+        }
+    }
+
+    /// A released guard. The last one tells the monitor thread (if it serves this
+    /// value), which then lets go of it: it must not keep the handle open.
+    fn forget(self: &Arc<Self>, guard: &Arc<GuardState>) {
+        let tell_monitor = {
+            let mut view = self.view.lock();
+            if let Some(index) = view.guards.iter().position(|g| Arc::ptr_eq(g, guard)) {
+                view.guards.swap_remove(index);
+            }
+            view.monitored && view.guards.is_empty()
+        };
+        if tell_monitor {
+            monitor::serve(Arc::clone(self));
+        }
+    }
+
+    /// Has the monitor thread watch the guard's node.
+    fn watch(self: &Arc<Self>, guard: &Arc<GuardState>) {
+        {
+            let mut view = self.view.lock();
+            view.to_watch.push(Arc::clone(guard));
+            view.monitored = true;
+        }
+        monitor::serve(Arc::clone(self));
+    }
+
+    /// When the current disconnection outlasts the grace, unless reported already.
+    fn grace_deadline(&self) -> Option<Instant> {
+        let view = self.view.lock();
+        match view.disconnected_since {
+            Some(since) if !view.grace_over && view.ended.is_none() => Some(since + self.grace),
+            _ => None,
         }
     }
 }
 
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        drop(self.watch_requests.take()); // wakes the thread, which then ends
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+/// The one thread of the process that serves what needs someone awake: the node watches
+/// of guards asked for [`LockGuard::lost`] and the grace timers of locks with a
+/// disconnect grace. It runs while it has something to serve (and a second longer).
+mod monitor {
+    use super::{GuardState, LockLost, Shared};
+    use crate::support::withdraw_watch;
+    use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
+    use parking_lot::Mutex;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use zookeeper::{Error, EventType, SessionState, Watch};
+
+    /// The thread's inbox: values to serve (again); `None` while no thread runs.
+    static INBOX: Mutex<Option<Sender<Arc<Shared>>>> = Mutex::new(None);
+
+    /// How long the thread stays with nothing to serve, for the next request.
+    const LINGER: Duration = Duration::from_secs(1);
+
+    /// How soon an own-node watch that could not be set for a connection loss is tried
+    /// again while the session says it is connected (it may have reconnected meanwhile).
+    const REARM_RETRY: Duration = Duration::from_millis(100);
+
+    /// Has the thread look at `shared` (new guards to watch, a grace to time), starting
+    /// the thread if none runs.
+    pub(super) fn serve(shared: Arc<Shared>) {
+        let mut inbox = INBOX.lock();
+        if let Some(sender) = inbox.as_ref() {
+            // The thread drops its receiver only after taking the sender out under this
+            // lock: the send cannot fail here.
+            let _ = sender.send(shared);
+            return;
+        }
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let spawned = std::thread::Builder::new()
+            .name("zk-lock-monitor".into())
+            .spawn(move || Monitor::default().run(receiver));
+        match spawned {
+            Ok(_) => {
+                let _ = sender.send(shared);
+                *inbox = Some(sender);
+            }
+            // Guards still learn of session losses when asked (`is_lost`); only the
+            // pushes to `lost()` receivers and node deletions are missing.
+            Err(error) => log::warn!("lock: cannot start the loss monitor: {error}"),
+        }
+    }
+
+    /// A guard whose node the thread watches.
+    struct Watched {
+        guard: Arc<GuardState>,
+        /// `None`: to be (re)armed once connected.
+        watch: Option<Watch>,
+    }
+
+    /// A [`Shared`] the thread serves, with the watches of its guards.
+    struct Source {
+        shared: Arc<Shared>,
+        watched: Vec<Watched>,
+    }
+
+    #[derive(Default)]
+    struct Monitor {
+        sources: Vec<Source>,
+    }
+
+    /// What woke the thread.
+    enum Wake {
+        Inbox,
+        Events(usize),
+        Watch(usize, usize),
+        Timer,
+    }
+
+    impl Monitor {
+        fn run(mut self, inbox: Receiver<Arc<Shared>>) {
+            loop {
+                while let Ok(shared) = inbox.try_recv() {
+                    self.add(shared);
+                }
+                self.tidy();
+                if self.sources.is_empty() {
+                    match inbox.recv_timeout(LINGER) {
+                        Ok(shared) => self.add(shared),
+                        Err(_) => {
+                            let mut slot = INBOX.lock();
+                            match inbox.try_recv() {
+                                Ok(shared) => self.add(shared),
+                                Err(_) => {
+                                    *slot = None;
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    continue;
+                }
+                match self.next_wake(&inbox) {
+                    Wake::Inbox | Wake::Timer => self.refresh_all(),
+                    Wake::Events(source) => {
+                        let source = &mut self.sources[source];
+                        source.shared.refresh();
+                        if source.shared.zk.state().is_connected() {
+                            rearm(source);
+                        }
+                    }
+                    Wake::Watch(source, index) => self.fired(source, index),
+                }
+            }
+        }
+
+        /// Starts serving `shared` (once) and takes its guards to watch.
+        fn add(&mut self, shared: Arc<Shared>) {
+            let position = self
+                .sources
+                .iter()
+                .position(|s| Arc::ptr_eq(&s.shared, &shared));
+            let index = position.unwrap_or_else(|| {
+                self.sources.push(Source {
+                    shared,
+                    watched: Vec::new(),
+                });
+                self.sources.len() - 1
+            });
+            let source = &mut self.sources[index];
+            let to_watch = std::mem::take(&mut source.shared.view.lock().to_watch);
+            for guard in to_watch {
+                watch(source, guard);
+            }
+        }
+
+        /// Drops the watches of released guards and the sources with nothing left to
+        /// serve (under their view's lock, so a new request re-adds them).
+        fn tidy(&mut self) {
+            let mut withdrawn = Vec::new();
+            self.sources.retain_mut(|source| {
+                let (released, kept): (Vec<_>, Vec<_>) = source
+                    .watched
+                    .drain(..)
+                    .partition(|w| w.guard.is_released());
+                source.watched = kept;
+                let zk = &source.shared.zk;
+                withdrawn.extend(released.into_iter().map(|w| (zk.clone(), w.watch)));
+                let needed = {
+                    let mut view = source.shared.view.lock();
+                    let needed = view.ended.is_none()
+                        && !view.guards.is_empty()
+                        && (!source.shared.grace.is_zero()
+                            || !source.watched.is_empty()
+                            || !view.to_watch.is_empty());
+                    if !needed {
+                        view.monitored = false;
+                    }
+                    needed
+                };
+                if !needed {
+                    withdrawn.extend(source.watched.drain(..).map(|w| (zk.clone(), w.watch)));
+                }
+                needed
+            });
+            // Outside every view lock: a removal may wait for the client's handle lock.
+            for (zk, watch) in withdrawn {
+                if let Some(watch) = watch {
+                    withdraw_watch(&zk, &watch);
+                }
+            }
+        }
+
+        /// Applies every source's events and timers, and re-arms the watches a
+        /// connection loss kept from being set.
+        fn refresh_all(&mut self) {
+            for source in &mut self.sources {
+                source.shared.refresh();
+                if source.shared.zk.state().is_connected() {
+                    rearm(source);
+                }
+            }
+        }
+
+        /// Waits for the inbox, a source's session events, an armed watch, or the next
+        /// timer (a grace running out, a watch to re-arm).
+        fn next_wake(&self, inbox: &Receiver<Arc<Shared>>) -> Wake {
+            let mut deadline: Option<Instant> = None;
+            let mut earliest = |at: Instant| {
+                deadline = Some(deadline.map_or(at, |d: Instant| d.min(at)));
+            };
+            let mut select = Select::new();
+            select.recv(inbox);
+            let mut operations = vec![Wake::Inbox];
+            for (s, source) in self.sources.iter().enumerate() {
+                select.recv(&source.shared.events);
+                operations.push(Wake::Events(s));
+                if let Some(at) = source.shared.grace_deadline() {
+                    earliest(at);
+                }
+                for (w, watched) in source.watched.iter().enumerate() {
+                    match &watched.watch {
+                        Some(watch) => {
+                            select.recv(watch.receiver());
+                            operations.push(Wake::Watch(s, w));
+                        }
+                        None => earliest(Instant::now() + REARM_RETRY),
+                    }
+                }
+            }
+            let ready = match deadline {
+                Some(at) => select.ready_deadline(at),
+                None => Ok(select.ready()),
+            };
+            match ready {
+                Ok(index) => operations.swap_remove(index),
+                Err(_) => Wake::Timer,
+            }
+        }
+
+        /// A watch (may have) fired.
+        fn fired(&mut self, s: usize, w: usize) {
+            let source = &mut self.sources[s];
+            let outcome = match &source.watched[w].watch {
+                Some(watch) => watch.receiver().try_recv(),
+                None => return,
+            };
+            let event = match outcome {
+                Ok(event) => event,
+                Err(TryRecvError::Empty) => return, // not ready after all
+                Err(TryRecvError::Disconnected) => {
+                    source
+                        .watched
+                        .swap_remove(w)
+                        .guard
+                        .declare(LockLost::Closed);
+                    return;
+                }
+            };
+            let guard = source.watched.swap_remove(w).guard;
+            match event.event_type {
+                EventType::NodeDeleted => guard.declare(LockLost::NodeDeleted),
+                EventType::Session => guard.declare(match event.state {
+                    SessionState::Expired => LockLost::SessionExpired,
+                    _ => LockLost::Closed,
+                }),
+                // Data changed or the watch was removed: watch again.
+                _ => watch(source, guard),
+            }
+        }
+    }
+
+    /// Starts watching the guard's node.
+    fn watch(source: &mut Source, guard: Arc<GuardState>) {
+        if guard.is_released() {
+            return;
+        }
+        match arm(source, &guard.node) {
+            Ok(watch) => source.watched.push(Watched { guard, watch }),
+            Err(reason) => guard.declare(reason),
+        }
+    }
+
+    /// Arms again the watches that a connection loss kept from being set.
+    fn rearm(source: &mut Source) {
+        let mut index = 0;
+        while index < source.watched.len() {
+            if source.watched[index].watch.is_none() {
+                let node = source.watched[index].guard.node.clone();
+                match arm(source, &node) {
+                    Ok(watch) => source.watched[index].watch = watch,
+                    Err(reason) => {
+                        source.watched.swap_remove(index).guard.declare(reason);
+                        continue;
+                    }
+                }
+            }
+            index += 1;
+        }
+    }
+
+    /// Sets the watch on a lock node: `Ok(None)` if the connection is down (armed again
+    /// on reconnect), `Err(reason)` if the node or the session is gone.
+    fn arm(source: &Source, node: &str) -> Result<Option<Watch>, LockLost> {
+        match source.shared.zk.get_watch(node) {
+            Ok((_, _, watch)) => Ok(Some(watch)),
+            Err(Error::NoNode) => Err(LockLost::NodeDeleted),
+            Err(error) if error.is_retryable() => Ok(None),
+            Err(Error::SessionExpired) => Err(LockLost::SessionExpired),
+            Err(_) => Err(LockLost::Closed),
         }
     }
 }
@@ -562,12 +913,11 @@ impl Drop for Monitor {
 /// A held lock. Dropping it releases the lock; [`release`](Self::release) does the same
 /// and reports errors. `Send + Sync`.
 pub struct LockGuard {
-    // Before `zk`: the monitor thread ends (if this is its last user) before our handle
-    // clone goes.
-    monitor: Arc<Monitor>,
+    shared: Arc<Shared>,
     zk: ZooKeeper,
     node: String,
     sequence: i32,
+    czxid: i64,
     state: Arc<GuardState>,
     patience: Patience,
     released: bool,
@@ -583,21 +933,23 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// The guard of the lock node `node` just acquired, served by `monitor`.
+    /// The guard of the lock node `node` just acquired.
     fn new(
         zk: ZooKeeper,
         node: String,
         sequence: i32,
-        monitor: Arc<Monitor>,
+        czxid: i64,
+        shared: Arc<Shared>,
         patience: Patience,
     ) -> LockGuard {
         let state = Arc::new(GuardState::new(node.clone()));
-        monitor.shared.register(&state);
+        shared.register(&state);
         LockGuard {
-            monitor,
+            shared,
             zk,
             node,
             sequence,
+            czxid,
             state,
             patience,
             released: false,
@@ -609,10 +961,22 @@ impl LockGuard {
         &self.node
     }
 
-    /// The lock node's sequence number: grows with every acquisition of this lock, so it
-    /// can serve as a fencing token for resources the lock protects.
+    /// The lock node's sequence number. It orders the requests of one incarnation of the
+    /// lock directory, and starts again from 0 when the directory is re-created (a
+    /// counter restart, a container directory removed while idle): not a fencing token,
+    /// use [`fencing_token`](Self::fencing_token) for that.
     pub fn sequence(&self) -> i32 {
         self.sequence
+    }
+
+    /// A fencing token for resources the lock protects: the zxid of the transaction
+    /// that created the lock node (its `czxid`). A later holder's node was created
+    /// later (holders are served in creation order, and a restarted directory is newer
+    /// than every node of the old one), so every later holder has a greater token, across
+    /// counter restarts and re-created directories. A resource that remembers the
+    /// greatest token it has seen can reject a paused former holder's writes.
+    pub fn fencing_token(&self) -> i64 {
+        self.czxid
     }
 
     /// Whether the lock is known to be lost (see [`LockLost`]). Cheap: no request, no
@@ -623,11 +987,12 @@ impl LockGuard {
     /// only once [`lost`](Self::lost) has been called on this guard (which sets the watch
     /// on the node; a deletion before that call is found too).
     pub fn is_lost(&self) -> bool {
-        self.state.reason().is_some()
+        self.lost_reason().is_some()
     }
 
     /// Why the lock was lost, if it was (known as for [`is_lost`](Self::is_lost)).
     pub fn lost_reason(&self) -> Option<LockLost> {
+        self.shared.refresh();
         self.state.reason()
     }
 
@@ -635,35 +1000,45 @@ impl LockGuard {
     /// known to be). Each call makes an independent receiver; use it with `recv_timeout`
     /// or `crossbeam_channel::select!`. It never fires after a normal release.
     ///
-    /// The first call also has the lock's monitor thread watch the lock node (one `get`
-    /// with a watch), so that its deletion by someone else is reported as
+    /// The first call also has the process's lock monitor thread watch the lock node
+    /// (one `get` with a watch), so that its deletion by someone else is reported as
     /// [`LockLost::NodeDeleted`], including a deletion that happened before the call.
     /// Acquisitions whose guard is never asked cost no such request.
     pub fn lost(&self) -> Receiver<LockLost> {
+        self.shared.refresh();
         let (receiver, first) = self.state.subscribe();
         if first {
-            self.monitor.watch(&self.state);
+            self.shared.watch(&self.state);
         }
         receiver
     }
 
     /// Releases the lock (deletes the node). Fails with `RecipeError::Lost` if the lock
-    /// had been lost before (the critical section was not protected to the end).
+    /// had been lost before (the critical section was not protected to the end). If the
+    /// server cannot be reached within the reconnect timeout, the error is reported and
+    /// the delete goes on in the background.
     pub fn release(mut self) -> Result<()> {
-        self.release_inner()
+        self.release_inner(false)
     }
 
-    fn release_inner(&mut self) -> Result<()> {
+    /// The release; `on_drop`: from `Drop`, which must not block long and reports nothing.
+    fn release_inner(&mut self, on_drop: bool) -> Result<()> {
         if std::mem::replace(&mut self.released, true) {
             return Ok(());
         }
-        // From here on no loss is recorded: our own delete is not reported.
+        // Judge the guard on every event so far; from then on no loss is recorded, so
+        // our own delete is not reported.
+        self.shared.refresh();
         let lost = self.state.finish();
-        self.monitor.shared.forget(&self.state);
+        self.shared.forget(&self.state);
+        if on_drop {
+            delete_on_drop(&self.zk, &self.node);
+            return Ok(());
+        }
         match delete_eventually(&self.zk, &self.node, self.patience) {
             Ok(()) => {}
             // Left to the background: report that the release is not done yet.
-            Err(RecipeError::ZooKeeper(e)) if e.is_connection_loss() => {
+            Err(RecipeError::ZooKeeper(e)) if e.is_retryable() => {
                 return Err(RecipeError::ZooKeeper(e))
             }
             Err(_) if lost.is_some() => {}
@@ -678,185 +1053,6 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Err(error) = self.release_inner() {
-            log::debug!("lock: release of {} on drop: {error}", self.node);
-        }
-    }
-}
-
-/// The monitor thread of a [`Lock`]: follows the session events for all guards, and
-/// watches the nodes of the guards asked about ([`LockGuard::lost`]).
-struct MonitorThread {
-    zk: ZooKeeper,
-    shared: Arc<Shared>,
-    session_events: Receiver<WatchedEvent>,
-    requests: Receiver<Arc<GuardState>>,
-    watched: Vec<Watched>,
-}
-
-/// A guard whose node the monitor watches.
-struct Watched {
-    guard: Arc<GuardState>,
-    /// `None`: to be (re)armed once connected.
-    watch: Option<Watch>,
-}
-
-enum Wake {
-    /// The `Lock` and all its guards are gone.
-    Stop,
-    Request(Arc<GuardState>),
-    Session(std::result::Result<WatchedEvent, RecvError>),
-    Node(usize, std::result::Result<WatchedEvent, RecvError>),
-    /// The grace deadline or the re-arm retry time came.
-    Timer,
-}
-
-/// How soon an own-node watch that could not be set for a connection loss is tried
-/// again while the session says it is connected (it may have reconnected meanwhile).
-const REARM_RETRY: Duration = Duration::from_millis(100);
-
-impl MonitorThread {
-    fn run(mut self) {
-        loop {
-            // Watches still to be armed for guards released meanwhile are not needed.
-            self.watched
-                .retain(|w| w.watch.is_some() || !w.guard.is_released());
-            match self.next_wake() {
-                Wake::Stop => return,
-                Wake::Request(guard) => self.watch(guard),
-                Wake::Session(Err(_)) => {
-                    // The handle was closed: the stream has ended.
-                    self.shared.end(LockLost::Closed);
-                    for watched in self.watched.drain(..) {
-                        watched.guard.declare(LockLost::Closed);
-                    }
-                    return;
-                }
-                Wake::Session(Ok(event)) => match event.state {
-                    SessionState::Expired => self.shared.end(LockLost::SessionExpired),
-                    SessionState::AuthFailed | SessionState::Closed => {
-                        self.shared.end(LockLost::Closed)
-                    }
-                    state if state.is_connected() => {
-                        self.shared.reconnected();
-                        self.rearm();
-                    }
-                    _ => self.shared.disconnected(),
-                },
-                Wake::Node(index, Err(_)) => {
-                    self.watched
-                        .swap_remove(index)
-                        .guard
-                        .declare(LockLost::Closed);
-                }
-                Wake::Node(index, Ok(event)) => match event.event_type {
-                    EventType::NodeDeleted => {
-                        let guard = self.watched.swap_remove(index).guard;
-                        guard.declare(LockLost::NodeDeleted);
-                    }
-                    EventType::Session => {
-                        let guard = self.watched.swap_remove(index).guard;
-                        guard.declare(match event.state {
-                            SessionState::Expired => LockLost::SessionExpired,
-                            _ => LockLost::Closed,
-                        });
-                    }
-                    // Data changed or the watch was removed: watch again.
-                    _ => {
-                        let guard = self.watched.swap_remove(index).guard;
-                        self.watch(guard);
-                    }
-                },
-                Wake::Timer => {
-                    self.shared.check_grace();
-                    self.rearm();
-                }
-            }
-        }
-    }
-
-    /// Waits for the next thing to handle.
-    fn next_wake(&self) -> Wake {
-        let retry =
-            self.watched.iter().any(|w| w.watch.is_none()) && self.zk.state().is_connected();
-        let retry_at = retry.then(|| Instant::now() + REARM_RETRY);
-        let deadline = match (self.shared.grace_deadline(), retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let mut select = Select::new();
-        let requests_index = select.recv(&self.requests);
-        let session_index = select.recv(&self.session_events);
-        // The node watches follow, in the order of `watched` (armed ones only).
-        let first_watch = session_index + 1;
-        let mut armed = Vec::with_capacity(self.watched.len());
-        for (index, watched) in self.watched.iter().enumerate() {
-            if let Some(watch) = &watched.watch {
-                select.recv(watch.receiver());
-                armed.push(index);
-            }
-        }
-        let operation = match deadline {
-            Some(deadline) => match select.select_deadline(deadline) {
-                Ok(operation) => operation,
-                Err(_) => return Wake::Timer,
-            },
-            None => select.select(),
-        };
-        match operation.index() {
-            index if index == requests_index => match operation.recv(&self.requests) {
-                Ok(guard) => Wake::Request(guard),
-                Err(_) => Wake::Stop,
-            },
-            index if index == session_index => Wake::Session(operation.recv(&self.session_events)),
-            index => {
-                let position = armed[index - first_watch];
-                let watch = self.watched[position].watch.as_ref();
-                match watch {
-                    Some(watch) => Wake::Node(position, operation.recv(watch.receiver())),
-                    None => Wake::Timer, // not reached: only armed watches are selected
-                }
-            }
-        }
-    }
-
-    /// Starts watching the guard's node.
-    fn watch(&mut self, guard: Arc<GuardState>) {
-        if guard.is_released() {
-            return;
-        }
-        match self.arm(&guard.node) {
-            Ok(watch) => self.watched.push(Watched { guard, watch }),
-            Err(reason) => guard.declare(reason),
-        }
-    }
-
-    /// Arms again the watches that a connection loss kept from being set.
-    fn rearm(&mut self) {
-        let mut index = 0;
-        while index < self.watched.len() {
-            if self.watched[index].watch.is_none() {
-                match self.arm(&self.watched[index].guard.node) {
-                    Ok(watch) => self.watched[index].watch = watch,
-                    Err(reason) => {
-                        self.watched.swap_remove(index).guard.declare(reason);
-                        continue;
-                    }
-                }
-            }
-            index += 1;
-        }
-    }
-
-    /// Sets the watch on a lock node: `Ok(None)` if the connection is down (armed again
-    /// on reconnect), `Err(reason)` if the node or the session is gone.
-    fn arm(&self, node: &str) -> std::result::Result<Option<Watch>, LockLost> {
-        match self.zk.get_watch(node) {
-            Ok((_, _, watch)) => Ok(Some(watch)),
-            Err(Error::NoNode) => Err(LockLost::NodeDeleted),
-            Err(error) if error.is_retryable() => Ok(None),
-            Err(Error::SessionExpired) => Err(LockLost::SessionExpired),
-            Err(_) => Err(LockLost::Closed),
-        }
+        let _ = self.release_inner(true);
     }
 }

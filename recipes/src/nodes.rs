@@ -1,6 +1,7 @@
 //! How the nodes a recipe creates are made: their ACL, and whether the recipe's
 //! directories are container nodes.
 
+use crate::util::SEQUENCE_LIMIT;
 use zookeeper::{Acl, CreateMode};
 
 /// The ACL and directory kind of the nodes a recipe creates. The default is what a
@@ -23,6 +24,7 @@ use zookeeper::{Acl, CreateMode};
 pub struct NodeOptions {
     acl: Vec<Acl>,
     container_dirs: bool,
+    sequence_limit: i32,
 }
 
 impl Default for NodeOptions {
@@ -30,6 +32,7 @@ impl Default for NodeOptions {
         NodeOptions {
             acl: Acl::open_unsafe(),
             container_dirs: false,
+            sequence_limit: SEQUENCE_LIMIT,
         }
     }
 }
@@ -50,6 +53,27 @@ impl NodeOptions {
     pub fn container_dirs(mut self, container: bool) -> Self {
         self.container_dirs = container;
         self
+    }
+
+    /// The sequence number at which the ordered recipes (lock, election, read-write
+    /// lock, semaphore) restart their directory's counter: a node numbered at or past it
+    /// is removed again and the directory is restarted once empty (see each recipe's
+    /// docs on the counter's end). Default and upper bound:
+    /// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT), just below where a ZooKeeper 3.8
+    /// server's counter ends; values are clamped to `1..=SEQUENCE_LIMIT`.
+    ///
+    /// A lower limit restarts counters sooner, which lets a test (or a drill) cross the
+    /// restart against a real server in a few hundred operations instead of 2^31. Every
+    /// user of a directory must use the same limit: a node another user numbers at or
+    /// past our limit takes no part for us, so our waiters could wait for it forever.
+    pub fn sequence_limit(mut self, limit: i32) -> Self {
+        self.sequence_limit = limit.clamp(1, SEQUENCE_LIMIT);
+        self
+    }
+
+    /// The sequence limit ([`sequence_limit`](Self::sequence_limit)).
+    pub fn limit(&self) -> i32 {
+        self.sequence_limit
     }
 
     /// The ACL nodes are created with.

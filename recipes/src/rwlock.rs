@@ -21,35 +21,57 @@
 //!     // ... read ...
 //! }
 //! let write = lock.write(Duration::from_secs(10))?;      // exclusive
-//! // ... write ...
+//! // ... write, passing write.fencing_token() to the store ...
 //! write.release()?;
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 //!
 //! # Guarantees
 //! - While a write guard is held (and its session lives) no other read or write guard
-//!   on the same directory is granted; read guards may be held concurrently.
+//!   on the same directory is granted; read guards may be held concurrently. This holds
+//!   across the end of the sequence counter too (below).
 //! - FIFO: requests are granted in sequence order (a reader queued behind a writer does
 //!   not overtake it, so writers are not starved).
-//! - A request that times out withdraws its node, so it blocks nobody afterwards.
+//! - A request that times out withdraws its node, so it blocks nobody afterwards, and
+//!   leaves no watch registered.
+//! - Fencing: [`WriteGuard::fencing_token`] / [`ReadGuard::fencing_token`] (the node's
+//!   `czxid`) of a guard granted after a conflicting one is greater, across counter
+//!   restarts and re-created directories.
+//! - With [`NodeOptions::acl`] ([`ReadWriteLock::with_node_options`]) the directory and
+//!   request nodes get that ACL: a client without the rights cannot delete a holder's
+//!   node.
+//!
+//! # The end of the sequence counter
+//! Request numbers come from the directory's 32-bit child counter, which a 3.8 server
+//! does not wrap cleanly (past 2147483647 it repeats numbers or goes negative). A request
+//! numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! [`NodeOptions::sequence_limit`]) is deleted at once and ignored by everyone; the
+//! requester restarts the counter by deleting the directory, which the server allows only
+//! once it is empty, so no guard can be held meanwhile. Until the directory has drained,
+//! the request waits, within its timeout, and then fails with `Timeout` as a busy lock
+//! does (`try_read` / `try_write`: `None`).
 //!
 //! # Non-guarantees
 //! - The lock is tied to the ZooKeeper session: if the session expires, the node goes
 //!   and another process may acquire while this process still holds a guard. Use
 //!   [`ReadGuard::is_held`] / [`WriteGuard::is_held`] or the session events
-//!   ([`ZooKeeper::session_events`]) to detect this; the lock does not revoke.
+//!   ([`ZooKeeper::session_events`]) to detect this, and the fencing token to protect
+//!   the resource; the lock does not revoke.
 //! - Not reentrant: a process holding a read guard that asks for a write guard on the
 //!   same lock waits for itself (until its timeout).
+//! - Requests arriving at the counter's end are not ordered among themselves across the
+//!   restart.
 
 use crate::support::{
-    create_sequential, default_op_timeout, ensure_dir, members, op_deadline, owned_node_guard,
-    retry, wait_watch, Deadline, Member, OwnedNode,
+    check_base_path, create_member, default_op_timeout, ordered_members, owned_node_guard, retry,
+    wait_for_change, Deadline, Member, NodeWait, OwnedNode, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
+use zookeeper::{Error, ZooKeeper};
 
 const READ: &str = "read-";
 const WRITE: &str = "write-";
@@ -60,16 +82,28 @@ const WRITE: &str = "write-";
 pub struct ReadWriteLock {
     zk: ZooKeeper,
     dir: String,
+    nodes: NodeOptions,
 }
 
 impl ReadWriteLock {
-    /// The lock in `dir` (created if missing).
+    /// The lock in `dir`. The directory (and its parents) is created by the first
+    /// request if missing, with the node options then set
+    /// ([`with_node_options`](Self::with_node_options)). No request is sent here.
     pub fn new(zk: &ZooKeeper, dir: &str) -> Result<ReadWriteLock> {
-        ensure_dir(zk, dir, &NodeOptions::default(), op_deadline(zk))?;
+        check_base_path(dir)?;
         Ok(ReadWriteLock {
             zk: zk.clone(),
             dir: dir.to_string(),
+            nodes: NodeOptions::default(),
         })
+    }
+
+    /// The ACL, directory kind and sequence limit of the nodes this lock creates
+    /// (default: open ACL, persistent directory). With a container directory the server
+    /// removes the directory once the lock is idle; the next request creates it again.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> ReadWriteLock {
+        self.nodes = nodes;
+        self
     }
 
     /// The lock directory.
@@ -102,16 +136,19 @@ impl ReadWriteLock {
         let deadline = Deadline::after(timeout);
         // Creating the request is not bounded by a zero timeout: `try_*` must try once.
         let create_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
+        let dir = SeqDir {
+            path: &self.dir,
+            data: b"",
+            nodes: &self.nodes,
+        };
         let tag = format!("{kind}{}-", guid());
-        let name = create_sequential(
-            &self.zk,
-            &self.dir,
-            &tag,
-            b"",
-            &NodeOptions::default(),
-            create_deadline,
-        )?;
-        let node = OwnedNode::new(&self.zk, &self.dir, name);
+        let created = create_member(&self.zk, &dir, &tag, b"", create_deadline.into(), deadline)
+            .map_err(|error| match error {
+                // At the counter's end the directory is busy: as a busy lock, a timeout.
+                RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
+                other => other,
+            })?;
+        let node = OwnedNode::new(&self.zk, &self.dir, created);
         // On error `node` is dropped here, which withdraws the request.
         self.wait_granted(&node, kind, deadline, create_deadline)?;
         Ok(node)
@@ -124,9 +161,14 @@ impl ReadWriteLock {
         deadline: Deadline,
         read_deadline: Deadline,
     ) -> Result<()> {
+        let waiting = AtomicU64::new(0);
         loop {
-            let children = retry(&self.zk, read_deadline, || self.zk.get_children(&self.dir))?;
-            let list = members(children, &[READ, WRITE]);
+            let children = match retry(&self.zk, read_deadline, || self.zk.get_children(&self.dir))
+            {
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
+                other => other?,
+            };
+            let list = ordered_members(children, &[READ, WRITE], self.nodes.limit());
             let index = list
                 .iter()
                 .position(|m| m.name == node.name())
@@ -141,9 +183,9 @@ impl ReadWriteLock {
             };
             deadline.check()?;
             let path = format!("{}/{}", self.dir, blocker.name);
-            let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&path))?;
-            if stat.is_some() {
-                wait_watch(&watch, deadline)?;
+            match wait_for_change(&self.zk, &path, Patience::from(deadline), &waiting)? {
+                NodeWait::Fired | NodeWait::LookAgain => {}
+                NodeWait::TimedOut => return Err(RecipeError::Timeout),
             }
         }
     }
@@ -173,3 +215,22 @@ pub struct WriteGuard {
 
 owned_node_guard!(ReadGuard, "lock");
 owned_node_guard!(WriteGuard, "lock");
+
+impl ReadGuard {
+    /// A fencing token: the zxid that created this request's node (`czxid`). A write
+    /// guard granted after this one has a greater token (it queued behind this
+    /// request), across counter restarts and re-created directories.
+    pub fn fencing_token(&self) -> i64 {
+        self.node.czxid()
+    }
+}
+
+impl WriteGuard {
+    /// A fencing token: the zxid that created this request's node (`czxid`). Any guard
+    /// granted after this one has a greater token, across counter restarts and
+    /// re-created directories, so a store that keeps the greatest token it has seen can
+    /// reject a paused former writer.
+    pub fn fencing_token(&self) -> i64 {
+        self.node.czxid()
+    }
+}

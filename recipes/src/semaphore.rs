@@ -23,23 +23,45 @@
 //!
 //! # Guarantees
 //! - At most `N` leases are held at once (among live sessions), because a lease is
-//!   granted only to one of the `N` lowest request nodes.
-//! - Requests are granted in FIFO order; a request that times out withdraws its node.
+//!   granted only to one of the `N` lowest request nodes; also across the end of the
+//!   sequence counter (below).
+//! - Requests are granted in FIFO order; a request that times out withdraws its node and
+//!   leaves no watch registered.
 //! - All participants agree on `N`: it is stored in the directory node when first
-//!   created, and [`Semaphore::new`] with a different `N` fails with `InvalidArgument`.
+//!   created (by the first acquisition, or by [`Semaphore::new`] finding it), and a
+//!   [`Semaphore::new`] or first acquisition with a different `N` fails with
+//!   `InvalidArgument`.
+//! - With [`NodeOptions::acl`] ([`Semaphore::with_node_options`]) the directory and
+//!   lease nodes get that ACL: a client without the rights cannot delete a lease.
+//!
+//! # The end of the sequence counter
+//! Request numbers come from the directory's 32-bit child counter, which a 3.8 server
+//! does not wrap cleanly (past 2147483647 it repeats numbers or goes negative, and
+//! counting "the `N` lowest" by them could admit more than `N`). A request numbered at or
+//! past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! [`NodeOptions::sequence_limit`]) is deleted at once and ignored by everyone; the
+//! requester restarts the counter by deleting the directory, which the server allows only
+//! once it is empty (so no lease can be held meanwhile), and creates it again holding
+//! `N`. Until the directory has drained, the request waits within its timeout, then fails
+//! with `Timeout` as with no free permit (`try_acquire`: `None`).
 //!
 //! # Non-guarantees
 //! - A lease is tied to its session: if the session expires the node goes and the permit
 //!   is handed to someone else while this process may still believe it holds it (check
 //!   [`Lease::is_held`] or watch [`ZooKeeper::session_events`]). No revocation.
+//! - With container directories, the permit count is checked when a [`Semaphore`] value
+//!   first meets the directory; a directory the server removed while idle is created
+//!   again by the next acquisition with its own `N`.
 
 use crate::support::{
-    create_if_absent, create_sequential, default_op_timeout, members, op_deadline,
-    owned_node_guard, retry, wait_watch, Deadline, OwnedNode,
+    await_watch, check_base_path, create_member, default_op_timeout, op_deadline, ordered_members,
+    owned_node_guard, retry, watch_node, withdraw_watch, Deadline, OwnedNode, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper::{Error, ZooKeeper};
 
@@ -57,44 +79,86 @@ pub struct Semaphore {
     zk: ZooKeeper,
     dir: String,
     permits: u32,
+    /// `permits` as the directory holds it.
+    count: String,
+    nodes: NodeOptions,
+    /// Whether this value (and its clones) has made sure the directory holds `count`.
+    checked: Arc<AtomicBool>,
 }
 
 impl Semaphore {
-    /// The semaphore in `dir` with `permits` permits. The directory is created (holding
-    /// `permits` as decimal text) if missing; if it exists with another permit count,
-    /// this fails with `InvalidArgument`.
+    /// The semaphore in `dir` with `permits` permits. If the directory exists with
+    /// another permit count, this fails with `InvalidArgument`. A missing directory is
+    /// created (holding `permits` as decimal text, with the node options then set:
+    /// [`with_node_options`](Self::with_node_options)) by the first acquisition.
     pub fn new(zk: &ZooKeeper, dir: &str, permits: u32) -> Result<Semaphore> {
         if permits == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a semaphore needs at least one permit",
             ));
         }
-        let deadline = op_deadline(zk);
-        let text = permits.to_string();
-        create_if_absent(zk, dir, text.as_bytes(), &NodeOptions::default(), deadline)?;
+        check_base_path(dir)?;
+        let semaphore = Semaphore {
+            zk: zk.clone(),
+            dir: dir.to_string(),
+            permits,
+            count: permits.to_string(),
+            nodes: NodeOptions::default(),
+            checked: Arc::new(AtomicBool::new(false)),
+        };
+        semaphore.check_count(false, op_deadline(zk))?;
+        Ok(semaphore)
+    }
+
+    /// The ACL, directory kind and sequence limit of the nodes this semaphore creates
+    /// (default: open ACL, persistent directory).
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> Semaphore {
+        self.nodes = nodes;
+        self
+    }
+
+    /// Makes sure the directory holds our permit count (`InvalidArgument` if it holds
+    /// another): a directory created by someone else without a count (e.g. as a parent)
+    /// is claimed; a missing one is created if `create`, else left to later.
+    fn check_count(&self, create: bool, deadline: Deadline) -> Result<()> {
+        let (zk, dir, text) = (&self.zk, self.dir.as_str(), self.count.as_bytes());
         loop {
-            let (data, stat) = retry(zk, deadline, || zk.get(dir))?;
+            let (data, stat) = match retry(zk, deadline, || zk.get(dir)) {
+                Err(RecipeError::ZooKeeper(Error::NoNode)) if !create => return Ok(()),
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => {
+                    self.seq_dir().create(zk, deadline.into())?;
+                    continue;
+                }
+                other => other?,
+            };
             if data.is_empty() {
-                // Created by someone else without a count (e.g. as a parent): claim it.
-                match retry(zk, deadline, || {
-                    zk.set(dir, text.as_bytes(), Some(stat.version))
-                }) {
-                    Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => continue,
+                match retry(zk, deadline, || zk.set(dir, text, Some(stat.version))) {
+                    Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => {
+                        // Read again after a sync: if the reply was lost and the client
+                        // moved to a member that lags, it would not show our write yet.
+                        retry(zk, deadline, || zk.sync(dir))?;
+                        continue;
+                    }
                     Err(error) => return Err(error),
                 }
             }
-            if data != text.as_bytes() {
+            if data != text {
                 return Err(RecipeError::InvalidArgument(
                     "the semaphore exists with a different number of permits",
                 ));
             }
-            break;
+            self.checked.store(true, Ordering::Relaxed);
+            return Ok(());
         }
-        Ok(Semaphore {
-            zk: zk.clone(),
-            dir: dir.to_string(),
-            permits,
-        })
+    }
+
+    /// The directory, holding the permit count.
+    fn seq_dir(&self) -> SeqDir<'_> {
+        SeqDir {
+            path: &self.dir,
+            data: self.count.as_bytes(),
+            nodes: &self.nodes,
+        }
     }
 
     /// The number of permits.
@@ -104,27 +168,39 @@ impl Semaphore {
 
     /// Number of lease requests (held and waiting) right now.
     pub fn requests(&self) -> Result<usize> {
-        let children = retry(&self.zk, op_deadline(&self.zk), || {
+        match retry(&self.zk, op_deadline(&self.zk), || {
             self.zk.get_children(&self.dir)
-        })?;
-        Ok(members(children, &[LEASE]).len())
+        }) {
+            Ok(children) => Ok(ordered_members(children, &[LEASE], self.nodes.limit()).len()),
+            Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(0),
+            Err(error) => Err(error),
+        }
     }
 
     /// Acquires a permit, waiting up to `timeout`. On timeout the request is withdrawn.
     pub fn acquire(&self, timeout: Duration) -> Result<Lease> {
         let deadline = Deadline::after(timeout);
         let step_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
+        if !self.checked.load(Ordering::Relaxed) {
+            self.check_count(true, step_deadline)?;
+        }
+        let dir = self.seq_dir();
         let tag = format!("{LEASE}{}-", guid());
-        let name = create_sequential(
+        let created = create_member(
             &self.zk,
-            &self.dir,
+            &dir,
             &tag,
             WAITING,
-            &NodeOptions::default(),
-            step_deadline,
-        )?;
+            step_deadline.into(),
+            deadline,
+        )
+        .map_err(|error| match error {
+            // At the counter's end the directory is busy: as with no free permit.
+            RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
+            other => other,
+        })?;
         let lease = Lease {
-            node: OwnedNode::new(&self.zk, &self.dir, name),
+            node: OwnedNode::new(&self.zk, &self.dir, created),
         };
         // On error `lease` is dropped, which withdraws the request.
         self.wait_granted(&lease, deadline, step_deadline)?;
@@ -151,11 +227,17 @@ impl Semaphore {
         read_deadline: Deadline,
     ) -> Result<()> {
         let permits = self.permits as usize;
+        let limit = self.nodes.limit();
+        let waiting = AtomicU64::new(0);
         loop {
             // The first waiter watches the children; the others do not need a watch
             // on this read (the predecessor watch below covers them).
-            let children = retry(&self.zk, read_deadline, || self.zk.get_children(&self.dir))?;
-            let list = members(children, &[LEASE]);
+            let children = match retry(&self.zk, read_deadline, || self.zk.get_children(&self.dir))
+            {
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
+                other => other?,
+            };
+            let list = ordered_members(children, &[LEASE], limit);
             let index = list
                 .iter()
                 .position(|m| m.name == lease.node())
@@ -168,25 +250,30 @@ impl Semaphore {
                 // First waiter: wake on any change of the children (a release).
                 let (children, watch) =
                     retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir))?;
-                let list = members(children, &[LEASE]);
-                match list.iter().position(|m| m.name == lease.node()) {
-                    Some(index) if index > permits => continue,
-                    Some(index) if index == permits => {
-                        wait_watch(&watch, deadline)?;
-                    }
-                    _ => continue,
+                let list = ordered_members(children, &[LEASE], limit);
+                if list.iter().position(|m| m.name == lease.node()) != Some(permits) {
+                    // Moved on meanwhile: look again, without the watch.
+                    withdraw_watch(&self.zk, &watch);
+                    continue;
+                }
+                if await_watch(&self.zk, &watch, deadline, &waiting)?.is_none() {
+                    return Err(RecipeError::Timeout);
                 }
             } else {
                 // Later waiter: wake when the predecessor goes or obtains its permit.
                 let predecessor = format!("{}/{}", self.dir, list[index - 1].name);
-                let (stat, watch) =
-                    retry(&self.zk, deadline, || self.zk.exists_watch(&predecessor))?;
-                match stat {
-                    // Still waiting (never `set`): wait for it to change.
-                    Some(stat) if stat.version == 0 => {
-                        wait_watch(&watch, deadline)?;
-                    }
-                    _ => continue,
+                let Some((_, stat, watch)) =
+                    watch_node(&self.zk, &predecessor, Patience::from(deadline))?
+                else {
+                    continue;
+                };
+                if stat.version != 0 {
+                    // It holds its permit already: look again, without the watch.
+                    withdraw_watch(&self.zk, &watch);
+                    continue;
+                }
+                if await_watch(&self.zk, &watch, deadline, &waiting)?.is_none() {
+                    return Err(RecipeError::Timeout);
                 }
             }
         }

@@ -11,9 +11,11 @@
 use crate::util::{sequence_in_range, sequence_of};
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zookeeper::{CreateMode, Error, EventType, SessionState, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{CreateMode, Error, EventType, SessionState, Stat, Watch, WatchedEvent, ZooKeeper};
 
 // ---------------------------------------------------------------------------------------
 // Time: deadlines and patience.
@@ -191,36 +193,132 @@ pub(crate) fn retry<T>(
     }
 }
 
-/// Keeps running `request` on a background thread until it succeeds, fails for good, or
-/// the session ends: for cleanups (deleting a lock node, releasing a work item) that must
-/// happen even though the connection did not come back in time. `what` names the
-/// cleanup in the log.
+/// The request of a background cleanup: run again until it succeeds.
+type CleanupRequest = Box<dyn FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send>;
+
+/// A cleanup handed to the background worker by [`finish_in_background`].
+struct Cleanup {
+    zk: ZooKeeper,
+    what: String,
+    request: CleanupRequest,
+    /// When the worker gives up and lets go of its handle clone.
+    give_up_at: Instant,
+    /// Not tried again before then.
+    next_try: Instant,
+}
+
+/// The cleanup worker's queue; `None` while no worker runs.
+static CLEANUPS: Mutex<Option<Sender<Cleanup>>> = Mutex::new(None);
+
+/// How long the cleanup worker stays after its last cleanup, for the next one.
+const CLEANUP_LINGER: Duration = Duration::from_secs(1);
+
+/// How often a cleanup whose client is disconnected checks for the connection.
+const CLEANUP_POLL: Duration = Duration::from_millis(100);
+
+/// Runs `request` in the background until it succeeds or fails for good: for cleanups
+/// (deleting a lock node, releasing a work item) that must happen even though the
+/// connection did not come back in time. `what` names the cleanup in the log.
+///
+/// Bounded: a cleanup is dropped once the session is over (expired, closed: its
+/// ephemeral nodes went with it) or after twice the session timeout. By then either the
+/// connection came back and the request ran, or the client was cut off for longer than
+/// the session timeout and the server has expired the session. So the worker never
+/// keeps a handle (and a session the user has let go of) open for longer than that, and
+/// never loops forever when the ensemble is gone. One worker thread serves the whole
+/// process and ends when it has had nothing to do for a second.
 pub(crate) fn finish_in_background(
     zk: ZooKeeper,
     what: String,
-    mut request: impl FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send + 'static,
+    request: impl FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send + 'static,
 ) {
+    let now = Instant::now();
+    let cleanup = Cleanup {
+        give_up_at: now + 2 * default_op_timeout(&zk),
+        next_try: now,
+        zk,
+        what,
+        request: Box::new(request),
+    };
+    let mut queue = CLEANUPS.lock();
+    if let Some(sender) = queue.as_ref() {
+        // The worker drops its receiver only after taking the sender out under this
+        // lock, so the send cannot fail here.
+        let _ = sender.send(cleanup);
+        return;
+    }
+    let (sender, receiver) = crossbeam_channel::unbounded();
     let spawned = std::thread::Builder::new()
         .name("zk-recipe-cleanup".into())
-        .spawn(move || loop {
-            match request(&zk) {
-                Ok(()) => return,
-                Err(error) if error.is_connection_loss() => {
-                    match zk.wait_connected(Duration::from_secs(60)) {
-                        Ok(()) | Err(Error::Timeout) => {
-                            std::thread::sleep(Duration::from_millis(50))
-                        }
-                        Err(_) => return, // session over: its ephemeral nodes went with it
+        .spawn(move || cleanup_worker(receiver));
+    match spawned {
+        Ok(_) => {
+            let _ = sender.send(cleanup);
+            *queue = Some(sender);
+        }
+        Err(error) => log::warn!("recipes: cannot start the cleanup thread: {error}"),
+    }
+}
+
+/// The body of the cleanup thread: tries each cleanup when due, drops it when done, when
+/// its session is over, or when its time is up; ends when idle.
+fn cleanup_worker(receiver: Receiver<Cleanup>) {
+    let mut pending: Vec<Cleanup> = Vec::new();
+    loop {
+        let wait = match pending.iter().map(|c| c.next_try).min() {
+            Some(at) => at.saturating_duration_since(Instant::now()),
+            None => CLEANUP_LINGER,
+        };
+        match receiver.recv_timeout(wait) {
+            Ok(cleanup) => {
+                pending.push(cleanup);
+                pending.extend(receiver.try_iter());
+            }
+            Err(_) if pending.is_empty() => {
+                let mut queue = CLEANUPS.lock();
+                match receiver.try_recv() {
+                    Ok(cleanup) => pending.push(cleanup),
+                    Err(_) => {
+                        *queue = None;
+                        return;
                     }
                 }
+            }
+            Err(_) => {}
+        }
+        let now = Instant::now();
+        pending.retain_mut(|cleanup| {
+            if cleanup.next_try > now {
+                return true;
+            }
+            let state = cleanup.zk.state();
+            if state.is_terminal() {
+                log::debug!("recipes: {} dropped: the session is over", cleanup.what);
+                return false;
+            }
+            if now >= cleanup.give_up_at {
+                log::warn!(
+                    "recipes: giving up {}: the server was unreachable too long",
+                    cleanup.what
+                );
+                return false;
+            }
+            if !state.is_connected() {
+                cleanup.next_try = now + CLEANUP_POLL;
+                return true;
+            }
+            match (cleanup.request)(&cleanup.zk) {
+                Ok(()) => false,
+                Err(error) if error.is_retryable() => {
+                    cleanup.next_try = Instant::now() + CLEANUP_POLL;
+                    true
+                }
                 Err(error) => {
-                    log::debug!("recipes: giving up {what}: {error}");
-                    return;
+                    log::debug!("recipes: giving up {}: {error}", cleanup.what);
+                    false
                 }
             }
         });
-    if let Err(error) = spawned {
-        log::warn!("recipes: cannot start the cleanup thread: {error}");
     }
 }
 
@@ -274,6 +372,31 @@ pub(crate) fn counted_wait<T>(waiting: &AtomicU64, wait: impl FnOnce() -> T) -> 
     result
 }
 
+/// Takes a watch nobody waits for any more off this client, so it does not stay
+/// registered until its node changes. Local removal: works while disconnected too; the
+/// server's copy then fires into nothing. Failing means it has fired or gone already.
+pub(crate) fn withdraw_watch(zk: &ZooKeeper, watch: &Watch) {
+    let _ = zk.remove_watch(watch, true);
+}
+
+/// Waits for `watch` until `deadline`, counted in `waiting`: `Ok(Some(event))` once it
+/// fired (the end of the session is its error), `Ok(None)` when the deadline came first,
+/// and then the watch has been withdrawn ([`withdraw_watch`]).
+pub(crate) fn await_watch(
+    zk: &ZooKeeper,
+    watch: &Watch,
+    deadline: Deadline,
+    waiting: &AtomicU64,
+) -> Result<Option<WatchedEvent>> {
+    match counted_wait(waiting, || wait_until(watch, deadline))? {
+        Some(event) => check_event(event).map(Some),
+        None => {
+            withdraw_watch(zk, watch);
+            Ok(None)
+        }
+    }
+}
+
 /// How a [`wait_for_change`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NodeWait {
@@ -286,33 +409,41 @@ pub(crate) enum NodeWait {
     TimedOut,
 }
 
+/// Sets a data watch on `path` with `get` and returns the node's data and stat with it;
+/// `Ok(None)` if the node is gone (nothing is registered then) or the connection dropped
+/// and came back within `patience` (look again). `get`, not `exists`: on a node that is
+/// already gone `exists` would leave a creation watch behind forever.
+pub(crate) fn watch_node(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+) -> Result<Option<(Vec<u8>, Stat, Watch)>> {
+    match zk.get_watch(path) {
+        Ok(found) => Ok(Some(found)),
+        Err(Error::NoNode) => Ok(None),
+        Err(error) if error.is_retryable() => {
+            await_reconnect(zk, patience, 1)?;
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// Blocks until the node at `path` (e.g. a predecessor in a line) changes or goes, or the
-/// deadline of `patience` passes, counted in `waiting`. The watch is set with `get`, not
-/// `exists`: on a node that is already gone `get` registers nothing, where `exists` would
-/// leave a creation watch behind forever.
+/// deadline of `patience` passes, counted in `waiting`. A wait that times out withdraws
+/// its watch: nothing stays registered.
 pub(crate) fn wait_for_change(
     zk: &ZooKeeper,
     path: &str,
     patience: Patience,
     waiting: &AtomicU64,
 ) -> Result<NodeWait> {
-    let watch = match zk.get_watch(path) {
-        Ok((_, _, watch)) => watch,
-        Err(Error::NoNode) => return Ok(NodeWait::LookAgain),
-        Err(error) if error.is_retryable() => {
-            await_reconnect(zk, patience, 1)?;
-            return Ok(NodeWait::LookAgain);
-        }
-        Err(error) => return Err(error.into()),
+    let Some((_, _, watch)) = watch_node(zk, path, patience)? else {
+        return Ok(NodeWait::LookAgain);
     };
-    match counted_wait(waiting, || wait_until(&watch, patience.deadline))? {
-        Some(event) => check_event(event).map(|_| NodeWait::Fired),
-        None => {
-            // Giving up: take the watch off rather than leave it registered until the
-            // node changes.
-            let _ = zk.remove_watch(&watch, false);
-            Ok(NodeWait::TimedOut)
-        }
+    match await_watch(zk, &watch, patience.deadline, waiting)? {
+        Some(_) => Ok(NodeWait::Fired),
+        None => Ok(NodeWait::TimedOut),
     }
 }
 
@@ -340,24 +471,39 @@ pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
 /// Creates the recipe directory `path` (with `nodes`' ACL, as a container if asked) and
 /// any missing parents (persistent, same ACL); an existing node is fine.
 pub(crate) fn create_dir(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> zookeeper::Result<()> {
+    // `exists` first: creating a node that exists under a parent we may not create in
+    // would fail with NoAuth rather than NodeExists.
     if path == "/" || zk.exists(path)?.is_some() {
         return Ok(());
     }
-    let mut prefix = String::new();
-    for component in path.trim_start_matches('/').split('/') {
-        prefix.push('/');
-        prefix.push_str(component);
-        let mode = if prefix.len() == path.len() {
-            nodes.dir_mode()
-        } else {
-            CreateMode::Persistent
-        };
-        match zk.create(&prefix, b"", nodes.acl_list(), mode) {
-            Ok(_) | Err(Error::NodeExists) => {}
-            Err(error) => return Err(error),
+    make_dir(zk, path, b"", nodes.dir_mode(), nodes)
+}
+
+/// Creates `path` holding `data` with `mode`; on NoNode its parents first (persistent,
+/// empty). One request when the parent exists.
+fn make_dir(
+    zk: &ZooKeeper,
+    path: &str,
+    data: &[u8],
+    mode: CreateMode,
+    nodes: &NodeOptions,
+) -> zookeeper::Result<()> {
+    match zk.create(path, data, nodes.acl_list(), mode) {
+        Ok(_) | Err(Error::NodeExists) => Ok(()),
+        Err(Error::NoNode) => {
+            match path.rsplit_once('/') {
+                Some((parent, _)) if !parent.is_empty() => {
+                    make_dir(zk, parent, b"", CreateMode::Persistent, nodes)?
+                }
+                _ => return Err(Error::NoNode),
+            }
+            match zk.create(path, data, nodes.acl_list(), mode) {
+                Ok(_) | Err(Error::NodeExists) => Ok(()),
+                Err(error) => Err(error),
+            }
         }
+        Err(error) => Err(error),
     }
-    Ok(())
 }
 
 /// [`create_dir`] within `patience`.
@@ -397,13 +543,39 @@ pub(crate) fn create_if_absent(
     }
 }
 
+/// The directory a recipe keeps its sequential nodes in: where, how its nodes are made,
+/// and what a (re)created directory holds (a semaphore's permit count, say).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SeqDir<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) data: &'a [u8],
+    pub(crate) nodes: &'a NodeOptions,
+}
+
+impl SeqDir<'_> {
+    /// Creates the directory (as `nodes` say, holding `data`) and missing parents; an
+    /// existing one is fine.
+    pub(crate) fn create(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
+        retry(zk, patience, || {
+            make_dir(zk, self.path, self.data, self.nodes.dir_mode(), self.nodes)
+        })
+    }
+}
+
 /// Creates the ephemeral sequential child `dir/{tag}NNNNNNNNNN` holding `data` and returns
 /// its name. A missing `dir` is created.
 ///
 /// Lost-create protection: `tag` must be unique to this create (carry a
 /// [`guid`](crate::util::guid)). If the reply is lost, the children are searched for the
 /// tag before trying again, so a create that did apply is found, never duplicated (an
-/// orphan node would block everyone behind it until the session ends).
+/// orphan node would block everyone behind it until the session ends). The search syncs
+/// first: after a reconnection to another member that has not applied the create yet,
+/// a plain read would miss the node. If the call gives up after such a loss, a
+/// background step ([`finish_in_background`]) removes the node should the create have
+/// applied.
+///
+/// This does not check the sequence number: recipes that order by it use
+/// [`create_member`].
 pub(crate) fn create_sequential(
     zk: &ZooKeeper,
     dir: &str,
@@ -412,30 +584,205 @@ pub(crate) fn create_sequential(
     nodes: &NodeOptions,
     patience: impl Into<Patience>,
 ) -> Result<String> {
-    let patience = patience.into();
-    let path = format!("{dir}/{tag}");
+    let dir = SeqDir {
+        path: dir,
+        data: b"",
+        nodes,
+    };
+    create_sequential_stat(zk, &dir, tag, data, patience.into()).map(|(name, _)| name)
+}
+
+/// [`create_sequential`], also returning the new node's stat.
+fn create_sequential_stat(
+    zk: &ZooKeeper,
+    dir: &SeqDir,
+    tag: &str,
+    data: &[u8],
+    patience: Patience,
+) -> Result<(String, Stat)> {
+    let path = format!("{}/{tag}", dir.path);
+    let mut uncertain = false;
     let mut attempt = 0;
-    loop {
-        match zk.create(
+    let result = loop {
+        match zk.create2(
             &path,
             data,
-            nodes.acl_list(),
+            dir.nodes.acl_list(),
             CreateMode::EphemeralSequential,
         ) {
-            Ok(created) => {
+            Ok((created, stat)) => {
                 let name = created.rsplit('/').next().unwrap_or_default();
-                return Ok(name.to_string());
+                break Ok((name.to_string(), stat));
             }
-            Err(Error::NoNode) => ensure_dir(zk, dir, nodes, patience)?,
+            Err(Error::NoNode) => {
+                if let Err(error) = dir.create(zk, patience) {
+                    break Err(error);
+                }
+            }
+            Err(error) if error.is_retryable() => {
+                uncertain = true;
+                attempt += 1;
+                if let Err(error) = await_reconnect(zk, patience, attempt) {
+                    break Err(error);
+                }
+                match find_tagged(zk, dir.path, tag, patience) {
+                    Ok(Some(found)) => break Ok(found),
+                    Ok(None) => {}
+                    Err(error) => break Err(error),
+                }
+            }
+            Err(error) => break Err(error.into()),
+        }
+    };
+    if result.is_err() && uncertain {
+        withdraw_tagged_in_background(zk, dir.path, tag);
+    }
+    result
+}
+
+/// The child of `dir` named with `tag` and its stat, read after a `sync` (a recovery
+/// read: it decides whether a create whose reply was lost applied).
+fn find_tagged(
+    zk: &ZooKeeper,
+    dir: &str,
+    tag: &str,
+    patience: Patience,
+) -> Result<Option<(String, Stat)>> {
+    retry(zk, patience, || zk.sync(dir))?;
+    let children = match retry(zk, patience, || zk.get_children(dir)) {
+        Ok(children) => children,
+        Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(tag)) else {
+        return Ok(None);
+    };
+    let path = format!("{dir}/{name}");
+    Ok(retry(zk, patience, || zk.exists(&path))?.map(|stat| (name, stat)))
+}
+
+/// After giving up on a create whose reply was lost: removes the node should it exist
+/// (found by its tag, after a sync), in the background.
+fn withdraw_tagged_in_background(zk: &ZooKeeper, dir: &str, tag: &str) {
+    let (dir, tag) = (dir.to_string(), tag.to_string());
+    let what = format!("withdrawing {dir}/{tag}*");
+    finish_in_background(zk.clone(), what, move |zk| {
+        zk.sync(&dir)?;
+        let children = match zk.get_children(&dir) {
+            Err(Error::NoNode) => return Ok(()),
+            other => other?,
+        };
+        for name in children.iter().filter(|c| c.starts_with(&tag)) {
+            delete_any_version(zk, &format!("{dir}/{name}"))?;
+        }
+        Ok(())
+    });
+}
+
+/// A node made by [`create_member`]: its name, its sequence number (in range) and the
+/// zxid that created it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Created {
+    pub(crate) name: String,
+    pub(crate) seq: i32,
+    pub(crate) czxid: i64,
+}
+
+/// Creates an ephemeral sequential member `dir/{tag}NNNNNNNNNN` as [`create_sequential`]
+/// does, making sure its number is one the recipe may order by: below the directory's
+/// limit ([`NodeOptions::sequence_limit`], by default
+/// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT)) and not negative. The step every
+/// ordered recipe (lock, election, read-write lock, semaphore, the work queue's line of
+/// waiters, barriers) takes at the end of a directory's sequence counter.
+///
+/// A node that comes back out of range is deleted at once (it must not take part; peers
+/// skip such nodes meanwhile), then the directory's counter is restarted: the directory
+/// is deleted, which the server allows only while it has no children, so nobody can hold
+/// a node in it, and the next create makes it afresh (a creator that meets the gap gets
+/// NoNode and creates the directory itself). While the directory is not empty this
+/// waits, until `drain`, for its children to go (or for someone else's restart: a
+/// directory created after our node is a new one) and fails with
+/// [`RecipeError::SequenceExhausted`] when `drain` passes; `Deadline::after(ZERO)` fails
+/// at once. Requests ride out connection loss within `patience`.
+pub(crate) fn create_member(
+    zk: &ZooKeeper,
+    dir: &SeqDir,
+    tag: &str,
+    data: &[u8],
+    patience: Patience,
+    drain: Deadline,
+) -> Result<Created> {
+    let limit = dir.nodes.limit();
+    loop {
+        let (name, stat) = create_sequential_stat(zk, dir, tag, data, patience)?;
+        match sequence_of(&name) {
+            Some(seq) if (0..limit).contains(&seq) => {
+                return Ok(Created {
+                    name,
+                    seq,
+                    czxid: stat.czxid,
+                })
+            }
+            _ => {}
+        }
+        // Past the counter's end: this node must not take part.
+        log::debug!("recipes: {}/{name} is past the counter's end", dir.path);
+        delete_eventually(zk, &format!("{}/{name}", dir.path), patience)?;
+        restart_counter(zk, dir, stat.czxid, patience, drain)?;
+    }
+}
+
+/// The counter restart of [`create_member`]: returns once a create is worth trying again
+/// (the directory was deleted, by us or someone else), `SequenceExhausted` if `drain`
+/// passes while it still has children. `node_czxid` is the zxid of the out-of-range node
+/// just made in it: a directory created later is a restarted one.
+fn restart_counter(
+    zk: &ZooKeeper,
+    dir: &SeqDir,
+    node_czxid: i64,
+    patience: Patience,
+    drain: Deadline,
+) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        // Atomic on the server: succeeds only while nobody has a node in it.
+        let deleted = retry(zk, patience, || match zk.delete(dir.path, None) {
+            Ok(()) | Err(Error::NoNode) => Ok(true),
+            Err(Error::NotEmpty) => Ok(false),
+            Err(error) => Err(error),
+        })?;
+        if deleted {
+            log::info!("recipes: restarted the sequence counter of {}", dir.path);
+            return Ok(());
+        }
+        let (children, stat, watch) = match zk.get_children2_watch(dir.path) {
+            Ok(found) => found,
+            Err(Error::NoNode) => return Ok(()),
             Err(error) if error.is_retryable() => {
                 attempt += 1;
                 await_reconnect(zk, patience, attempt)?;
-                let children = retry(zk, patience, || zk.get_children(dir))?;
-                if let Some(name) = children.into_iter().find(|c| c.starts_with(tag)) {
-                    return Ok(name);
-                }
+                continue;
             }
             Err(error) => return Err(error.into()),
+        };
+        if stat.czxid > node_czxid || children.is_empty() {
+            // Restarted meanwhile (create again), or just emptied (delete again).
+            withdraw_watch(zk, &watch);
+            if stat.czxid > node_czxid {
+                return Ok(());
+            }
+            continue;
+        }
+        match wait_until(&watch, drain)? {
+            Some(event) => {
+                check_event(event)?;
+            }
+            None => {
+                withdraw_watch(zk, &watch);
+                return Err(RecipeError::SequenceExhausted {
+                    dir: dir.path.to_string(),
+                });
+            }
         }
     }
 }
@@ -455,18 +802,49 @@ pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patien
 
 /// [`delete_node`] for a node that must go although its session may well survive (a lock
 /// or waiter node): if the connection does not come back in time, the delete goes on in
-/// the background until the node is gone or the session ends. Returns `delete_node`'s
-/// result.
+/// the background ([`finish_in_background`]). Returns `delete_node`'s result.
 pub(crate) fn delete_eventually(zk: &ZooKeeper, path: &str, patience: Patience) -> Result<()> {
     let result = delete_node(zk, path, patience);
-    if let Err(RecipeError::ZooKeeper(error)) = &result {
-        if error.is_connection_loss() {
-            let path = path.to_string();
-            let what = format!("deleting {path}");
-            finish_in_background(zk.clone(), what, move |zk| delete_any_version(zk, &path));
-        }
+    if gave_up_for_connection(&result) {
+        delete_in_background(zk, path);
     }
     result
+}
+
+/// Whether a failed step gave up for want of a connection (so the server may not have
+/// seen it): connection loss, or a deadline that passed while waiting for one.
+fn gave_up_for_connection<T>(result: &Result<T>) -> bool {
+    match result {
+        Err(RecipeError::ZooKeeper(error)) => error.is_retryable(),
+        Err(RecipeError::Timeout) => true,
+        _ => false,
+    }
+}
+
+/// Hands the delete of `path` to the background worker.
+fn delete_in_background(zk: &ZooKeeper, path: &str) {
+    let path = path.to_string();
+    let what = format!("deleting {path}");
+    finish_in_background(zk.clone(), what, move |zk| delete_any_version(zk, &path));
+}
+
+/// How long dropping a guard waits for its node's delete to be answered before handing
+/// it to the background: the drop of a guard must not block for the reconnect timeout.
+const DROP_WAIT: Duration = Duration::from_secs(2);
+
+/// Deletes `path` for a guard being dropped: sends the delete and waits at most
+/// [`DROP_WAIT`] for the answer (enough for a connected client, so the node is gone when
+/// the drop returns); an unanswered or lost delete goes on in the background.
+pub(crate) fn delete_on_drop(zk: &ZooKeeper, path: &str) {
+    match zk.delete_async(path, None).wait_timeout(DROP_WAIT) {
+        Ok(()) | Err(Error::NoNode) => {}
+        Err(error) if error.is_retryable() || error == Error::Timeout => {
+            delete_in_background(zk, path)
+        }
+        // The session is over: the node went with it.
+        Err(error) if error.is_session_terminal() => {}
+        Err(error) => log::debug!("recipes: deleting {path} on drop: {error}"),
+    }
 }
 
 /// A node this process holds (a lock request, a lease): deleted by
@@ -475,17 +853,19 @@ pub(crate) fn delete_eventually(zk: &ZooKeeper, path: &str, patience: Patience) 
 pub(crate) struct OwnedNode {
     zk: ZooKeeper,
     name: String,
+    czxid: i64,
     /// Empty once released.
     path: String,
 }
 
 impl OwnedNode {
-    /// The node `name` in `dir`.
-    pub(crate) fn new(zk: &ZooKeeper, dir: &str, name: String) -> OwnedNode {
+    /// The node `created` in `dir`.
+    pub(crate) fn new(zk: &ZooKeeper, dir: &str, created: Created) -> OwnedNode {
         OwnedNode {
             zk: zk.clone(),
-            path: format!("{dir}/{name}"),
-            name,
+            path: format!("{dir}/{}", created.name),
+            name: created.name,
+            czxid: created.czxid,
         }
     }
 
@@ -499,15 +879,19 @@ impl OwnedNode {
         &self.path
     }
 
-    /// Deletes the node (once); a failure is reported, the node then goes with the
-    /// session.
+    /// The zxid that created the node.
+    pub(crate) fn czxid(&self) -> i64 {
+        self.czxid
+    }
+
+    /// Deletes the node (once); a failure is reported. If the server could not be
+    /// reached, the delete goes on in the background.
     pub(crate) fn release(&mut self) -> Result<()> {
         if self.path.is_empty() {
             return Ok(());
         }
-        let result = delete_node(&self.zk, &self.path, op_deadline(&self.zk));
-        self.path.clear();
-        result
+        let path = std::mem::take(&mut self.path);
+        delete_eventually(&self.zk, &path, op_deadline(&self.zk).into())
     }
 
     /// Whether the node still exists (false after session expiry).
@@ -521,8 +905,8 @@ impl OwnedNode {
 
 impl Drop for OwnedNode {
     fn drop(&mut self) {
-        if let Err(error) = self.release() {
-            log::debug!("recipes: releasing {}: {error}", self.name);
+        if !self.path.is_empty() {
+            delete_on_drop(&self.zk, &std::mem::take(&mut self.path));
         }
     }
 }
@@ -533,7 +917,7 @@ macro_rules! owned_node_guard {
     ($guard:ident, $what:literal) => {
         impl $guard {
             #[doc = concat!("Releases the ", $what, ", reporting a failure to delete the node")]
-            /// (which then goes with the session).
+            /// (if the server could not be reached, the delete goes on in the background).
             pub fn release(mut self) -> $crate::Result<()> {
                 self.node.release()
             }
@@ -594,6 +978,16 @@ pub(crate) fn members(children: Vec<String>, prefixes: &[&str]) -> Vec<Member> {
     list
 }
 
+/// The members of a recipe that orders by sequence number: the children named with one
+/// of `prefixes` whose number is below `limit` and not negative, in sequence order (ties
+/// by name). Members out of that range (past the counter's end) are left out: they take
+/// no part, and their owners remove them ([`create_member`]).
+pub(crate) fn ordered_members(children: Vec<String>, prefixes: &[&str], limit: i32) -> Vec<Member> {
+    let mut list: Vec<Member> = members(children, prefixes);
+    list.retain(|m| (0..limit).contains(&m.seq));
+    list
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -623,6 +1017,21 @@ mod tests {
             .map(|m| m.seq)
             .collect();
         assert_eq!(order, vec![9, i32::MIN, i32::MAX]);
+        let kept: Vec<_> = ordered_members(
+            vec![
+                "a-lock--2147483648".to_string(),
+                "b-lock-2147483647".to_string(),
+                "c-lock-0000000009".to_string(),
+                "d-lock-0000000003".to_string(),
+                "e-lock--000000005".to_string(),
+            ],
+            ANY_NAME,
+            9,
+        )
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+        assert_eq!(kept, vec!["d-lock-0000000003"]);
     }
 
     #[test]

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, unique_path};
 use recipes::election::LeaderElection;
-use recipes::RecipeError;
+use recipes::{NodeOptions, RecipeError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -113,4 +113,100 @@ fn one_leader_at_a_time() {
     }
     assert_eq!(turns.load(Ordering::SeqCst), n);
     assert!(connect().get_children(&dir).unwrap().is_empty());
+}
+
+/// A candidate waiting in line whose wait times out leaves no watch registered: 50
+/// timed-out waits, and the handle's live contexts are back at their baseline.
+#[test]
+fn timed_out_waits_leave_nothing_registered() {
+    let dir = unique_path("leak");
+    let leader_zk = connect();
+    let _leader = LeaderElection::join(&leader_zk, &dir, b"leader").unwrap();
+    let zk = connect();
+    let candidate = LeaderElection::join(&zk, &dir, b"waiting").unwrap();
+    assert_no_leftover_contexts(&zk);
+    for _ in 0..50 {
+        assert_eq!(
+            candidate.wait_until_leader(Duration::from_millis(10)),
+            Err(RecipeError::Timeout)
+        );
+    }
+    assert_no_leftover_contexts(&zk);
+}
+
+/// At the end of the counter (limit 2) a join waits for the directory to empty within
+/// its request timeout, then fails with `SequenceExhausted` leaving nothing behind; once
+/// the candidates have left, a join restarts the directory. Leadership stays single and
+/// the fencing token grows although the sequence starts again.
+#[test]
+fn counter_end_fails_the_join_until_the_candidates_leave() {
+    let dir = unique_path("counter-end");
+    let options = NodeOptions::default().sequence_limit(2);
+    let (zk_a, zk_b) = (connect(), connect());
+    let a = LeaderElection::join_with_options(&zk_a, &dir, b"a", options.clone()).unwrap();
+    let b = LeaderElection::join_with_options(&zk_b, &dir, b"b", options.clone()).unwrap();
+    assert_eq!((a.sequence(), b.sequence()), (0, 1));
+    // A short session: the join waits up to its 2 s request timeout.
+    let hosts = zk_harness::shared_test_connect_string();
+    let zk_c = zookeeper::ZooKeeper::connect(&hosts, Duration::from_secs(2)).unwrap();
+    assert_eq!(
+        LeaderElection::join_with_options(&zk_c, &dir, b"c", options.clone()).err(),
+        Some(RecipeError::SequenceExhausted { dir: dir.clone() })
+    );
+    assert_eq!(
+        connect().get_children(&dir).unwrap().len(),
+        2,
+        "nothing left"
+    );
+    assert_no_leftover_contexts(&zk_c);
+    assert_eq!(leaders(&[&a, &b]), vec![0]);
+    let token = b.fencing_token();
+    a.resign().unwrap();
+    b.wait_until_leader(WAIT).unwrap();
+    // The join waits for the last candidate to leave, then restarts the directory.
+    let c = thread::spawn(move || {
+        let c = LeaderElection::join_with_options(&zk_c, &dir, b"c", options).unwrap();
+        c.wait_until_leader(WAIT).unwrap();
+        c
+    });
+    b.resign().unwrap();
+    let c = c.join().unwrap();
+    assert_eq!(c.sequence(), 0);
+    assert!(c.fencing_token() > token);
+    assert!(c.is_leader().unwrap());
+}
+
+/// The leader's fencing token grows from leader to leader.
+#[test]
+fn fencing_token_grows_with_each_leader() {
+    let dir = unique_path("fencing");
+    let mut last = 0;
+    for _ in 0..4 {
+        let zk = connect();
+        let me = LeaderElection::join(&zk, &dir, b"x").unwrap();
+        me.wait_until_leader(WAIT).unwrap();
+        assert!(me.fencing_token() > last);
+        last = me.fencing_token();
+        me.resign().unwrap();
+    }
+}
+
+/// With an ACL for authenticated users only, another session cannot delete a candidate
+/// nor join.
+#[test]
+fn node_options_acl_protects_the_candidates() {
+    let dir = unique_path("acl");
+    let zk = connect();
+    zk.add_auth("digest", b"elector:secret").unwrap();
+    let owner_only =
+        NodeOptions::default().acl(vec![zookeeper::Acl::new(zookeeper::Perms::ALL, "auth", "")]);
+    let me = LeaderElection::join_with_options(&zk, &dir, b"me", owner_only).unwrap();
+    let stranger = connect();
+    let node = format!("{dir}/{}", me.node());
+    assert_eq!(stranger.delete(&node, None), Err(zookeeper::Error::NoAuth));
+    assert_eq!(
+        LeaderElection::join(&stranger, &dir, b"rogue").err(),
+        Some(RecipeError::ZooKeeper(zookeeper::Error::NoAuth))
+    );
+    assert!(me.is_leader().unwrap());
 }

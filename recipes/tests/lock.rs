@@ -3,15 +3,17 @@
 //! with SIGKILL in another process releasing the lock after its session timeout.
 
 mod common;
+mod ordered_support;
 
 use common::{
     assert_no_leftover_contexts, child_session, connect, connect_to, report_and_hang, unique_path,
     wait_until, Child, Proxy,
 };
+use ordered_support::{eventually, op, shared_server_addr, RequestProxy};
 use recipes::lock::{Lock, LockLost};
-use recipes::RecipeError;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use recipes::{NodeOptions, RecipeError};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::ZooKeeper;
@@ -338,4 +340,441 @@ fn child_lock_holder() {
     let lock = Lock::new(&zk, &path).unwrap();
     let guard = lock.acquire().unwrap();
     report_and_hang(&format!("LOCKED {}", guard.node()));
+}
+
+/// Timed-out acquisitions leave no watch registered.
+#[test]
+fn timed_out_acquisitions_leave_nothing_registered() {
+    let path = unique_path("leak");
+    let holder = Lock::new(&connect(), &path).unwrap();
+    let _guard = holder.acquire().unwrap();
+    let zk = connect();
+    let lock = Lock::new(&zk, &path).unwrap();
+    for _ in 0..30 {
+        assert!(lock
+            .acquire_timeout(Duration::from_millis(10))
+            .unwrap()
+            .is_none());
+    }
+    assert_no_leftover_contexts(&zk);
+    assert_eq!(
+        zk.get_children(&path).unwrap().len(),
+        1,
+        "attempts withdrawn"
+    );
+}
+
+/// The requests of `log` after the `index`-th one.
+fn ops_after(log: &[ordered_support::Request], index: usize) -> Vec<i32> {
+    log[index + 1..]
+        .iter()
+        .map(|r| r.op)
+        .filter(|&op| op != 11) // pings
+        .collect()
+}
+
+/// The create of a lock node applies but its reply is lost with the connection: after
+/// reconnecting, the acquisition syncs before it looks for its node (a member that has
+/// not applied the create yet would hide it), finds it and uses it: one node, no orphan.
+#[test]
+fn lost_create_reply_is_looked_up_after_a_sync() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let path = unique_path("lost-create");
+    recipes::util::ensure_path(&connect(), &path).unwrap();
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &path).unwrap();
+    proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
+    let guard = lock.acquire().unwrap();
+    assert_eq!(proxy.connections(), 2, "one reconnection");
+    let log = proxy.log();
+    let create = log
+        .iter()
+        .position(|r| r.op == op::CREATE || r.op == op::CREATE2)
+        .unwrap();
+    let after = ops_after(&log, create);
+    let sync = after.iter().position(|&o| o == op::SYNC);
+    let list = after
+        .iter()
+        .position(|&o| o == op::GET_CHILDREN || o == op::GET_CHILDREN2);
+    eprintln!("requests after the lost create: {after:?}");
+    assert!(
+        sync.is_some() && sync < list,
+        "no sync before the recovery read: {after:?}"
+    );
+    let children = connect().get_children(&path).unwrap();
+    assert_eq!(
+        children.len(),
+        1,
+        "the lost create was not repeated: {children:?}"
+    );
+    assert!(guard.node().ends_with(&children[0]));
+    guard.release().unwrap();
+}
+
+/// `acquire_timeout` keeps its deadline while its create's reply is lost and the server
+/// stays unreachable: `Ok(None)` soon after the deadline (not `ConnectionLoss` after the
+/// reconnect timeout), and the node the create made is removed once the connection is
+/// back.
+#[test]
+fn acquire_timeout_keeps_its_deadline_during_the_create() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let path = unique_path("deadline");
+    let direct = connect();
+    recipes::util::ensure_path(&direct, &path).unwrap();
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &path).unwrap();
+    proxy.set_up(false);
+    proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
+    let started = Instant::now();
+    let outcome = lock.acquire_timeout(Duration::from_millis(500));
+    let waited = started.elapsed();
+    eprintln!("acquire_timeout(500 ms) with the reply lost: {outcome:?} after {waited:?}");
+    assert!(matches!(outcome, Ok(None)), "{outcome:?}");
+    // The reconnect timeout is 20 s: it did not wait for it.
+    assert!(waited < Duration::from_secs(8), "{waited:?}");
+    assert_eq!(
+        direct.get_children(&path).unwrap().len(),
+        1,
+        "the create applied"
+    );
+    proxy.set_up(true);
+    assert!(
+        eventually(Duration::from_secs(30), || direct
+            .get_children(&path)
+            .unwrap()
+            .is_empty()),
+        "the orphan lock node was never removed"
+    );
+}
+
+/// Dropping a guard while the server is unreachable does not block for the reconnect
+/// timeout: the delete goes on in the background and applies once the connection is back
+/// (the session survived).
+#[test]
+fn dropping_a_guard_while_disconnected_is_cheap() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let path = unique_path("cheap-drop");
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &path).unwrap();
+    let guard = lock.acquire().unwrap();
+    let node = guard.node().to_string();
+    proxy.cut();
+    let started = Instant::now();
+    drop(guard);
+    let took = started.elapsed();
+    eprintln!("drop while disconnected took {took:?}");
+    // Before: up to the reconnect timeout (twice the 10 s session timeout).
+    assert!(took < Duration::from_secs(5), "drop blocked {took:?}");
+    proxy.set_up(true);
+    let direct = connect();
+    assert!(
+        eventually(Duration::from_secs(30), || direct
+            .exists(&node)
+            .unwrap()
+            .is_none()),
+        "the lock node was never deleted"
+    );
+    assert!(zk.state().is_connected(), "the session survived");
+}
+
+/// A guard acquired right after a reconnection is not reported lost because of the
+/// disconnection before it.
+#[test]
+fn guard_acquired_after_a_reconnect_is_not_lost() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &unique_path("after-reconnect")).unwrap();
+    lock.acquire().unwrap().release().unwrap();
+    for round in 0..5 {
+        proxy.cut();
+        wait_until("disconnected", || !zk.state().is_connected());
+        proxy.set_up(true);
+        let guard = lock.acquire().unwrap();
+        assert_eq!(guard.lost_reason(), None, "round {round}");
+        guard.release().unwrap();
+    }
+}
+
+/// Nodes named past the counter's end by someone else (persistent, so they stay) take no
+/// part: they are never the holder nor a predecessor. Once the counter itself reaches the
+/// limit, a waiter-less `try_acquire` / `acquire_timeout` give up without leaving a node
+/// (the directory cannot be restarted while those nodes are in it), and once they are
+/// gone the next acquisition restarts the directory.
+#[test]
+fn nodes_past_the_counters_end_take_no_part() {
+    let zk = connect();
+    let path = unique_path("crafted");
+    recipes::util::ensure_path(&zk, &path).unwrap();
+    let crafted = [
+        "x-lock-2147483647",
+        "y-lock--2147483648",
+        "z-lock-2147483648",
+        "v-lock--000000005",
+    ];
+    for name in crafted {
+        zk.create(
+            &format!("{path}/{name}"),
+            b"crafted",
+            &zookeeper::Acl::open_unsafe(),
+            zookeeper::CreateMode::Persistent,
+        )
+        .unwrap();
+    }
+    // The crafted creates moved the counter to 4: with a limit of 6, two lock nodes fit.
+    let options = NodeOptions::default().sequence_limit(6);
+    let lock = Lock::new(&zk, &path)
+        .unwrap()
+        .with_label("real")
+        .with_node_options(options.clone());
+    let other = Lock::new(&connect(), &path)
+        .unwrap()
+        .with_node_options(options);
+    assert_eq!(lock.holder().unwrap(), None, "crafted nodes hold nothing");
+    let guard = lock
+        .try_acquire()
+        .unwrap()
+        .expect("crafted nodes are no holders");
+    assert_eq!(guard.sequence(), 4);
+    assert_eq!(other.holder().unwrap().as_deref(), Some("real"));
+    // A waiter (number 5) waits for the real holder only.
+    let waiter = thread::spawn(move || {
+        let guard = other.acquire().unwrap();
+        let sequence = guard.sequence();
+        guard.release().unwrap();
+        (other, sequence)
+    });
+    wait_until("waiter queued", || {
+        zk.get_children(&path).unwrap().len() == crafted.len() + 2
+    });
+    guard.release().unwrap();
+    let (other, sequence) = waiter.join().unwrap();
+    assert_eq!(sequence, 5);
+    // Now the counter is at its end (6): attempts give up, leaving nothing behind.
+    assert!(other.try_acquire().unwrap().is_none());
+    assert!(other
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert_eq!(zk.get_children(&path).unwrap().len(), crafted.len());
+    // Gone the crafted nodes, the next acquisition restarts the directory.
+    for name in crafted {
+        zk.delete(&format!("{path}/{name}"), None).unwrap();
+    }
+    let guard = other.try_acquire().unwrap().expect("restarted");
+    assert_eq!(guard.sequence(), 0);
+    guard.release().unwrap();
+    assert_no_leftover_contexts(&zk);
+}
+
+/// An acquisition whose node comes back past the limit while the lock is held removes
+/// it, waits for the directory to drain (holding no node meanwhile), then restarts the
+/// directory and takes the lock with a new number and a greater fencing token.
+#[test]
+fn at_the_counters_end_an_acquisition_waits_for_the_holders_then_restarts() {
+    let path = unique_path("drain");
+    let options = NodeOptions::default().sequence_limit(2);
+    let zk = connect();
+    let lock = Lock::new(&zk, &path)
+        .unwrap()
+        .with_node_options(options.clone());
+    lock.acquire().unwrap().release().unwrap(); // number 0
+    let holder = lock.acquire().unwrap(); // number 1, the last below the limit
+    let before = zk.exists(&path).unwrap().unwrap().czxid;
+    let other = Lock::new(&connect(), &path)
+        .unwrap()
+        .with_node_options(options);
+    let waiter = thread::spawn(move || {
+        let guard = other.acquire().unwrap();
+        let seen = (guard.sequence(), guard.fencing_token());
+        guard.release().unwrap();
+        seen
+    });
+    // The waiter's node (number 2) is removed again: only the holder's stays.
+    let watch = zk.get_children_watch(&path).unwrap().1;
+    watch
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap()
+        .unwrap();
+    wait_until("the out-of-range node removed", || {
+        zk.get_children(&path).unwrap() == vec![holder.node().rsplit('/').next().unwrap()]
+    });
+    let holder_token = holder.fencing_token();
+    holder.release().unwrap();
+    let (sequence, token) = waiter.join().unwrap();
+    assert_eq!(sequence, 0, "the directory was restarted");
+    assert!(
+        token > holder_token,
+        "fencing token {token} <= {holder_token}"
+    );
+    assert!(zk.exists(&path).unwrap().unwrap().czxid > before);
+}
+
+/// Contending acquisitions in four sessions across many counter restarts (limit 4):
+/// never two holders, every number below the limit, fencing tokens growing from holder
+/// to holder, nothing left behind.
+#[test]
+fn mutual_exclusion_across_counter_restarts() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 10;
+    let path = unique_path("restarts");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let last_token = Arc::new(AtomicI64::new(0));
+    let restarts = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (path, inside, last_token, restarts) = (
+                path.clone(),
+                Arc::clone(&inside),
+                Arc::clone(&last_token),
+                Arc::clone(&restarts),
+            );
+            thread::spawn(move || {
+                let zk = connect();
+                let lock = Lock::new(&zk, &path)
+                    .unwrap()
+                    .with_node_options(NodeOptions::default().sequence_limit(4));
+                for _ in 0..ROUNDS {
+                    let guard = lock.acquire().unwrap();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    assert!((0..4).contains(&guard.sequence()), "{}", guard.sequence());
+                    let token = guard.fencing_token();
+                    let previous = last_token.swap(token, Ordering::SeqCst);
+                    assert!(token > previous, "token {token} after {previous}");
+                    let dir = zk.exists(&path).unwrap().unwrap();
+                    restarts.lock().unwrap().insert(dir.czxid);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().unwrap();
+                }
+                assert_no_leftover_contexts(&zk);
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let incarnations = restarts.lock().unwrap().len();
+    eprintln!(
+        "{} acquisitions over {incarnations} directory incarnations",
+        THREADS * ROUNDS
+    );
+    assert!(incarnations >= THREADS * ROUNDS / 4, "{incarnations}");
+    assert!(connect().get_children(&path).unwrap().is_empty());
+}
+
+/// The fencing token grows with every holder although the sequence number starts again
+/// (counter restarts at a limit of 3, and a directory deleted while idle).
+#[test]
+fn fencing_token_grows_where_the_sequence_restarts() {
+    let zk = connect();
+    let path = unique_path("fencing");
+    let lock = Lock::new(&zk, &path)
+        .unwrap()
+        .with_node_options(NodeOptions::default().sequence_limit(3));
+    let mut sequences = Vec::new();
+    let mut last = 0;
+    for round in 0..8 {
+        if round == 5 {
+            zk.delete(&path, None).unwrap(); // idle: e.g. a container the server removed
+        }
+        let guard = lock.acquire().unwrap();
+        sequences.push(guard.sequence());
+        assert!(guard.fencing_token() > last, "round {round}");
+        last = guard.fencing_token();
+        guard.release().unwrap();
+    }
+    assert_eq!(sequences, vec![0, 1, 2, 0, 1, 0, 1, 2]);
+}
+
+/// With an ACL for authenticated users only, another session cannot delete a holder's
+/// node or queue a node of its own; the owner's sessions (same credentials) can.
+#[test]
+fn node_options_acl_protects_the_lock() {
+    let path = unique_path("acl");
+    let owner_only =
+        NodeOptions::default().acl(vec![zookeeper::Acl::new(zookeeper::Perms::ALL, "auth", "")]);
+    let zk = connect();
+    zk.add_auth("digest", b"locker:secret").unwrap();
+    let lock = Lock::new(&zk, &path)
+        .unwrap()
+        .with_node_options(owner_only.clone());
+    let guard = lock.acquire().unwrap();
+    let stranger = connect();
+    assert_eq!(
+        stranger.delete(guard.node(), None),
+        Err(zookeeper::Error::NoAuth)
+    );
+    let rogue = Lock::new(&stranger, &path).unwrap();
+    assert_eq!(
+        rogue.try_acquire().err(),
+        Some(RecipeError::ZooKeeper(zookeeper::Error::NoAuth))
+    );
+    let friend = connect();
+    friend.add_auth("digest", b"locker:secret").unwrap();
+    let friend_lock = Lock::new(&friend, &path)
+        .unwrap()
+        .with_node_options(owner_only);
+    assert!(friend_lock.try_acquire().unwrap().is_none());
+    guard.release().unwrap();
+    friend_lock
+        .try_acquire()
+        .unwrap()
+        .expect("free")
+        .release()
+        .unwrap();
+}
+
+/// A disconnection that is over before anyone asks the guard still counts as a loss (no
+/// grace): the guard's view replays the session events in order when asked.
+#[test]
+fn a_disconnection_nobody_watched_still_counts() {
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &unique_path("unwatched")).unwrap();
+    let guard = lock.acquire().unwrap();
+    proxy.cut();
+    wait_until("disconnected", || !zk.state().is_connected());
+    proxy.set_up(true);
+    zk.wait_connected(Duration::from_secs(20)).unwrap();
+    assert_eq!(guard.lost_reason(), Some(LockLost::Disconnected));
+    assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
+}
+
+/// `acquire_timeout` keeps its deadline when the connection drops while it waits in
+/// line: `Ok(None)` at the deadline (its node is withdrawn in the background once the
+/// server is reachable again), not a wait for the reconnect timeout.
+#[test]
+fn acquire_timeout_keeps_its_deadline_while_waiting_disconnected() {
+    let path = unique_path("deadline-wait");
+    let direct = connect();
+    let holder = Lock::new(&direct, &path).unwrap();
+    let guard = holder.acquire().unwrap();
+    let proxy = RequestProxy::start(&shared_server_addr());
+    let zk = connect_to(&proxy.addr);
+    let lock = Arc::new(Lock::new(&zk, &path).unwrap());
+    let waiter = {
+        let lock = Arc::clone(&lock);
+        thread::spawn(move || {
+            let started = Instant::now();
+            let outcome = lock
+                .acquire_timeout(Duration::from_secs(2))
+                .map(|g| g.is_some());
+            (outcome, started.elapsed())
+        })
+    };
+    wait_until("waiting in line", || lock.waiting() == 1);
+    proxy.cut();
+    let (outcome, waited) = waiter.join().unwrap();
+    eprintln!("acquire_timeout(2 s) cut off while waiting: {outcome:?} after {waited:?}");
+    assert_eq!(outcome, Ok(false));
+    assert!(waited < Duration::from_secs(8), "{waited:?}");
+    proxy.set_up(true);
+    assert!(
+        eventually(Duration::from_secs(30), || direct
+            .get_children(&path)
+            .unwrap()
+            .len()
+            == 1),
+        "the waiter's node was never withdrawn"
+    );
+    guard.release().unwrap();
 }

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, unique_path};
 use recipes::rwlock::ReadWriteLock;
-use recipes::RecipeError;
+use recipes::{NodeOptions, RecipeError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -161,4 +161,109 @@ fn lock_is_lost_with_the_session() {
         .expect("the lock passes on when the session closes");
     assert!(guard.is_held().is_err(), "closed session");
     drop(guard); // releasing on a closed session is quiet
+}
+
+/// Read and write requests that time out behind a writer leave no watch registered.
+#[test]
+fn timed_out_requests_leave_nothing_registered() {
+    let dir = unique_path("leak");
+    let holder_zk = connect();
+    let holder = ReadWriteLock::new(&holder_zk, &dir).unwrap();
+    let _writing = holder.write(WAIT).unwrap();
+    let zk = connect();
+    let lock = ReadWriteLock::new(&zk, &dir).unwrap();
+    for round in 0..40 {
+        let outcome = if round % 2 == 0 {
+            lock.read(Duration::from_millis(10)).map(drop)
+        } else {
+            lock.write(Duration::from_millis(10)).map(drop)
+        };
+        assert_eq!(outcome, Err(RecipeError::Timeout));
+    }
+    assert_no_leftover_contexts(&zk);
+    assert_eq!(
+        zk.get_children(&dir).unwrap().len(),
+        1,
+        "requests withdrawn"
+    );
+}
+
+/// At the end of the counter (limit 2) requests wait for the directory to drain within
+/// their timeout (then `Timeout`, leaving nothing behind); after the holders leave, the
+/// directory restarts and the new guard's fencing token is greater.
+#[test]
+fn counter_end_waits_for_the_holders_then_restarts() {
+    let zk = connect();
+    let dir = unique_path("counter-end");
+    let lock = ReadWriteLock::new(&zk, &dir)
+        .unwrap()
+        .with_node_options(NodeOptions::default().sequence_limit(2));
+    let first = lock.read(WAIT).unwrap();
+    let second = lock.read(WAIT).unwrap();
+    assert_eq!(
+        lock.read(Duration::from_millis(200)).err(),
+        Some(RecipeError::Timeout)
+    );
+    assert!(lock.try_write().unwrap().is_none());
+    assert_eq!(zk.get_children(&dir).unwrap().len(), 2, "nothing left");
+    let token = second.fencing_token().max(first.fencing_token());
+    let writer = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            let guard = lock.write(WAIT).unwrap();
+            (guard.node().to_string(), guard.fencing_token())
+        })
+    };
+    drop(first);
+    drop(second);
+    let (node, writer_token) = writer.join().unwrap();
+    assert!(node.ends_with("0000000000"), "{node}");
+    assert!(writer_token > token);
+    assert_no_leftover_contexts(&zk);
+}
+
+/// Writers' fencing tokens grow, also across a restart of the directory.
+#[test]
+fn fencing_tokens_grow_across_restarts() {
+    let zk = connect();
+    let dir = unique_path("fencing");
+    let lock = ReadWriteLock::new(&zk, &dir)
+        .unwrap()
+        .with_node_options(NodeOptions::default().sequence_limit(2));
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = lock.write(WAIT).unwrap();
+        assert!(guard.fencing_token() > last);
+        last = guard.fencing_token();
+        let read = {
+            drop(guard);
+            lock.read(WAIT).unwrap()
+        };
+        assert!(read.fencing_token() > last);
+        last = read.fencing_token();
+    }
+}
+
+/// With an ACL for authenticated users only, another session cannot delete a holder's
+/// node nor queue a request.
+#[test]
+fn node_options_acl_protects_the_lock() {
+    let dir = unique_path("acl");
+    let zk = connect();
+    zk.add_auth("digest", b"rw:secret").unwrap();
+    let owner_only =
+        NodeOptions::default().acl(vec![zookeeper::Acl::new(zookeeper::Perms::ALL, "auth", "")]);
+    let lock = ReadWriteLock::new(&zk, &dir)
+        .unwrap()
+        .with_node_options(owner_only);
+    let guard = lock.write(WAIT).unwrap();
+    let stranger = connect();
+    let node = format!("{dir}/{}", guard.node());
+    assert_eq!(stranger.delete(&node, None), Err(zookeeper::Error::NoAuth));
+    let rogue = ReadWriteLock::new(&stranger, &dir).unwrap();
+    assert_eq!(
+        rogue.try_read().err(),
+        Some(RecipeError::ZooKeeper(zookeeper::Error::NoAuth))
+    );
+    guard.release().unwrap();
 }

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, unique_path};
 use recipes::semaphore::Semaphore;
-use recipes::RecipeError;
+use recipes::{NodeOptions, RecipeError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -39,7 +39,8 @@ fn n_permits_then_blocks() {
 fn permit_count_must_agree() {
     let zk = connect();
     let dir = unique_path("agree");
-    Semaphore::new(&zk, &dir, 2).unwrap();
+    // The first acquisition creates the directory with its count.
+    drop(Semaphore::new(&zk, &dir, 2).unwrap().acquire(WAIT).unwrap());
     Semaphore::new(&zk, &dir, 2).unwrap();
     assert!(matches!(
         Semaphore::new(&zk, &dir, 3),
@@ -154,4 +155,127 @@ fn lease_goes_with_its_session() {
         .unwrap()
         .expect("permit passes on when the session closes");
     drop(lease);
+}
+
+/// Requests that time out, as the first waiter (children watch) and behind another
+/// waiter (predecessor watch), leave no watch registered.
+#[test]
+fn timed_out_requests_leave_nothing_registered() {
+    let dir = unique_path("leak");
+    let holder_zk = connect();
+    let holder = Semaphore::new(&holder_zk, &dir, 1).unwrap();
+    let _lease = holder.acquire(WAIT).unwrap();
+    let zk = connect();
+    let sem = Semaphore::new(&zk, &dir, 1).unwrap();
+    for _ in 0..20 {
+        assert_eq!(
+            sem.acquire(Duration::from_millis(10)).err(),
+            Some(RecipeError::Timeout)
+        );
+    }
+    assert_no_leftover_contexts(&zk);
+    // Behind a first waiter that stays: this one watches its predecessor.
+    let waiter_zk = connect();
+    let waiter = Semaphore::new(&waiter_zk, &dir, 1).unwrap();
+    let first = thread::spawn(move || waiter.acquire(Duration::from_secs(3)).map(drop));
+    common::wait_until("the first waiter queued", || sem.requests().unwrap() == 2);
+    for _ in 0..20 {
+        assert_eq!(
+            sem.acquire(Duration::from_millis(10)).err(),
+            Some(RecipeError::Timeout)
+        );
+    }
+    assert_no_leftover_contexts(&zk);
+    assert_eq!(first.join().unwrap(), Err(RecipeError::Timeout));
+}
+
+/// At the end of the counter (limit 3, 2 permits) a request waits within its timeout for
+/// the directory to drain (then `Timeout`, leaving nothing behind); after the holders
+/// leave, the directory is restarted holding the permit count again.
+#[test]
+fn counter_end_waits_for_the_holders_then_restarts() {
+    let zk = connect();
+    let dir = unique_path("counter-end");
+    let sem = Semaphore::new(&zk, &dir, 2)
+        .unwrap()
+        .with_node_options(NodeOptions::default().sequence_limit(3));
+    drop(sem.acquire(WAIT).unwrap()); // number 0
+    let a = sem.acquire(WAIT).unwrap(); // 1
+    let b = sem.acquire(WAIT).unwrap(); // 2
+    assert_eq!(
+        sem.acquire(Duration::from_millis(200)).err(),
+        Some(RecipeError::Timeout)
+    );
+    assert!(sem.try_acquire().unwrap().is_none());
+    assert_eq!(sem.requests().unwrap(), 2, "nothing left");
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire(WAIT).map(|lease| lease.node().to_string()))
+    };
+    drop(a);
+    assert!(
+        zk.exists(&dir).unwrap().is_some(),
+        "not empty: not restarted yet"
+    );
+    drop(b);
+    let node = waiter.join().unwrap().unwrap();
+    assert!(node.ends_with("0000000000"), "{node}");
+    assert_eq!(zk.get(&dir).unwrap().0, b"2", "the permit count was kept");
+    assert_no_leftover_contexts(&zk);
+}
+
+/// Never more than N holders across many counter restarts (limit 4, 2 permits, four
+/// sessions contending).
+#[test]
+fn never_more_than_n_holders_across_counter_restarts() {
+    let dir = unique_path("restarts");
+    let permits = 2;
+    let holding = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (dir, holding) = (dir.clone(), Arc::clone(&holding));
+            thread::spawn(move || {
+                let zk = connect();
+                let sem = Semaphore::new(&zk, &dir, permits)
+                    .unwrap()
+                    .with_node_options(NodeOptions::default().sequence_limit(4));
+                for _ in 0..8 {
+                    let lease = sem.acquire(WAIT).unwrap();
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    assert!(now <= permits as usize, "{now} holders");
+                    zk.exists(&dir).unwrap();
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    drop(lease);
+                }
+                assert_no_leftover_contexts(&zk);
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+/// With an ACL for authenticated users only, another session cannot delete a lease nor
+/// queue a request.
+#[test]
+fn node_options_acl_protects_the_leases() {
+    let dir = unique_path("acl");
+    let zk = connect();
+    zk.add_auth("digest", b"sem:secret").unwrap();
+    let owner_only =
+        NodeOptions::default().acl(vec![zookeeper::Acl::new(zookeeper::Perms::ALL, "auth", "")]);
+    let sem = Semaphore::new(&zk, &dir, 1)
+        .unwrap()
+        .with_node_options(owner_only);
+    let lease = sem.acquire(WAIT).unwrap();
+    let stranger = connect();
+    let node = format!("{dir}/{}", lease.node());
+    assert_eq!(stranger.delete(&node, None), Err(zookeeper::Error::NoAuth));
+    // It cannot even read the permit count.
+    assert_eq!(
+        Semaphore::new(&stranger, &dir, 1).err(),
+        Some(RecipeError::ZooKeeper(zookeeper::Error::NoAuth))
+    );
+    lease.release().unwrap();
 }
