@@ -1,45 +1,63 @@
 //! The receiving end of a one-shot watch.
 
-use crate::context::WatchKind;
 use crate::error::{Error, Result};
 use crate::types::WatchedEvent;
+use crate::watch_table::{WatchKind, WatchTable};
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A one-shot watch set by a watching read (`exists_watch`, `get_watch`,
 /// `get_children_watch`, ...). It delivers exactly one [`WatchedEvent`]:
 ///
 /// - the node event (created, deleted, data or children changed), or
-/// - `EventType::NotWatching` if the watch was removed with `remove_watches`, or
+/// - `EventType::NotWatching` if the watch was removed with `remove_watches` or
+///   `remove_watch`, or
 /// - `EventType::Session` with state `Expired`/`AuthFailed` when the session ends for
-///   good (the watch can never fire then).
+///   good (the watch can never fire then; `state()` already says so when it arrives).
 ///
 /// Connection loss does not consume a watch: the C client re-registers it on reconnect
 /// and it fires later (watch the session stream for connection changes). If the handle
 /// is closed first, waiting returns `Error::Closed`.
 ///
-/// Dropping a `Watch` does not unregister it on the server; the event is then
-/// discarded when it comes.
-#[derive(Debug)]
+/// All the watches of a handle on one path and kind share one registration in the C
+/// client (and the server keeps one watch per path and type anyway). A watch set by a
+/// read whose reply came after a change waits for the next change, as the read has
+/// already seen the new data. Dropping a `Watch` withdraws its interest; when the last
+/// one on a path and kind goes, the C registration is released on the client (the
+/// server's watch stays until it fires or `remove_watches` removes it).
 pub struct Watch {
     receiver: Receiver<WatchedEvent>,
-    pub(crate) client: u64,
+    pub(crate) table: Arc<WatchTable>,
+    pub(crate) registration: u64,
     pub(crate) id: u64,
-    pub(crate) path: String,
-    pub(crate) kind: WatchKind,
+    path: String,
+    kind: WatchKind,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("path", &self.path)
+            .field("kind", &self.kind)
+            .field("id", &self.id)
+            .finish()
+    }
 }
 
 impl Watch {
     pub(crate) fn new(
         receiver: Receiver<WatchedEvent>,
-        client: u64,
+        table: Arc<WatchTable>,
+        registration: u64,
         id: u64,
         path: &str,
         kind: WatchKind,
     ) -> Watch {
         Watch {
             receiver,
-            client,
+            table,
+            registration,
             id,
             path: path.to_string(),
             kind,
@@ -77,5 +95,11 @@ impl Watch {
     /// The underlying channel, e.g. for `crossbeam_channel::select!` over many watches.
     pub fn receiver(&self) -> &Receiver<WatchedEvent> {
         &self.receiver
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.table.drop_watch(self.registration, self.id);
     }
 }

@@ -1,0 +1,391 @@
+//! The client's watch state: bounded however many watches are set and dropped, shared by
+//! every `Watch` on the same path and kind, never stranded by a concurrent removal, and
+//! consistent with `state()` when the session ends; `close` never waits behind a watch
+//! removal.
+
+mod common;
+
+use common::{connect, create, hosts, unique, wait_for_state, Proxy, WAIT};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+use zk_harness::{Server, ServerOptions};
+use zookeeper::{
+    Error, EventType, SessionState, Watch, WatchedEvent, WatcherType, ZkFuture, ZooKeeper,
+};
+
+fn fired(watch: &Watch) -> WatchedEvent {
+    watch
+        .wait_timeout(WAIT)
+        .unwrap_or_else(|e| panic!("watch on {} ended: {e}", watch.path()))
+        .unwrap_or_else(|| panic!("watch on {} did not fire", watch.path()))
+}
+
+/// Waits for every future, in order.
+fn all<T>(futures: Vec<ZkFuture<T>>) -> Vec<T> {
+    futures
+        .into_iter()
+        .map(|f| f.wait_timeout(WAIT).unwrap())
+        .collect()
+}
+
+#[test]
+fn fifty_thousand_dropped_watches_leave_no_state() {
+    let zk = connect();
+    let path = unique("ws-drop-same");
+    create(&zk, &path, b"");
+    // Pipelined in batches; each Watch is dropped as soon as its read returns.
+    for _ in 0..100 {
+        let batch: Vec<_> = (0..500).map(|_| zk.exists_watch_async(&path)).collect();
+        drop(all(batch));
+    }
+    assert_eq!(
+        zk.live_contexts(),
+        0,
+        "50,000 dropped watches on one path left contexts behind"
+    );
+
+    // Many paths: one registration each while wanted, none once dropped.
+    let base = unique("ws-drop-many");
+    let batch: Vec<_> = (0..2_000)
+        .map(|i| zk.exists_watch_async(&format!("{base}/{i}")))
+        .collect();
+    let watches = all(batch);
+    assert_eq!(zk.live_contexts(), 2_000);
+    drop(watches);
+    assert_eq!(zk.live_contexts(), 0, "dropped watches on 2,000 paths");
+
+    // Futures dropped before their reply: released when the reply comes.
+    for i in 0..200 {
+        drop(zk.exists_watch_async(&format!("{base}/{i}")));
+    }
+    zk.sync(&base).unwrap();
+    assert_eq!(zk.live_contexts(), 0, "watches whose future was dropped");
+
+    // Still working: a watch set now fires.
+    let (_, watch) = zk.exists_watch(&path).unwrap();
+    zk.set(&path, b"x", None).unwrap();
+    assert_eq!(fired(&watch).event_type, EventType::NodeDataChanged);
+    assert_eq!(zk.live_contexts(), 0);
+}
+
+#[test]
+fn watches_on_one_path_and_kind_share_one_registration() {
+    let zk = connect();
+    let path = unique("ws-share");
+    create(&zk, &path, b"");
+    let (_, _, a) = zk.get_watch(&path).unwrap();
+    let (_, _, b) = zk.get_watch(&path).unwrap();
+    let (_, _, dropped) = zk.get_watch(&path).unwrap();
+    let (_, _, removed) = zk.get_watch(&path).unwrap();
+    let (_, by_exists) = zk.exists_watch(&path).unwrap();
+    assert_eq!(zk.live_contexts(), 2, "one per (path, kind)");
+
+    // Dropping or removing one does not unregister the others.
+    drop(dropped);
+    zk.remove_watch(&removed, true).unwrap();
+    assert_eq!(fired(&removed).event_type, EventType::NotWatching);
+    assert_eq!(zk.remove_watch(&removed, false), Err(Error::NoWatcher));
+    assert_eq!(zk.live_contexts(), 2);
+
+    let other = connect();
+    other.set(&path, b"x", None).unwrap();
+    for watch in [&a, &b, &by_exists] {
+        let event = fired(watch);
+        assert_eq!(
+            (event.event_type, event.path.as_str()),
+            (EventType::NodeDataChanged, path.as_str())
+        );
+        assert_eq!(
+            watch.wait_timeout(WAIT),
+            Err(Error::Closed),
+            "one event only"
+        );
+    }
+    assert_eq!(zk.live_contexts(), 0);
+}
+
+/// A read that returns data written after an event was sent must not be satisfied by
+/// that event: it waits for the next change (ZooKeeper orders a watch event before any
+/// later read's reply on the same session).
+#[test]
+fn a_watch_armed_after_a_change_waits_for_the_next_change() {
+    let zk = connect();
+    let writer = connect();
+    let path = unique("ws-order");
+    create(&zk, &path, b"0");
+    let (_, _, mut previous) = zk.get_watch(&path).unwrap();
+    let mut previous_fired = false;
+    for i in 1..=100u32 {
+        let value = i.to_string();
+        // The write and the watching read race.
+        let set = writer.set_async(&path, value.as_bytes(), None);
+        let (data, _, watch) = zk.get_watch(&path).unwrap();
+        set.wait().unwrap();
+        // Everything the server sent before this reply has been delivered after it.
+        zk.sync(&path).unwrap();
+        if !previous_fired {
+            let event = fired(&previous);
+            assert_eq!(event.event_type, EventType::NodeDataChanged, "round {i}");
+        }
+        if data == value.as_bytes() {
+            // Read after the write: its event must not count for this watch.
+            assert_eq!(
+                watch.try_get(),
+                Ok(None),
+                "round {i}: fired by an older change"
+            );
+            previous_fired = false;
+        } else {
+            // Read before the write: the write's event is this watch's.
+            let event = fired(&watch);
+            assert_eq!(event.event_type, EventType::NodeDataChanged, "round {i}");
+            previous_fired = true;
+        }
+        previous = watch;
+    }
+}
+
+/// Watches set while `remove_watches` runs on the same path either get `NotWatching` or
+/// fire on the next change: none waits forever.
+fn removal_races_watching_reads(local: bool) {
+    let zk = connect();
+    let writer = connect();
+    let base = unique(if local { "ws-race-local" } else { "ws-race" });
+    create(&zk, &base, b"");
+    let (mut total, mut stuck, mut not_watching, mut changed) = (0, 0, 0, 0);
+    for round in 0..30 {
+        let path = format!("{base}/{round}");
+        create(&zk, &path, b"");
+        // Something to remove, so the removal reaches C (and the server).
+        let (_, anchor) = zk.exists_watch(&path).unwrap();
+        let remover = {
+            let zk = zk.clone();
+            let path = path.clone();
+            thread::spawn(move || zk.remove_watches(&path, WatcherType::Any, local))
+        };
+        // Watching reads whose replies land before, during and after the removal.
+        let by_exists: Vec<_> = (0..10).map(|_| zk.exists_watch_async(&path)).collect();
+        let by_get: Vec<_> = (0..10).map(|_| zk.get_watch_async(&path)).collect();
+        let mut watches = vec![anchor];
+        watches.extend(all(by_exists).into_iter().map(|(_, w)| w));
+        watches.extend(all(by_get).into_iter().map(|(_, _, w)| w));
+        match remover.join().unwrap() {
+            Ok(()) | Err(Error::NoWatcher) => {}
+            Err(e) => panic!("remove_watches: {e}"),
+        }
+        writer.set(&path, b"changed", None).unwrap();
+        let deadline = Instant::now() + WAIT;
+        for watch in &watches {
+            total += 1;
+            let left = deadline.saturating_duration_since(Instant::now());
+            match watch.wait_timeout(left) {
+                Ok(Some(e)) if e.event_type == EventType::NotWatching => not_watching += 1,
+                Ok(Some(e)) if e.event_type == EventType::NodeDataChanged => changed += 1,
+                Ok(None) => stuck += 1,
+                other => panic!("unexpected watch outcome {other:?}"),
+            }
+        }
+    }
+    println!(
+        "local={local}: {total} watches: {not_watching} NotWatching, {changed} fired, \
+         {stuck} stuck"
+    );
+    assert_eq!(
+        stuck, 0,
+        "{stuck} of {total} watches neither removed nor fired"
+    );
+    assert_eq!(zk.live_contexts(), 0);
+}
+
+#[test]
+fn remove_watches_racing_watching_reads_strands_none() {
+    removal_races_watching_reads(false);
+}
+
+#[test]
+fn local_remove_watches_racing_watching_reads_strands_none() {
+    removal_races_watching_reads(true);
+}
+
+fn connect_via(proxy: &Proxy, timeout: Duration) -> ZooKeeper {
+    ZooKeeper::builder(&proxy.connect_string())
+        .session_timeout(timeout)
+        .connect()
+        .unwrap()
+}
+
+/// Expires `zk`'s session (reached through `proxy`): cut it off, let another handle take
+/// the session over and close it, let it back.
+fn expire(zk: &ZooKeeper, proxy: &Proxy) {
+    let events = zk.session_events();
+    let id = zk.client_id().unwrap();
+    proxy.block();
+    wait_for_state(&events, SessionState::Connecting, WAIT);
+    let thief = ZooKeeper::builder(&hosts()).session(id).connect().unwrap();
+    thief.close().unwrap();
+    proxy.unblock();
+}
+
+/// C calls path watchers before the global watcher: a `Watch` reporting expiry must
+/// find `state()` already `Expired`.
+#[test]
+fn a_watch_reporting_expiry_sees_the_expired_state() {
+    let proxy = Proxy::start(&hosts());
+    let zk = connect_via(&proxy, Duration::from_secs(6));
+    let base = unique("ws-expiry");
+    let futures: Vec<_> = (0..5_000)
+        .map(|i| zk.exists_watch_async(&format!("{base}/{i}")))
+        .collect();
+    let watches: Vec<Watch> = all(futures).into_iter().map(|(_, w)| w).collect();
+    assert_eq!(zk.live_contexts(), 5_000);
+
+    // Observers blocked on watches spread over the set, reading state() on each event.
+    let watches = Arc::new(watches);
+    let observers: Vec<_> = (0..8)
+        .map(|k| {
+            let zk = zk.clone();
+            let watches = Arc::clone(&watches);
+            thread::spawn(move || {
+                let mut seen = Vec::new();
+                let deadline = Instant::now() + WAIT * 3;
+                for i in (k..watches.len()).step_by(8) {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let event = watches[i].wait_timeout(left);
+                    seen.push((i, event, zk.state()));
+                }
+                seen
+            })
+        })
+        .collect();
+    expire(&zk, &proxy);
+    let mut wrong = Vec::new();
+    for observer in observers {
+        for (i, event, state) in observer.join().unwrap() {
+            let event = event
+                .unwrap()
+                .unwrap_or_else(|| panic!("watch {i}: no event"));
+            assert_eq!(
+                (event.event_type, event.state),
+                (EventType::Session, SessionState::Expired),
+                "watch {i}"
+            );
+            if state != SessionState::Expired {
+                wrong.push((i, state));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of 5000 watches reported expiry while state() said otherwise, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    assert_eq!(zk.live_contexts(), 0);
+    zk.close().unwrap();
+}
+
+/// Runs `close` on another thread; panics with `what` if it does not return in time.
+fn close_within(zk: &ZooKeeper, limit: Duration, what: &str) {
+    let (sender, receiver) = mpsc::channel();
+    let closer = {
+        let zk = zk.clone();
+        thread::spawn(move || {
+            let _ = sender.send(zk.close());
+        })
+    };
+    match receiver.recv_timeout(limit) {
+        Ok(result) => result.unwrap(),
+        // The closer is left behind: the process cannot recover a thread stuck in C.
+        Err(_) => panic!("close() did not return within {limit:?}: {what}"),
+    }
+    closer.join().unwrap();
+}
+
+/// `remove_watches(local = false)` racing the session's expiry (the C client's sync form
+/// can then wait forever, ZOOKEEPER-2802) must not hold up `close`.
+#[test]
+fn close_racing_remove_watches_at_expiry_never_hangs() {
+    for round in 0..3 {
+        let proxy = Proxy::start(&hosts());
+        let zk = connect_via(&proxy, Duration::from_secs(6));
+        let path = unique("ws-expiry-remove");
+        create(&zk, &path, b"");
+        let stop = Arc::new(AtomicBool::new(false));
+        let removers: Vec<_> = (0..6)
+            .map(|_| {
+                let zk = zk.clone();
+                let path = path.clone();
+                let stop = Arc::clone(&stop);
+                thread::spawn(move || {
+                    let mut keep = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        match zk.exists_watch(&path) {
+                            Ok((_, watch)) => keep.push(watch),
+                            Err(Error::ConnectionLoss) => {}
+                            Err(_) => break,
+                        }
+                        match zk.remove_watches(&path, WatcherType::Any, false) {
+                            Ok(()) | Err(Error::NoWatcher) | Err(Error::ConnectionLoss) => {}
+                            Err(_) => break,
+                        }
+                    }
+                })
+            })
+            .collect();
+        let events = zk.session_events();
+        expire(&zk, &proxy);
+        wait_for_state(&events, SessionState::Expired, WAIT);
+        close_within(
+            &zk,
+            Duration::from_secs(30),
+            &format!("round {round}: behind a watch removal racing expiry"),
+        );
+        stop.store(true, Ordering::Relaxed);
+        for remover in removers {
+            remover.join().unwrap();
+        }
+        assert_eq!(zk.live_contexts(), 0);
+    }
+}
+
+/// A `remove_watches(local = false)` waiting for a frozen server's answer must not hold
+/// up `close` (before, close waited until the C client gave up on the server).
+#[test]
+fn close_does_not_wait_for_a_watch_removal_on_a_frozen_server() {
+    let server =
+        Server::start_with(&ServerOptions::for_tests().max_session_timeout_ms(Some(60_000)))
+            .unwrap();
+    let zk = ZooKeeper::builder(&server.connect_string())
+        .session_timeout(Duration::from_secs(60))
+        .connect()
+        .unwrap();
+    let path = unique("ws-frozen");
+    let (_, watch) = zk.exists_watch(&path).unwrap();
+    server.pause().unwrap();
+    let (sender, removed) = mpsc::channel();
+    let remover = {
+        let zk = zk.clone();
+        let path = path.clone();
+        thread::spawn(move || {
+            let _ = sender.send(zk.remove_watches(&path, WatcherType::Any, false));
+        })
+    };
+    // No event says the request has reached C; give it a moment (if it has not, the
+    // test passes without exercising the race).
+    thread::sleep(Duration::from_millis(500));
+    close_within(
+        &zk,
+        Duration::from_secs(20),
+        "behind a watch removal waiting for a frozen server",
+    );
+    let result = removed.recv_timeout(WAIT).expect("the removal returned");
+    assert!(
+        matches!(result, Err(Error::Closed) | Err(Error::ConnectionLoss)),
+        "{result:?}"
+    );
+    remover.join().unwrap();
+    assert_eq!(watch.wait_timeout(WAIT), Err(Error::Closed));
+    server.resume().unwrap();
+}
