@@ -25,8 +25,7 @@ use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
 use crate::session::Session;
 use crate::types::{EventType, SessionState, WatchedEvent, WatcherType};
-use crate::watch::Watch;
-use crossbeam_channel::Sender;
+use crate::watch::{self, Sink, Watch};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -144,9 +143,9 @@ struct Registration {
     /// reply, cleared by an event or a server-side removal.
     c_holds: bool,
     /// Watches whose read has not been answered yet.
-    waiting: HashMap<u64, Sender<WatchedEvent>>,
+    waiting: HashMap<u64, Sink>,
     /// Watches whose read registered: the next event is theirs.
-    armed: HashMap<u64, Sender<WatchedEvent>>,
+    armed: HashMap<u64, Sink>,
 }
 
 impl Registration {
@@ -175,13 +174,12 @@ pub(crate) struct WatchTable {
     table: Mutex<Table>,
 }
 
-/// Events to send once the table lock is released.
-type Deliveries = Vec<(Sender<WatchedEvent>, WatchedEvent)>;
+/// Events to send once the table lock is released (sending runs wakers).
+type Deliveries = Vec<(Sink, WatchedEvent)>;
 
 fn deliver(deliveries: Deliveries) {
-    for (sender, event) in deliveries {
-        // Each channel holds one event and gets at most one: never blocks.
-        let _ = sender.try_send(event);
+    for (sink, event) in deliveries {
+        sink.send(event);
     }
 }
 
@@ -251,13 +249,13 @@ impl WatchTable {
         };
         table.next_watch += 1;
         let watch = table.next_watch;
-        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let (sink, receiver, waker) = watch::channel();
         let entry = table
             .registrations
             .get_mut(&registration)
             .ok_or(Error::SystemError)?;
         entry.in_flight += 1;
-        entry.waiting.insert(watch, sender);
+        entry.waiting.insert(watch, sink);
         Ok(Prepared {
             hook: Some(WatchHook::Read {
                 table: Arc::clone(self),
@@ -268,6 +266,7 @@ impl WatchTable {
             context: context::id_to_ptr(registration),
             watch: Some(Watch::new(
                 receiver,
+                waker,
                 Arc::clone(self),
                 registration,
                 watch,
@@ -292,11 +291,13 @@ impl WatchTable {
             return; // ended
         };
         entry.in_flight = entry.in_flight.saturating_sub(1);
-        let sender = entry.waiting.remove(&watch);
+        // Not registered: the read failed and its caller gets the error, never the
+        // `Watch` (dropped unseen), so the sink can go without a wake.
+        let sink = entry.waiting.remove(&watch);
         if registered {
             entry.c_holds = true;
-            if let Some(sender) = sender {
-                entry.armed.insert(watch, sender);
+            if let Some(sink) = sink {
+                entry.armed.insert(watch, sink);
             }
         }
         self.settle(&mut table, registration);
@@ -337,6 +338,7 @@ impl WatchTable {
         let Some(entry) = table.registrations.get_mut(&registration) else {
             return;
         };
+        // The watch's own sink: nobody else waits on it.
         if entry.armed.remove(&watch).is_none() && entry.waiting.remove(&watch).is_none() {
             return;
         }
@@ -353,14 +355,14 @@ impl WatchTable {
                 .registrations
                 .get_mut(&registration)
                 .ok_or(Error::NoWatcher)?;
-            let sender = entry
+            let sink = entry
                 .armed
                 .remove(&watch)
                 .or_else(|| entry.waiting.remove(&watch))
                 .ok_or(Error::NoWatcher)?;
             let event = not_watching(state, &entry.path);
             self.settle(&mut table, registration);
-            (sender, event)
+            (sink, event)
         };
         deliver(vec![delivery]);
         Ok(())
@@ -456,20 +458,23 @@ impl WatchTable {
                 .collect();
             registrations
         };
-        if let SweepReason::Terminal(state) = reason {
-            let event = WatchedEvent {
-                event_type: EventType::Session,
-                state,
-                path: String::new(),
-            };
-            let mut deliveries = Deliveries::new();
-            for mut entry in registrations {
-                let ended = entry.armed.drain().chain(entry.waiting.drain());
-                deliveries.extend(ended.map(|(_, s)| (s, event.clone())));
+        let sinks = registrations
+            .into_iter()
+            .flat_map(|entry| entry.armed.into_values().chain(entry.waiting.into_values()));
+        match reason {
+            SweepReason::Terminal(state) => {
+                let event = WatchedEvent {
+                    event_type: EventType::Session,
+                    state,
+                    path: String::new(),
+                };
+                for sink in sinks {
+                    sink.send(event.clone());
+                }
             }
-            deliver(deliveries);
+            // At close: waiting on them returns `Closed`.
+            SweepReason::Closed => sinks.for_each(Sink::close),
         }
-        // At close the senders are dropped with the registrations: waits end `Closed`.
     }
 
     /// Frees registration `id` once nothing wants it: releases it in C if C holds it.

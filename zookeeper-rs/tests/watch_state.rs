@@ -106,6 +106,38 @@ fn watches_on_one_path_and_kind_share_one_registration() {
     assert_eq!(zk.live_contexts(), 0);
 }
 
+#[test]
+fn a_watch_is_a_future() {
+    let zk = connect();
+    let path = unique("ws-future");
+    let (_, mut watch) = zk.exists_watch(&path).unwrap();
+    assert!(common::poll_once(&mut watch).is_pending());
+    create(&zk, &path, b"");
+    // Woken from the C completion thread.
+    let event = common::block_on(&mut watch).unwrap();
+    assert_eq!(
+        (event.event_type, event.path.as_str()),
+        (EventType::NodeCreated, path.as_str())
+    );
+    assert_eq!(
+        common::block_on(&mut watch),
+        Err(Error::Closed),
+        "one event only"
+    );
+
+    // Removal and close end a pending one too.
+    let (_, _, mut removed) = zk.get_watch(&path).unwrap();
+    assert!(common::poll_once(&mut removed).is_pending());
+    zk.remove_watches(&path, WatcherType::Data, true).unwrap();
+    let event = common::block_on(removed).unwrap();
+    assert_eq!(event.event_type, EventType::NotWatching);
+    let (_, mut pending) = zk.exists_watch(&format!("{path}/x")).unwrap();
+    assert!(common::poll_once(&mut pending).is_pending());
+    let waiter = thread::spawn(move || common::block_on(pending));
+    zk.close().unwrap();
+    assert_eq!(waiter.join().unwrap(), Err(Error::Closed));
+}
+
 /// A read that returns data written after an event was sent must not be satisfied by
 /// that event: it waits for the next change (ZooKeeper orders a watch event before any
 /// later read's reply on the same session).
@@ -388,4 +420,59 @@ fn close_does_not_wait_for_a_watch_removal_on_a_frozen_server() {
     remover.join().unwrap();
     assert_eq!(watch.wait_timeout(WAIT), Err(Error::Closed));
     server.resume().unwrap();
+}
+
+/// A measurement, not a timed assertion: `N` (default 10^6, `ZK_WATCH_DROP_CALLS`)
+/// blocking `exists_watch` calls on a path that never changes, each `Watch` dropped at
+/// once. Prints call latency for the first and last 10% of the calls and the largest
+/// context count seen; asserts only that the count stays bounded. Run with
+/// `cargo test --release -p zookeeper-rs --test watch_state -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn watch_and_drop_calls_keep_latency_and_state_flat() {
+    let n: usize = std::env::var("ZK_WATCH_DROP_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let zk = connect();
+    let path = unique("ws-million");
+    create(&zk, &path, b"");
+    let mut micros = Vec::with_capacity(n);
+    let mut most_contexts = 0;
+    let started = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        let (_, watch) = zk.exists_watch(&path).unwrap();
+        drop(watch);
+        micros.push(t.elapsed().as_secs_f64() * 1e6);
+        if i % 1000 == 0 {
+            most_contexts = most_contexts.max(zk.live_contexts());
+        }
+    }
+    let total = started.elapsed();
+    let tenth = (n / 10).max(1);
+    let summary = |calls: &[f64]| {
+        let mut sorted = calls.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let mean = sorted.iter().sum::<f64>() / sorted.len() as f64;
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q) as usize];
+        (mean, at(0.5), at(0.99))
+    };
+    let (first, last) = (summary(&micros[..tenth]), summary(&micros[n - tenth..]));
+    println!(
+        "{n} watch-and-drop calls in {:.1} s; most live contexts {most_contexts}, at the end {}",
+        total.as_secs_f64(),
+        zk.live_contexts()
+    );
+    println!(
+        "first 10%: mean {:.1} us, median {:.1} us, p99 {:.1} us",
+        first.0, first.1, first.2
+    );
+    println!(
+        "last 10%:  mean {:.1} us, median {:.1} us, p99 {:.1} us",
+        last.0, last.1, last.2
+    );
+    println!("last/first mean ratio {:.2}", last.0 / first.0);
+    assert!(most_contexts <= 2, "{most_contexts} live contexts");
+    assert_eq!(zk.live_contexts(), 0);
 }
