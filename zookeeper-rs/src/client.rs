@@ -1,13 +1,14 @@
 //! The handle: connect, session accessors, close, and the one path by which every
 //! request reaches C (`submit`).
 
-use crate::context::{self, RequestEntry, SweepReason, WatchEntry, WatchKind};
+use crate::context::{self, RequestEntry, SweepReason};
 use crate::error::{Error, Result};
 use crate::path::c_string;
 use crate::reply::{deadline_after, Fulfiller, Reply, ReplySlot, ZkFuture};
 use crate::session::Session;
 use crate::types::{ClientId, SessionState, WatchedEvent};
 use crate::watch::Watch;
+use crate::watch_table::{WatchRequest, WatchTable};
 use crossbeam_channel::Receiver;
 use parking_lot::RwLock;
 use std::ffi::CStr;
@@ -23,7 +24,7 @@ static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 /// The C handle. `zhandle_t` is thread-safe in the multi-threaded C client; what is not
 /// safe is closing it while another call runs, which the `RwLock` in `Inner` prevents.
 #[derive(Clone, Copy)]
-struct RawHandle(NonNull<sys::zhandle_t>);
+pub(crate) struct RawHandle(NonNull<sys::zhandle_t>);
 
 // SAFETY: the mt C client serializes access to its handle internally; the only unsafe
 // concurrency (close vs. any call) is excluded by the RwLock that holds this value.
@@ -31,11 +32,28 @@ unsafe impl Send for RawHandle {}
 // SAFETY: as above.
 unsafe impl Sync for RawHandle {}
 
+/// The C handle behind its close lock: `None` once closed. Calls hold the read lock for
+/// the duration of their C call; close takes the write lock, so close never races a
+/// call. Shared with the watch table, which releases C watch registrations without
+/// keeping the session open.
+pub(crate) type HandleSlot = Arc<RwLock<Option<RawHandle>>>;
+
+/// Runs `call` with the live handle if the close lock can be had right now (never
+/// waits: the only writer is close); `None` while closing or once closed.
+pub(crate) fn with_slot<R>(
+    slot: &HandleSlot,
+    call: impl FnOnce(*mut sys::zhandle_t) -> R,
+) -> Option<R> {
+    let guard = slot.try_read()?;
+    let handle = (*guard)?;
+    Some(call(handle.0.as_ptr()))
+}
+
 struct Inner {
-    /// `None` once closed. Calls hold the read lock for the duration of their C call;
-    /// close takes the write lock, so close never races a call.
-    handle: RwLock<Option<RawHandle>>,
+    handle: HandleSlot,
     session: Arc<Session>,
+    /// Watch registrations, one per path and kind (see `watch_table.rs`).
+    watches: Arc<WatchTable>,
     /// The `Arc<Session>` leaked to C as the global watcher context.
     session_context: *const Session,
     client: u64,
@@ -217,10 +235,13 @@ impl ZooKeeperBuilder {
         // SAFETY: `zh` is a live handle no other thread knows yet.
         unsafe { sys::zoo_set_servers_resolution_delay(zh.as_ptr(), delay_ms) };
 
+        let handle: HandleSlot = Arc::new(RwLock::new(Some(RawHandle(zh))));
+        let watches = WatchTable::new(client, Arc::clone(&session), Arc::clone(&handle));
         let zk = ZooKeeper {
             inner: Arc::new(Inner {
-                handle: RwLock::new(Some(RawHandle(zh))),
+                handle,
                 session,
+                watches,
                 session_context,
                 client,
                 #[cfg(any(feature = "tls", feature = "sasl"))]
@@ -327,10 +348,11 @@ impl ZooKeeper {
     }
 
     /// Submits one asynchronous C call. `call` gets the handle, the watch context (NULL
-    /// when `watch` is `None`) and the request context, and returns the C return code.
+    /// unless `watch` is a watching read) and the request context, and returns the C
+    /// return code.
     pub(crate) fn submit<T: 'static>(
         &self,
-        watch: Option<(WatchKind, &str)>,
+        watch: Option<WatchRequest<'_>>,
         multi: Option<Box<context::MultiBuffers>>,
         call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void) -> c_int,
         convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
@@ -354,34 +376,19 @@ impl ZooKeeper {
                     return Err(error);
                 }
             }
-            let (watch_id, receiver) = match watch {
-                Some((kind, path)) => {
-                    let (sender, receiver) = crossbeam_channel::bounded(1);
-                    let id = context::register_watch(
-                        client,
-                        WatchEntry {
-                            path: path.to_string(),
-                            kind,
-                            sender,
-                        },
-                    );
-                    (
-                        Some((id, kind)),
-                        Some(Watch::new(receiver, client, id, path, kind)),
-                    )
-                }
-                None => (None, None),
-            };
+            let prepared = self.inner.watches.prepare(watch)?;
             let request_id = context::register_request(
                 client,
                 RequestEntry {
                     fulfiller: Fulfiller(Arc::clone(&slot)),
-                    watch: watch_id,
+                    watch: prepared.hook,
                     multi,
                 },
             );
-            let watch_context = watch_id.map_or(ptr::null_mut(), |(id, _)| context::id_to_ptr(id));
-            let rc = terminal_code(zh, call(zh, watch_context, context::id_to_ptr(request_id)));
+            let rc = terminal_code(
+                zh,
+                call(zh, prepared.context, context::id_to_ptr(request_id)),
+            );
             if rc == sys::ZMARSHALLINGERROR && is_multi {
                 // The session ended during the call: that is the error (the slot keeps
                 // the first result); the buffers are still kept below, as C may hold them.
@@ -392,12 +399,17 @@ impl ZooKeeper {
             if rc != sys::ZOK {
                 context::submission_failed(request_id, rc);
             }
-            Ok(receiver)
+            Ok(prepared.watch)
         });
         match outcome {
-            Ok(Ok(receiver)) => ZkFuture::pending(slot, move |reply| convert(reply, receiver)),
+            Ok(Ok(watch)) => ZkFuture::pending(slot, move |reply| convert(reply, watch)),
             Ok(Err(error)) | Err(error) => ZkFuture::failed(error),
         }
+    }
+
+    /// This handle's watch registrations.
+    pub(crate) fn watch_table(&self) -> &Arc<WatchTable> {
+        &self.inner.watches
     }
 
     /// The session id and password, to resume the session elsewhere.
@@ -535,8 +547,9 @@ impl ZooKeeper {
         }
     }
 
-    /// Contexts of this handle still held for C (pending requests, armed watches).
-    /// Reads 0 after close: every context is freed exactly once.
+    /// Contexts of this handle still held for C: pending requests, and one per path and
+    /// kind with a watch armed or being set. Reads 0 after close: every context is freed
+    /// exactly once.
     pub fn live_contexts(&self) -> usize {
         context::live_contexts(self.inner.client)
     }

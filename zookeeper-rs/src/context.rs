@@ -2,9 +2,9 @@
 //! the C client calls back into.
 //!
 //! C never holds a pointer to Rust memory for a request or a watch: the context it gets
-//! is a registry id (a non-zero integer cast to `void*`). A callback looks its id up and
-//! removes the entry; an id that is gone (already delivered, swept at expiry or close,
-//! or removed with `remove_watches`) is simply ignored. So each context is freed exactly
+//! is a registry id (a non-zero integer cast to `void*`). A callback looks its id up (a
+//! completion removes its entry); an id that is gone (already delivered, swept at expiry
+//! or close, or a watch registration released) is simply ignored. So each context is freed exactly
 //! once, whatever the C client does with late or duplicate calls (session-event clones
 //! after `zoo_remove_watches`, completions dropped at close, ZOOKEEPER-3868).
 //!
@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::reply::{Fulfiller, MultiOutcome, Payload, Reply};
 use crate::session::Session;
 use crate::types::{Acl, EventType, Perms, SessionState, Stat, WatchedEvent};
-use crossbeam_channel::Sender;
+use crate::watch_table::{WatchHook, WatchTable};
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -28,33 +28,8 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use zookeeper_sys as sys;
-
-/// Which C watch table a watch sits in; decides when C registers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WatchKind {
-    /// `exists`: registered on ZOK and ZNONODE.
-    Exists,
-    /// `get` / `getconfig`: registered on ZOK only.
-    Data,
-    /// `get_children`: registered on ZOK only.
-    Children,
-}
-
-impl WatchKind {
-    fn registered_on(self, rc: c_int) -> bool {
-        rc == sys::ZOK || (self == WatchKind::Exists && rc == sys::ZNONODE)
-    }
-
-    pub(crate) fn matches(self, which: crate::types::WatcherType) -> bool {
-        use crate::types::WatcherType::*;
-        match which {
-            Any => true,
-            Data => self != WatchKind::Children,
-            Children => self == WatchKind::Children,
-        }
-    }
-}
 
 /// Buffers the C client writes into after submission (`zoo_amulti`): they must live
 /// until the completion has run, or until close.
@@ -72,22 +47,18 @@ pub(crate) struct MultiBuffers {
 // thread (after the C threads are joined) touches them.
 unsafe impl Send for MultiBuffers {}
 
-pub(crate) struct WatchEntry {
-    pub(crate) path: String,
-    pub(crate) kind: WatchKind,
-    pub(crate) sender: Sender<WatchedEvent>,
-}
-
 pub(crate) struct RequestEntry {
     pub(crate) fulfiller: Fulfiller,
-    /// The watch this request may register, freed here if the reply says C did not.
-    pub(crate) watch: Option<(u64, WatchKind)>,
+    /// What the reply does to the watch state (a watching read, a watch removal); run
+    /// before the caller sees the reply.
+    pub(crate) watch: Option<WatchHook>,
     pub(crate) multi: Option<Box<MultiBuffers>>,
 }
 
 enum Kind {
     Request(RequestEntry),
-    Watch(WatchEntry),
+    /// A watch registration of the handle's watch table (one per path and kind).
+    Watch(Arc<WatchTable>),
     /// Nobody waits any more, but C may still write into these buffers (a multi whose
     /// submission reported ZMARSHALLINGERROR after queueing, or swept at expiry): freed
     /// when its completion comes or at close.
@@ -140,6 +111,17 @@ fn remove(id: u64) -> Option<Entry> {
     shard(id).lock().as_mut()?.remove(&id)
 }
 
+/// Removes entry `id` for its completion, unless it is a watch registration (which a
+/// completion never names; left in place).
+fn take_request(id: u64) -> Option<Entry> {
+    let mut guard = shard(id).lock();
+    let map = guard.as_mut()?;
+    if matches!(map.get(&id)?.kind, Kind::Watch(_)) {
+        return None;
+    }
+    map.remove(&id)
+}
+
 /// The `void*` C gets for an id.
 pub(crate) fn id_to_ptr(id: u64) -> *mut c_void {
     id as usize as *mut c_void
@@ -149,9 +131,22 @@ fn ptr_to_id(ptr: *const c_void) -> u64 {
     ptr as usize as u64
 }
 
-/// Registers a watch; returns its id.
-pub(crate) fn register_watch(client: u64, watch: WatchEntry) -> u64 {
-    insert(client, Kind::Watch(watch))
+/// Registers a watch registration of `table`; returns its id (its C context).
+pub(crate) fn register_watch(client: u64, table: Arc<WatchTable>) -> u64 {
+    insert(client, Kind::Watch(table))
+}
+
+/// Frees a released watch registration's id.
+pub(crate) fn forget(id: u64) {
+    remove(id);
+}
+
+/// The watch table registration `id` belongs to, if it is still registered.
+fn watch_table(id: u64) -> Option<Arc<WatchTable>> {
+    match &shard(id).lock().as_ref()?.get(&id)?.kind {
+        Kind::Watch(table) => Some(Arc::clone(table)),
+        _ => None,
+    }
 }
 
 /// Registers a pending request; returns its id.
@@ -168,8 +163,8 @@ pub(crate) fn submission_failed(id: u64, rc: c_int) {
     let Kind::Request(request) = entry.kind else {
         return;
     };
-    if let Some((watch_id, _)) = request.watch {
-        remove(watch_id);
+    if let Some(hook) = request.watch {
+        hook.on_reply(rc);
     }
     if rc == sys::ZMARSHALLINGERROR {
         if let Some(buffers) = request.multi {
@@ -179,48 +174,6 @@ pub(crate) fn submission_failed(id: u64, rc: c_int) {
     request
         .fulfiller
         .fulfill(Err(Error::from_code(rc).unwrap_or(Error::SystemError)));
-}
-
-/// Removes a watch the caller no longer wants (after a successful `zoo_remove_watches`),
-/// telling its receiver with a `NotWatching` event.
-pub(crate) fn forget_watch(id: u64, state: SessionState) -> bool {
-    match remove(id) {
-        Some(Entry {
-            kind: Kind::Watch(watch),
-            ..
-        }) => {
-            let _ = watch.sender.try_send(WatchedEvent {
-                event_type: EventType::NotWatching,
-                state,
-                path: watch.path,
-            });
-            true
-        }
-        Some(other) => {
-            // Not a watch: put it back untouched.
-            put(id, other);
-            false
-        }
-        None => false,
-    }
-}
-
-/// Ids of this client's watches on `path` matching `which`.
-pub(crate) fn watches_on(client: u64, path: &str, which: crate::types::WatcherType) -> Vec<u64> {
-    let mut ids = Vec::new();
-    for shard in &REGISTRY {
-        if let Some(map) = shard.lock().as_ref() {
-            ids.extend(map.iter().filter_map(|(id, entry)| match &entry.kind {
-                Kind::Watch(w)
-                    if entry.client == client && w.path == path && w.kind.matches(which) =>
-                {
-                    Some(*id)
-                }
-                _ => None,
-            }));
-        }
-    }
-    ids
 }
 
 /// Why a sweep happens: decides what waiters and watchers are told.
@@ -256,6 +209,7 @@ pub(crate) fn sweep(client: u64, reason: SweepReason) {
         }
     }
     // Deliver outside the registry locks.
+    let mut tables: Vec<Arc<WatchTable>> = Vec::new();
     for (id, entry) in swept {
         match (entry.kind, reason) {
             (Kind::Request(request), SweepReason::Terminal(state)) => {
@@ -270,16 +224,18 @@ pub(crate) fn sweep(client: u64, reason: SweepReason) {
                 }
                 request.fulfiller.fulfill(Err(error));
             }
-            (Kind::Watch(watch), SweepReason::Terminal(state)) => {
-                let _ = watch.sender.try_send(WatchedEvent {
-                    event_type: EventType::Session,
-                    state,
-                    path: String::new(),
-                });
+            (Kind::Watch(table), _) => {
+                if !tables.iter().any(|t| Arc::ptr_eq(t, &table)) {
+                    tables.push(table);
+                }
             }
-            // Closed: dropping fails requests with `Closed` and disconnects watches.
+            // Closed: dropping fails requests with `Closed`.
             (kind, _) => drop(kind),
         }
+    }
+    // Watches get their final session event (terminal) or end (closed).
+    for table in tables {
+        table.end(reason);
     }
 }
 
@@ -317,12 +273,25 @@ pub(crate) fn in_c_callback() -> bool {
 
 /// Runs a callback body: marks the thread, and stops a panic at the FFI boundary
 /// (unwinding into C is undefined behaviour).
-fn guarded(what: &str, body: impl FnOnce()) {
-    IN_C_CALLBACK.with(|flag| flag.set(true));
-    if catch_unwind(AssertUnwindSafe(body)).is_err() {
-        log::error!("zookeeper-rs: panic in the {what} callback was caught");
+///
+/// The mark is restored, not cleared, on exit: callbacks nest (a C call made from a
+/// completion can log, which runs the log callback inside it), and the outer one must
+/// still see the mark afterwards.
+fn guarded(what: &'static str, body: impl FnOnce()) {
+    let outer = IN_C_CALLBACK.with(|flag| flag.replace(true));
+    let outcome = catch_unwind(AssertUnwindSafe(body));
+    IN_C_CALLBACK.with(|flag| flag.set(outer));
+    if let Err(payload) = outcome {
+        // Neither the report nor dropping the payload (its destructor is arbitrary code)
+        // may unwind into C either. The installed logger is user code: it runs on the
+        // log thread, not here.
+        let _ = catch_unwind(AssertUnwindSafe(move || {
+            drop(payload);
+            crate::logging::error_off_thread(format!(
+                "zookeeper-rs: panic in the {what} callback was caught"
+            ));
+        }));
     }
-    IN_C_CALLBACK.with(|flag| flag.set(false));
 }
 
 // ---------- copying out of C memory ----------
@@ -400,13 +369,13 @@ fn complete(
     payload: impl FnOnce(Option<&MultiBuffers>) -> Payload,
 ) {
     let id = ptr_to_id(data);
-    let Some(entry) = remove(id) else { return };
+    let Some(entry) = take_request(id) else {
+        return;
+    };
     match entry.kind {
         Kind::Request(request) => {
-            if let Some((watch_id, kind)) = request.watch {
-                if !kind.registered_on(rc) {
-                    remove(watch_id);
-                }
+            if let Some(hook) = request.watch {
+                hook.on_reply(rc);
             }
             if rc == sys::ZCLOSING {
                 // A fake reply queued by `zookeeper_close`: report it like every other
@@ -419,16 +388,8 @@ fn complete(
             // `request.multi` is dropped here, after C is done with it.
         }
         Kind::Retained(buffers) => drop(buffers),
-        Kind::Watch(watch) => {
-            // Not ours to take: a completion never carries a watch id.
-            put(
-                id,
-                Entry {
-                    client: entry.client,
-                    kind: Kind::Watch(watch),
-                },
-            );
-        }
+        // Never taken (see `take_request`).
+        Kind::Watch(_) => {}
     }
 }
 
@@ -560,12 +521,13 @@ pub(crate) unsafe extern "C" fn multi_completion(rc: c_int, data: *const c_void)
 
 // ---------- watchers ----------
 
-/// The watcher for every path watch; its context is the watch's id.
+/// The watcher for every path watch; its context is the id of a watch registration
+/// (one per handle, path and kind; see `watch_table.rs`).
 pub(crate) unsafe extern "C" fn path_watcher(
     _zh: *mut sys::zhandle_t,
     event_type: c_int,
     state: c_int,
-    path: *const c_char,
+    _path: *const c_char,
     context: *mut c_void,
 ) {
     guarded("watcher", || {
@@ -576,21 +538,14 @@ pub(crate) unsafe extern "C" fn path_watcher(
             // registered and it fires later (the session stream reports these).
             return;
         }
-        let Some(entry) = remove(ptr_to_id(context)) else {
-            return;
+        let id = ptr_to_id(context);
+        let Some(table) = watch_table(id) else {
+            return; // released, ended, or closed: nothing waits for it
         };
-        if let Kind::Watch(watch) = entry.kind {
-            let path = if event_type == EventType::Session {
-                String::new()
-            } else {
-                // SAFETY: C passes a NUL-terminated path (possibly empty) for this call.
-                unsafe { copy_str(path) }.unwrap_or(watch.path)
-            };
-            let _ = watch.sender.try_send(WatchedEvent {
-                event_type,
-                state,
-                path,
-            });
+        if event_type == EventType::Session {
+            table.session_ended(state);
+        } else {
+            table.on_event(id, event_type, state);
         }
     });
 }
@@ -635,4 +590,99 @@ pub(crate) unsafe extern "C" fn log_callback(message: *const c_char) {
             crate::logging::forward(&message);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Condvar;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_nested_callback_restores_the_mark() {
+        assert!(!in_c_callback());
+        let mut after_inner = false;
+        let mut after_inner_panic = false;
+        guarded("outer", || {
+            // A log callback nested in a completion (C logs from a call made there).
+            guarded("inner", || {});
+            after_inner = in_c_callback();
+            guarded("inner", || panic!("inner callback panics"));
+            after_inner_panic = in_c_callback();
+        });
+        assert!(
+            after_inner,
+            "the inner callback cleared the outer one's mark"
+        );
+        assert!(
+            after_inner_panic,
+            "a caught panic cleared the outer one's mark"
+        );
+        assert!(!in_c_callback());
+    }
+
+    /// Records the thread each log record was emitted on.
+    struct Recorder {
+        records: Mutex<Vec<(Option<String>, String)>>,
+        added: Condvar,
+    }
+
+    impl log::Log for Recorder {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            let thread = std::thread::current().name().map(str::to_string);
+            self.records
+                .lock()
+                .push((thread, record.args().to_string()));
+            self.added.notify_all();
+        }
+        fn flush(&self) {}
+    }
+
+    static RECORDER: Recorder = Recorder {
+        records: Mutex::new(Vec::new()),
+        added: Condvar::new(),
+    };
+
+    #[test]
+    fn a_caught_panic_is_logged_off_the_callback_thread() {
+        log::set_logger(&RECORDER).expect("the only logger of this test binary");
+        log::set_max_level(log::LevelFilter::Error);
+        let mark_after = std::thread::Builder::new()
+            .name("c-callback-thread".into())
+            .spawn(|| {
+                guarded("watcher", || panic!("a bug in a callback"));
+                in_c_callback()
+            })
+            .unwrap()
+            .join()
+            .expect("the panic did not escape the callback");
+        assert!(!mark_after);
+
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut records = RECORDER.records.lock();
+        let found = loop {
+            let found = records
+                .iter()
+                .find(|(_, message)| message.contains("panic in the watcher callback"))
+                .cloned();
+            if let Some(found) = found {
+                break found;
+            }
+            assert!(
+                !RECORDER
+                    .added
+                    .wait_until(&mut records, deadline)
+                    .timed_out(),
+                "the panic was never reported"
+            );
+        };
+        assert_ne!(
+            found.0.as_deref(),
+            Some("c-callback-thread"),
+            "the installed logger ran on the callback's thread"
+        );
+    }
 }

@@ -36,6 +36,7 @@ mod security;
 mod session;
 mod types;
 mod watch;
+mod watch_table;
 
 pub use client::{ZooKeeper, ZooKeeperBuilder};
 pub use error::{Error, Result};

@@ -92,6 +92,15 @@ pub(crate) fn forward(line: &str) {
     let _ = log_thread().send((level, message));
 }
 
+/// Logs an error of this binding's own from a C thread (e.g. a panic caught in a
+/// callback): as for [`forward`], the installed logger runs on the log thread, not on
+/// the C thread.
+pub(crate) fn error_off_thread(message: String) {
+    if Level::Error <= log::max_level() {
+        let _ = log_thread().send((Level::Error, message));
+    }
+}
+
 /// The sending end of the thread that hands C log records to the `log` crate.
 fn log_thread() -> &'static Sender<(Level, String)> {
     static SENDER: OnceLock<Sender<(Level, String)>> = OnceLock::new();

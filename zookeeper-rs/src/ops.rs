@@ -4,13 +4,14 @@
 
 use crate::acl::CAcl;
 use crate::client::ZooKeeper;
-use crate::context::{self, MultiBuffers, WatchKind};
+use crate::context::{self, MultiBuffers};
 use crate::error::{Error, Result};
 use crate::multi::{Op, OpResult};
 use crate::path::{c_path, c_string, check_data};
 use crate::reply::{Payload, Reply, ZkFuture};
 use crate::types::{Acl, CreateMode, Stat, WatcherType};
 use crate::watch::Watch;
+use crate::watch_table::{WatchKind, WatchRequest};
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int};
 use std::ptr;
@@ -242,7 +243,7 @@ impl ZooKeeper {
             Err(error) => return ZkFuture::failed(error),
         };
         self.submit(
-            watch.then_some((WatchKind::Exists, path_str)),
+            watch.then_some(WatchRequest::Read(WatchKind::Exists, path_str)),
             None,
             |zh, watch_context, request| {
                 let watcher = if watch {
@@ -310,7 +311,7 @@ impl ZooKeeper {
             Err(error) => return ZkFuture::failed(error),
         };
         self.submit(
-            watch.then_some((WatchKind::Data, path_str)),
+            watch.then_some(WatchRequest::Read(WatchKind::Data, path_str)),
             None,
             |zh, watch_context, request| {
                 let watcher = if watch {
@@ -437,7 +438,7 @@ impl ZooKeeper {
             Err(error) => return ZkFuture::failed(error),
         };
         self.submit(
-            watch.then_some((WatchKind::Children, path_str)),
+            watch.then_some(WatchRequest::Read(WatchKind::Children, path_str)),
             None,
             |zh, watch_context, request| {
                 let watcher = if watch {
@@ -628,7 +629,7 @@ impl ZooKeeper {
         finish: impl FnOnce(Vec<u8>, Stat, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
         self.submit(
-            watch.then_some((WatchKind::Data, "/zookeeper/config")),
+            watch.then_some(WatchRequest::Read(WatchKind::Config, "/zookeeper/config")),
             None,
             |zh, watch_context, request| {
                 let watcher = if watch {
@@ -793,56 +794,77 @@ impl ZooKeeper {
     /// With `local`, only the client forgets them (works while disconnected); without, the
     /// server does too and answers `NoWatcher` if it had none. Each removed [`Watch`]
     /// receives a `NotWatching` event.
+    ///
+    /// A watch set concurrently (its read not yet answered) is either removed too or
+    /// stays armed and fires later: never both, never neither. Without `local` the
+    /// request is asynchronous in C, so no lock is held while the server answers: a
+    /// concurrent `close` never waits for it (the C client's blocking form can wait
+    /// forever if it races the end of the session, ZOOKEEPER-2802).
     pub fn remove_watches(&self, path: &str, which: WatcherType, local: bool) -> Result<()> {
         let c_path = c_path(path, false)?;
-        let ids = context::watches_on(self.client_key(), path, which);
+        if !local {
+            return self
+                .submit(
+                    Some(WatchRequest::Remove(path, which)),
+                    None,
+                    |zh, _, request| {
+                        // The header declares `void_completion_t *completion`, but C
+                        // stores and later calls that pointer as the completion function
+                        // itself (`c.void_result = (void_completion_t)dc`): pass the
+                        // function, cast to the declared type.
+                        let completion: unsafe extern "C" fn(c_int, *const std::ffi::c_void) =
+                            context::void_completion;
+                        // SAFETY: live handle; path valid for the call; the completion is
+                        // ours (as above), its context a registry id. C removes the
+                        // watches when the answer arrives, in order with replies and
+                        // events.
+                        unsafe {
+                            sys::zoo_aremove_all_watches(
+                                zh,
+                                c_path.as_ptr(),
+                                which.to_c(),
+                                0,
+                                completion as *const () as *mut sys::void_completion_t,
+                                request,
+                            )
+                        }
+                    },
+                    |reply, _| payload(reply).map(drop),
+                )
+                .wait();
+        }
         let rc = self.with_handle(|zh| {
             // SAFETY: live handle; path valid for the call. Sync form: `zoo_aremove_watches`
-            // with local=1 is broken in 3.8.0 (facts file).
-            let rc = unsafe {
-                sys::zoo_remove_all_watches(zh, c_path.as_ptr(), which.to_c(), local as c_int)
-            };
+            // with local=1 is broken in 3.8.0 (it signals the caller's completion data as
+            // its own sync completion and never calls the completion). With local=1 the
+            // sync form never waits: C removes the entries under its watcher lock and
+            // signals its completion before waiting on it.
+            let rc = unsafe { sys::zoo_remove_all_watches(zh, c_path.as_ptr(), which.to_c(), 1) };
             crate::client::terminal_code(zh, rc)
         })?;
         Error::check(rc)?;
-        let state = self.state();
-        for id in ids {
-            context::forget_watch(id, state);
-        }
+        self.watch_table().retire(path, which);
         Ok(())
     }
 
-    /// Removes one watch (`zoo_remove_watches` with its own watcher context); it receives
-    /// a `NotWatching` event. `NoWatcher` if it already fired or was removed.
+    /// Removes one watch; it receives a `NotWatching` event. `NoWatcher` if it already
+    /// fired or was removed.
+    ///
+    /// Only the client forgets it, whatever `local` says: the server keeps one watch per
+    /// path and type for the whole session, shared with every other watch there (the C
+    /// client's `zoo_remove_watches` for one watcher does not remove it from the server
+    /// either; without `local` it only checks that the server has one). When it was the
+    /// last watch on its path and kind, the C registration is released.
     pub fn remove_watch(&self, watch: &Watch, local: bool) -> Result<()> {
-        if watch.client != self.client_key() {
+        let _ = local;
+        if watch.table.client() != self.client_key() {
             return Err(Error::InvalidArgument(
                 "the watch belongs to another handle",
             ));
         }
-        let c_path = c_path(&watch.path, false)?;
-        let which = match watch.kind {
-            WatchKind::Children => WatcherType::Children,
-            WatchKind::Exists | WatchKind::Data => WatcherType::Data,
-        };
-        let rc = self.with_handle(|zh| {
-            // SAFETY: live handle; path valid for the call; watcher and context identify
-            // the registration exactly (every watch has its own registry id).
-            let rc = unsafe {
-                sys::zoo_remove_watches(
-                    zh,
-                    c_path.as_ptr(),
-                    which.to_c(),
-                    Some(context::path_watcher),
-                    context::id_to_ptr(watch.id),
-                    local as c_int,
-                )
-            };
-            crate::client::terminal_code(zh, rc)
-        })?;
-        Error::check(rc)?;
-        context::forget_watch(watch.id, self.state());
-        Ok(())
+        // Fails on a closed or ended session, as every call does.
+        self.with_handle(|_| ())?;
+        watch.table.remove_one(watch.registration, watch.id)
     }
 }
 
