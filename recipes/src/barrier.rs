@@ -61,16 +61,17 @@
 //! the participant withdraws its node, but others may already have been released
 //! counting it.
 
+use crate::recovery::{restart_dir, unwatch, wait_or_unwatch, Restart};
 use crate::support::{
-    create_if_absent, create_sequential, delete_node, ensure_dir, members, op_deadline, retry,
-    wait_watch, Deadline,
+    check_base_path, create_if_absent, create_sequential, delete_node, members, op_deadline, retry,
+    Deadline, Member,
 };
-use crate::util::{guid, sequence_of};
+use crate::util::{guid, sequence_in_range, sequence_of};
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
+use zookeeper::{Error, ZooKeeper};
 
 /// A barrier znode: [`wait`](Self::wait) blocks while it exists. Cheap to clone
 /// (`Clone` shares the session); usable from any thread.
@@ -78,6 +79,7 @@ use zookeeper::ZooKeeper;
 pub struct Barrier {
     zk: ZooKeeper,
     path: String,
+    nodes: NodeOptions,
 }
 
 impl Barrier {
@@ -86,7 +88,14 @@ impl Barrier {
         Barrier {
             zk: zk.clone(),
             path: path.to_string(),
+            nodes: NodeOptions::default(),
         }
+    }
+
+    /// The ACL of the barrier node (and of missing parents `set` creates). Default: open.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> Barrier {
+        self.nodes = nodes;
+        self
     }
 
     /// The barrier's path.
@@ -101,7 +110,7 @@ impl Barrier {
             &self.zk,
             &self.path,
             b"",
-            &NodeOptions::default(),
+            &self.nodes,
             op_deadline(&self.zk),
         )
     }
@@ -120,32 +129,82 @@ impl Barrier {
     }
 
     /// Blocks until the barrier is absent. `Err(Timeout)` if it is still set after
-    /// `timeout`; a session error if the session ends while waiting.
+    /// `timeout` (the wait's watch is taken off again); a session error if the session
+    /// ends while waiting.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         loop {
             let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&self.path))?;
             if stat.is_none() {
+                // Nothing to wait for; the exists watch (set on the absent node) would
+                // stay registered until the barrier is next set.
+                unwatch(&self.zk, &watch);
                 return Ok(());
             }
-            wait_watch(&watch, deadline)?;
+            if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+                return Err(RecipeError::Timeout);
+            }
         }
     }
 }
 
 /// Name prefix of participant nodes.
 const PARTICIPANT: &str = "p-";
-/// Name of the node that releases `enter`.
-const READY: &str = "ready";
+/// Name prefix of the nodes that release `enter`: `ready-<X>` releases the participants
+/// numbered up to `X`.
+const READY: &str = "ready-";
+
+/// The threshold of a `ready-<X>` node.
+fn ready_threshold(name: &str) -> Option<i32> {
+    let number = name.strip_prefix(READY)?;
+    (number.len() == 10 && number.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| number.parse().ok())
+        .flatten()
+}
+
+/// A listing of the barrier directory.
+struct Round {
+    /// Participants whose number may be ordered by, in order.
+    participants: Vec<Member>,
+    /// Thresholds of the `ready-<X>` nodes, ascending.
+    readies: Vec<i32>,
+    /// Every child (participants past the counter's end included).
+    count: usize,
+}
+
+impl Round {
+    fn of(children: Vec<String>) -> Round {
+        let count = children.len();
+        let mut readies: Vec<i32> = children.iter().filter_map(|c| ready_threshold(c)).collect();
+        readies.sort_unstable();
+        let mut participants = members(children, &[PARTICIPANT]);
+        participants.retain(Member::in_range);
+        Round {
+            participants,
+            readies,
+            count,
+        }
+    }
+
+    /// `ready-<X>` nodes none of whose participants is left: they release nobody
+    /// (numbers only grow), and go so the directory can empty.
+    fn stale_readies(&self) -> Vec<i32> {
+        let lowest = self.participants.first().map_or(i32::MAX, |m| m.seq);
+        self.readies
+            .iter()
+            .copied()
+            .filter(|x| *x < lowest)
+            .collect()
+    }
+}
 
 /// This participant's state between `enter` and `leave`.
 #[derive(Debug, Clone)]
 struct Entered {
     /// Its node's name.
     name: String,
-    /// Highest participant sequence of its round (read after passing `enter`): `leave`
-    /// waits only for nodes up to it, so early entrants of a next round are not waited
-    /// for.
+    /// The threshold of the `ready-<X>` node that released it: its round is the
+    /// participants numbered up to `X`, and `leave` waits only for those.
     round_max: i32,
 }
 
@@ -157,25 +216,35 @@ pub struct DoubleBarrier {
     zk: ZooKeeper,
     dir: String,
     count: usize,
+    nodes: NodeOptions,
     entered: Mutex<Option<Entered>>,
 }
 
 impl DoubleBarrier {
-    /// A participant of the double barrier in directory `dir` (created if missing) for
-    /// `count` participants. Every participant must use the same `count`.
+    /// A participant of the double barrier in directory `dir` (created when first
+    /// needed) for `count` participants. Every participant must use the same `count`.
     pub fn new(zk: &ZooKeeper, dir: &str, count: usize) -> Result<DoubleBarrier> {
         if count == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a double barrier needs at least one participant",
             ));
         }
-        ensure_dir(zk, dir, &NodeOptions::default(), op_deadline(zk))?;
+        check_base_path(dir)?;
         Ok(DoubleBarrier {
             zk: zk.clone(),
             dir: dir.to_string(),
             count,
+            nodes: NodeOptions::default(),
             entered: Mutex::new(None),
         })
+    }
+
+    /// The ACL of the nodes this participant creates (directory, participant and ready
+    /// nodes) and whether the directory is a container (removed by the server once
+    /// empty, recreated by the next `enter`). Default: open ACL, persistent.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> DoubleBarrier {
+        self.nodes = nodes;
+        self
     }
 
     /// Number of participants the barrier waits for.
@@ -188,10 +257,29 @@ impl DoubleBarrier {
         self.entered.lock().as_ref().map(|e| e.name.clone())
     }
 
+    fn child(&self, name: &str) -> String {
+        format!("{}/{name}", self.dir)
+    }
+
+    fn ready_path(&self, threshold: i32) -> String {
+        format!("{}/{READY}{threshold:010}", self.dir)
+    }
+
+    /// Deletes `ready-<X>` nodes that release nobody any more (best effort: any
+    /// participant may do it, the names make it exact).
+    fn clear_stale(&self, round: &Round, deadline: Deadline) -> Result<()> {
+        for threshold in round.stale_readies() {
+            delete_node(&self.zk, &self.ready_path(threshold), deadline)?;
+        }
+        Ok(())
+    }
+
     /// Enters: registers this participant and blocks until `count` participants have
     /// entered. On timeout the participant withdraws (its node is deleted) and
     /// `Err(Timeout)` is returned. Entering twice without leaving is an
-    /// `InvalidArgument` error.
+    /// `InvalidArgument` error. At the end of the directory's sequence counter it waits
+    /// (within the timeout) for the directory to empty and restarts it; if it does not
+    /// empty in time the error is [`RecipeError::SequenceExhausted`].
     pub fn enter(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         let mut entered = self.entered.lock();
@@ -200,54 +288,136 @@ impl DoubleBarrier {
                 "this participant has already entered",
             ));
         }
-        let ready = format!("{}/{READY}", self.dir);
-        // Watch for `ready` before registering, so its creation cannot be missed.
-        let (mut ready_stat, mut watch) =
-            retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
-        let tag = format!("{PARTICIPANT}{}-", guid());
-        let name = create_sequential(
-            &self.zk,
-            &self.dir,
-            &tag,
-            b"",
-            &NodeOptions::default(),
-            deadline,
-        )?;
-        let my_seq = sequence_of(&name).unwrap_or_default();
-        let outcome = (|| loop {
-            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
-            let list = members(children, &[PARTICIPANT]);
-            let round_max = list.last().map_or(my_seq, |m| m.seq.max(my_seq));
-            if ready_stat.is_some() {
-                return Ok(round_max);
-            }
-            if list.len() >= self.count {
-                create_if_absent(&self.zk, &ready, b"", &NodeOptions::default(), deadline)?;
-                return Ok(round_max);
-            }
-            wait_watch(&watch, deadline)?;
-            (ready_stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
-        })();
-        match outcome {
+        let (name, seq) = self.register(deadline)?;
+        match self.await_round(&name, seq, deadline) {
             Ok(round_max) => {
                 *entered = Some(Entered { name, round_max });
                 Ok(())
             }
             Err(error) => {
                 // Withdraw: a participant that gave up must not be counted.
-                let path = format!("{}/{name}", self.dir);
-                let _ = delete_node(&self.zk, &path, op_deadline(&self.zk));
+                let _ = delete_node(&self.zk, &self.child(&name), op_deadline(&self.zk));
                 Err(error)
             }
         }
     }
 
+    /// Creates this participant's node; returns its name and number. A node numbered
+    /// past the directory counter's end is removed at once (its number cannot be
+    /// ordered) and the directory restarted once it is empty (waiting within the
+    /// deadline: participants of other rounds leave, or time out and withdraw).
+    fn register(&self, deadline: Deadline) -> Result<(String, i32)> {
+        loop {
+            let tag = format!("{PARTICIPANT}{}-", guid());
+            let name = create_sequential(&self.zk, &self.dir, &tag, b"", &self.nodes, deadline)?;
+            match sequence_of(&name) {
+                Some(seq) if sequence_in_range(seq) => return Ok((name, seq)),
+                _ => {}
+            }
+            delete_node(&self.zk, &self.child(&name), deadline)?;
+            self.restart_when_empty(deadline)?;
+        }
+    }
+
+    /// Waits for the directory to hold nothing but stale `ready` nodes, then restarts
+    /// its counter. `SequenceExhausted` at the deadline.
+    fn restart_when_empty(&self, deadline: Deadline) -> Result<()> {
+        let exhausted = || RecipeError::SequenceExhausted {
+            dir: self.dir.clone(),
+        };
+        loop {
+            let listed = retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir));
+            let (children, watch) = match listed {
+                Ok(found) => found,
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(()), // restarted
+                Err(RecipeError::Timeout) => return Err(exhausted()),
+                Err(error) => return Err(error),
+            };
+            let round = Round::of(children);
+            self.clear_stale(&round, deadline)?;
+            if round.participants.is_empty() && round.count == round.stale_readies().len() {
+                let restarted = restart_dir(&self.zk, &self.dir, &[], &self.nodes, deadline.into());
+                match restarted {
+                    Ok(Restart::Restarted) => {
+                        unwatch(&self.zk, &watch);
+                        return Ok(());
+                    }
+                    Ok(Restart::NotEmpty) => {} // someone arrived: wait for the change
+                    Err(RecipeError::Timeout) => {
+                        unwatch(&self.zk, &watch);
+                        return Err(exhausted());
+                    }
+                    Err(error) => {
+                        unwatch(&self.zk, &watch);
+                        return Err(error);
+                    }
+                }
+            }
+            match wait_or_unwatch(&self.zk, &watch, deadline) {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(RecipeError::Timeout) => return Err(exhausted()),
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Blocks until a `ready-<X>` node with `X >= seq` exists, creating one when `count`
+    /// participants not yet released are present; returns `X`.
+    fn await_round(&self, name: &str, seq: i32, deadline: Deadline) -> Result<i32> {
+        loop {
+            // A child watch set by the listing: any arrival or `ready` node after it
+            // wakes us. (Participants are few; each re-lists on each arrival.)
+            let (children, watch) =
+                retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir))?;
+            let mine = children.iter().any(|c| c == name);
+            let round = Round::of(children);
+            let decided = if !mine {
+                Err(RecipeError::Lost(
+                    "the participant node vanished (session expired or node deleted)",
+                ))
+            } else if let Some(x) = round.readies.iter().copied().find(|x| *x >= seq) {
+                Ok(Some(x))
+            } else {
+                // Released so far: everyone up to the highest `ready`; a stale one from
+                // a round whose last participant died releases nobody new.
+                let released = round.readies.last().copied().unwrap_or(-1);
+                let pending: Vec<&Member> = round
+                    .participants
+                    .iter()
+                    .filter(|m| m.seq > released)
+                    .collect();
+                if pending.len() >= self.count {
+                    let x = pending.last().map_or(seq, |m| m.seq.max(seq));
+                    create_if_absent(&self.zk, &self.ready_path(x), b"", &self.nodes, deadline)
+                        .map(|()| Some(x))
+                } else {
+                    Ok(None)
+                }
+            };
+            match decided {
+                Ok(Some(x)) => {
+                    unwatch(&self.zk, &watch);
+                    self.clear_stale(&round, deadline)?;
+                    return Ok(x);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    unwatch(&self.zk, &watch);
+                    return Err(error);
+                }
+            }
+            if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+                return Err(RecipeError::Timeout);
+            }
+        }
+    }
+
     /// Leaves: deletes this participant's node and blocks until the node of every
-    /// participant of its round is gone. The last one out also deletes the `ready`
-    /// node, so the directory can serve a next round. Leaving without having entered is
-    /// an `InvalidArgument` error. After a timeout this participant has usually left
-    /// already (unless it was the lowest, which leaves last); calling `leave` again
-    /// resumes.
+    /// participant of its round is gone; whoever finds the round empty deletes its
+    /// `ready` node (so a dead last participant leaves nothing that releases anyone).
+    /// Leaving without having entered is an `InvalidArgument` error. After a timeout
+    /// this participant has usually left already (unless it was the lowest, which leaves
+    /// last); calling `leave` again resumes.
     pub fn leave(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         let mut entered = self.entered.lock();
@@ -256,21 +426,26 @@ impl DoubleBarrier {
                 "this participant has not entered",
             ));
         };
-        let my_path = format!("{}/{name}", self.dir);
-        let ready = format!("{}/{READY}", self.dir);
+        let my_path = self.child(&name);
+        let ready = self.ready_path(round_max);
         let outcome = (|| loop {
-            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
+            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir));
+            let children = match children {
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
+                other => other?,
+            };
             let mut list = members(children, &[PARTICIPANT]);
-            list.retain(|m| m.seq <= round_max);
+            list.retain(|m| m.in_range() && m.seq <= round_max);
             let Some(lowest) = list.first() else {
-                return Ok(());
+                // Everyone of the round is gone (the last one may have died): clear its
+                // `ready` node.
+                return delete_node(&self.zk, &ready, deadline);
             };
             let me = list.iter().position(|m| m.name == name);
             if list.len() == 1 && me == Some(0) {
-                // Last one out: clear `ready` first, so no new entrant sees a stale one.
+                // Last one out: clear `ready` first, then leave.
                 delete_node(&self.zk, &ready, deadline)?;
-                delete_node(&self.zk, &my_path, deadline)?;
-                return Ok(());
+                return delete_node(&self.zk, &my_path, deadline);
             }
             let target = if me == Some(0) {
                 // Lowest: wait for the highest to go (the others wait on us).
@@ -281,10 +456,12 @@ impl DoubleBarrier {
                 }
                 lowest.name.clone()
             };
-            let target_path = format!("{}/{target}", self.dir);
+            let target_path = self.child(&target);
             let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&target_path))?;
-            if stat.is_some() {
-                wait_watch(&watch, deadline)?;
+            if stat.is_none() {
+                unwatch(&self.zk, &watch);
+            } else if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+                return Err(RecipeError::Timeout);
             }
         })();
         if outcome.is_ok() {
@@ -298,10 +475,39 @@ impl Drop for DoubleBarrier {
     /// A participant dropped while entered withdraws its node (best effort).
     fn drop(&mut self) {
         if let Some(entered) = self.entered.get_mut().take() {
-            let path = format!("{}/{}", self.dir, entered.name);
+            let path = self.child(&entered.name);
             if let Err(error) = delete_node(&self.zk, &path, op_deadline(&self.zk)) {
                 log::debug!("recipes: double barrier: withdrawing {path}: {error}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_names() {
+        assert_eq!(ready_threshold("ready-0000000042"), Some(42));
+        assert_eq!(ready_threshold("ready"), None);
+        assert_eq!(ready_threshold("ready-42"), None);
+        assert_eq!(ready_threshold("p-x-0000000042"), None);
+    }
+
+    #[test]
+    fn rounds_ignore_participants_past_the_end() {
+        let round = Round::of(vec![
+            "p-a-0000000003".to_string(),
+            "p-b-2147483647".to_string(),
+            "p-c--2147483648".to_string(),
+            "ready-0000000001".to_string(),
+            "ready-0000000009".to_string(),
+        ]);
+        let seqs: Vec<i32> = round.participants.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs, [3]);
+        assert_eq!(round.readies, [1, 9]);
+        assert_eq!(round.stale_readies(), [1]);
+        assert_eq!(round.count, 5);
     }
 }

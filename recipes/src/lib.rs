@@ -22,6 +22,7 @@ pub mod id_generator;
 pub mod lock;
 mod nodes;
 pub mod queue;
+mod recovery;
 pub mod rwlock;
 pub mod semaphore;
 pub(crate) mod support;
