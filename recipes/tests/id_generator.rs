@@ -306,3 +306,41 @@ fn unique_across_server_restart() {
     println!("across a restart: {total}");
     assert_unique(&all);
 }
+
+/// A counter that existed and vanished is an error for every generator, including a new
+/// one: it used to be re-created at 0, handing out every id again. Nothing is created.
+#[test]
+fn a_deleted_counter_is_an_error_not_a_restart() {
+    let zk = connect();
+    let never = unique_path("never-created");
+    assert!(matches!(
+        IdGenerator::new(&zk, &never),
+        Err(RecipeError::Lost(_))
+    ));
+    assert!(zk.exists(&never).unwrap().is_none());
+
+    let path = counter(&zk, "deleted");
+    let ids = IdGenerator::with_batch(&zk, &path, 3).unwrap();
+    let drawn: Vec<u64> = (0..6).map(|_| ids.next_id().unwrap()).collect();
+    assert_eq!(drawn, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(ids.remaining_in_batch(), 0);
+    zk.delete(&path, None).unwrap();
+    assert!(matches!(ids.next_id(), Err(RecipeError::Lost(_))));
+    // A generator opened afterwards (another process, a restart) must not start over.
+    assert!(matches!(
+        IdGenerator::with_batch(&zk, &path, 3),
+        Err(RecipeError::Lost(_))
+    ));
+    assert!(
+        zk.exists(&path).unwrap().is_none(),
+        "the counter was re-created"
+    );
+    // Creating it again is an explicit act.
+    IdGenerator::create_counter(&zk, &path, &NodeOptions::default()).unwrap();
+    zk.set(&path, b"6", None).unwrap();
+    assert_eq!(IdGenerator::new(&zk, &path).unwrap().next_id().unwrap(), 7);
+    assert!(matches!(
+        IdGenerator::create_counter(&zk, "no-slash", &NodeOptions::default()),
+        Err(RecipeError::ZooKeeper(_))
+    ));
+}
