@@ -151,36 +151,51 @@ impl ItemStore {
                 // Applied and already consumed: it was in range.
                 return Ok(());
             };
-            let receipt = self.receipt(&id);
-            if name_in_range(&name) {
-                // Pipelined: the reply is not awaited (dropping the future does not cancel
-                // the request). If it is lost, the receipt stays until the session ends.
-                drop(zk.delete_async(&receipt, None));
-                return Ok(());
-            }
-            // Past the counter's end: the item must not take part. Remove it before its
-            // receipt (see above), then try to restart the counter.
-            log::debug!("queue: {name} in {} is past the counter's end", self.items);
-            let item = format!("{}/{name}", self.items);
-            crate::support::delete_node(zk, &item, patience)?;
-            crate::support::delete_node(zk, &receipt, patience)?;
-            let inner: &[&str] = if self.receipts_inside {
-                &[&self.receipts]
-            } else {
-                &[]
-            };
-            if restart_dir(zk, &self.items, inner, &self.nodes, patience)? == Restart::NotEmpty {
-                // A peer may have restarted it a moment ago and put a fresh item: try
-                // once more; a second refusal is final.
-                not_empty += 1;
-                if not_empty == 2 {
-                    break;
+            match self.settle(zk, &id, &name, patience)? {
+                None => return Ok(()),
+                Some(Restart::Restarted) => {}
+                Some(Restart::NotEmpty) => {
+                    // A peer may have restarted it a moment ago and put a fresh item: try
+                    // once more; a second refusal is final.
+                    not_empty += 1;
+                    if not_empty == 2 {
+                        break;
+                    }
                 }
             }
         }
         Err(RecipeError::SequenceExhausted {
             dir: self.items.clone(),
         })
+    }
+
+    /// After put `id` created item `name`: `None` if its number is in range (the put is
+    /// done; its receipt goes). Otherwise the item must not take part: it is removed
+    /// before its receipt (see [`put`](Self::put)), a restart of the counter is tried,
+    /// and its outcome returned.
+    fn settle(
+        &self,
+        zk: &ZooKeeper,
+        id: &str,
+        name: &str,
+        patience: Patience,
+    ) -> Result<Option<Restart>> {
+        let receipt = self.receipt(id);
+        if name_in_range(name) {
+            // Pipelined: the reply is not awaited (dropping the future does not cancel
+            // the request). If it is lost, the receipt stays until the session ends.
+            drop(zk.delete_async(&receipt, None));
+            return Ok(None);
+        }
+        log::debug!("queue: {name} in {} is past the counter's end", self.items);
+        crate::support::delete_node(zk, &format!("{}/{name}", self.items), patience)?;
+        crate::support::delete_node(zk, &receipt, patience)?;
+        let inner: &[&str] = if self.receipts_inside {
+            &[&self.receipts]
+        } else {
+            &[]
+        };
+        restart_dir(zk, &self.items, inner, &self.nodes, patience).map(Some)
     }
 
     /// One put attempt (sent again after connection loss until its outcome is known):
@@ -775,5 +790,81 @@ mod tests {
         assert_eq!(guid_of("item0000000002"), None);
         assert_eq!(guid_of("item-short-0000000002"), None);
         assert_eq!(guid_of(&format!("item-{id}x0000000001")), None);
+    }
+
+    /// An item created past the counter's end is removed with its receipt; the queue
+    /// node (with its receipts node) restarts only once empty, and then hands out small
+    /// numbers again. On a real server, with the end simulated by a crafted name.
+    #[test]
+    fn a_put_past_the_counters_end_restarts_an_empty_queue_only() {
+        let zk = ZooKeeper::connect(
+            &zk_harness::shared_test_connect_string(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let path = format!("/recipes-unit/queue-end-{}", guid());
+        let store = ItemStore {
+            items: path.clone(),
+            receipts: format!("{path}/{RECEIPTS}"),
+            receipts_inside: true,
+            nodes: NodeOptions::default(),
+        };
+        let patience = Patience::reconnect(Duration::from_secs(10));
+        let queue = Queue::new(&zk, &path).unwrap();
+        queue.put(b"waiting").unwrap();
+        queue.put(b"also waiting").unwrap();
+        let wrapped = |id: &str| {
+            let name = format!("{ITEM_PREFIX}-{id}-2147483647");
+            let open = zookeeper::Acl::open_unsafe();
+            zk.create(
+                &format!("{path}/{name}"),
+                b"late",
+                &open,
+                CreateMode::Persistent,
+            )
+            .unwrap();
+            zk.create(&store.receipt(id), b"", &open, CreateMode::Ephemeral)
+                .unwrap();
+            name
+        };
+        let id = guid();
+        let name = wrapped(&id);
+        assert_eq!(
+            store.settle(&zk, &id, &name, patience).unwrap(),
+            Some(Restart::NotEmpty)
+        );
+        assert!(zk.exists(&format!("{path}/{name}")).unwrap().is_none());
+        assert!(zk.exists(&store.receipt(&id)).unwrap().is_none());
+        assert_eq!(queue.len().unwrap(), 2, "the waiting items are kept");
+
+        assert!(queue.get().unwrap().is_some());
+        assert!(queue.get().unwrap().is_some());
+        let id = guid();
+        let name = wrapped(&id);
+        assert_eq!(
+            store.settle(&zk, &id, &name, patience).unwrap(),
+            Some(Restart::Restarted)
+        );
+        assert_eq!(zk.get_children(&path).unwrap(), [RECEIPTS]);
+        queue.put(b"fresh").unwrap();
+        let (items, _) = split_items(zk.get_children(&path).unwrap());
+        // The restarted counter: `receipts` took 0, the item 1.
+        assert_eq!(crate::util::sequence_of(&items[0]), Some(1));
+        assert_eq!(queue.get().unwrap().as_deref(), Some(&b"fresh"[..]));
+        let id = guid();
+        assert_eq!(
+            store
+                .settle(
+                    &zk,
+                    &id,
+                    &format!("{ITEM_PREFIX}-{id}-0000000005"),
+                    patience
+                )
+                .unwrap(),
+            None,
+            "an in-range item is accepted"
+        );
+        drop(queue);
+        zk.close().unwrap();
     }
 }

@@ -146,4 +146,67 @@ mod tests {
         assert_eq!(random_below(1), 0);
         assert!((0..200).all(|_| random_below(7) < 7));
     }
+
+    /// On a real server: a directory with a node in it is left alone; an empty one (with
+    /// its inner directory) is deleted and recreated with a fresh counter; a missing one
+    /// counts as restarted.
+    #[test]
+    fn restart_only_an_empty_directory() {
+        use crate::util::guid;
+        use zookeeper::{Acl, CreateMode};
+        let zk = ZooKeeper::connect(
+            &zk_harness::shared_test_connect_string(),
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+        let dir = format!("/recipes-unit/restart-{}", guid());
+        let inner = format!("{dir}/inner");
+        let nodes = NodeOptions::default();
+        let patience = Patience::reconnect(std::time::Duration::from_secs(10));
+        crate::util::ensure_path(&zk, &inner).unwrap();
+        let open = Acl::open_unsafe();
+        let seq = |zk: &ZooKeeper| {
+            let made = zk
+                .create(
+                    &format!("{dir}/n-"),
+                    b"",
+                    &open,
+                    CreateMode::PersistentSequential,
+                )
+                .unwrap();
+            (made.clone(), sequence_of(&made).unwrap())
+        };
+        let (first, _) = seq(&zk);
+        let (second, before) = seq(&zk);
+        assert_eq!(
+            restart_dir(&zk, &dir, &[&inner], &nodes, patience).unwrap(),
+            Restart::NotEmpty
+        );
+        assert!(zk.exists(&first).unwrap().is_some());
+        zk.delete(&first, None).unwrap();
+        zk.delete(&second, None).unwrap();
+        assert_eq!(
+            restart_dir(&zk, &dir, &[&inner], &nodes, patience).unwrap(),
+            Restart::Restarted
+        );
+        assert!(zk.exists(&inner).unwrap().is_some(), "inner recreated");
+        let (_, after) = seq(&zk);
+        assert!(after < before, "counter not restarted: {after} >= {before}");
+        // A missing inner directory does not stop the restart of an empty one.
+        zk.delete(&inner, None).unwrap();
+        zk.delete(&format!("{dir}/n-{after:010}"), None).unwrap();
+        assert_eq!(
+            restart_dir(&zk, &dir, &[&inner], &nodes, patience).unwrap(),
+            Restart::Restarted
+        );
+        zk.delete(&inner, None).unwrap();
+        zk.delete(&dir, None).unwrap();
+        assert_eq!(
+            restart_dir(&zk, &dir, &[], &nodes, patience).unwrap(),
+            Restart::Restarted,
+            "a missing directory counts as restarted"
+        );
+        assert!(zk.exists(&dir).unwrap().is_some());
+        zk.close().unwrap();
+    }
 }
