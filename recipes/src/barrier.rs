@@ -22,18 +22,24 @@
 //! ```
 //!
 //! Guarantees: a waiter returns `Ok` only after it has seen the node absent; a removal
-//! is never missed (the watch is set by the same call that checks the node).
-//! Non-guarantees: a set/remove/set sequence quicker than a waiter's re-check may be
-//! seen only as "still set" (the waiter re-reads after every event and keeps waiting).
-//! The barrier node is persistent: it survives the session that set it.
+//! is never missed (the watch is set by the same call that checks the node); a wait
+//! that times out takes its watch off again, so repeated timed-out waits leave nothing
+//! registered. Non-guarantees: a set/remove/set sequence quicker than a waiter's
+//! re-check may be seen only as "still set" (the waiter re-reads after every event and
+//! keeps waiting). The barrier node is persistent: it survives the session that set it.
 //!
 //! # [`DoubleBarrier`]
 //! `N` participants [`enter`](DoubleBarrier::enter): each creates an ephemeral
-//! sequential node under the barrier directory and returns once `N` nodes exist (the
-//! `N`-th creates a `ready` node that releases the others). They then
+//! sequential node `p-<guid>-<seq>` under the barrier directory and returns once it is
+//! released by a node `ready-<X>` with `X` at least its own number. A participant that
+//! sees `N` participants not yet released (numbered above the highest `ready-<X>`)
+//! creates `ready-<X>` with `X` the highest of them. They then
 //! [`leave`](DoubleBarrier::leave): each deletes its node and returns once every
-//! participant's node is gone. The lowest participant waits on the highest, the others
-//! on the lowest, so a departure wakes at most the processes that must re-check.
+//! participant of its round (numbered up to its `X`) is gone. The lowest participant
+//! waits on the highest, the others on the lowest, so a departure wakes at most the
+//! processes that must re-check; whoever finds the round empty deletes its `ready-<X>`.
+//! Waiting in `enter` uses a child watch on the directory (each arrival wakes the few
+//! participants waiting).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -48,18 +54,29 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 //!
-//! Guarantees: `enter` returns `Ok` only after at least `N` participants have entered;
-//! `leave` returns `Ok` only after every participant of its round has left (or lost
-//! its session: participant nodes are ephemeral, so a crashed participant counts as
-//! left). The directory can be reused round after round: the last participant out
-//! removes `ready` before its own node, and `leave` ignores nodes of a next round.
+//! Guarantees: `enter` returns `Ok` only after at least `N` participants not released
+//! before have entered; `leave` returns `Ok` only after every participant of its round
+//! has left (or lost its session: participant nodes are ephemeral, so a crashed
+//! participant counts as left). The directory can be reused round after round: a
+//! `ready-<X>` node releases only participants numbered up to `X`, and numbers only
+//! grow, so a round whose participants all died (its last one never deleting
+//! `ready-<X>`) lets no later participant through; such leftovers are deleted by the
+//! next participants. Timed-out waits take their watches off again.
 //!
-//! Non-guarantees: a participant's round is the set of nodes it sees right after
-//! passing `enter`; more than `N` participants may pass one round, and a surplus
-//! participant arriving after that is not waited for by `leave`. A participant whose
-//! session expires between enter and leave silently "leaves". If `enter` times out,
-//! the participant withdraws its node, but others may already have been released
-//! counting it.
+//! The end of the sequence counter: participants numbered at or past
+//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or negative) are not counted and not
+//! waited for. A participant whose own node gets such a number removes it, waits
+//! (within its `enter` timeout) for the directory to hold nothing but leftover `ready`
+//! nodes (other rounds finish, or their participants time out and withdraw), deletes
+//! those and restarts the counter by deleting the empty directory, then enters again.
+//! If the directory does not empty in time, `enter` fails with
+//! [`SequenceExhausted`](crate::RecipeError::SequenceExhausted), leaving nothing behind.
+//!
+//! Non-guarantees: more than `N` participants may pass one round (all that arrived
+//! before its `ready-<X>`), and a participant arriving after it belongs to the next
+//! round. A participant whose session expires between enter and leave silently
+//! "leaves". If `enter` times out, the participant withdraws its node, but others may
+//! already have been released counting it.
 
 use crate::recovery::{restart_dir, unwatch, wait_or_unwatch, Restart};
 use crate::support::{

@@ -1,11 +1,11 @@
-//! Config watch: follow one znode and receive each new value on a channel (the next
-//! step seed 003 announces: workers reloading their configuration when it changes).
+//! Config watch: follow one znode and receive its newest state (the next step seed 003
+//! announces: workers reloading their configuration when it changes).
 //!
-//! [`ConfigWatch::start`] reads the node once (delivering its current state first),
-//! then a background thread waits on a one-shot watch and, after every event, re-reads
-//! the node *with a new watch* (`get_watch`, or `exists_watch` while the node is absent).
-//! Because the watch is re-armed by the same read that fetches the value, no change made
-//! after a read can go unnoticed.
+//! [`ConfigWatch::start`] reads the node once (its current state is the first state
+//! every receiver sees), then a background thread waits on a one-shot watch and, after
+//! every event, re-reads the node *with a new watch* (`get_watch`, or `exists_watch`
+//! while the node is absent). Because the watch is re-armed by the same read that
+//! fetches the value, no change made after a read can go unnoticed.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -24,22 +24,30 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 //!
-//! # What is delivered, exactly
-//! - The first event is the node's state at `start` (`Value`, or `Deleted` if absent).
+//! # Receivers: the newest state, for each of them
+//! The watch keeps one state: the newest. Each [`ConfigReceiver`] (from
+//! [`ConfigWatch::receiver`], or a clone of one) receives the newest state it has not
+//! seen yet. A slow reader therefore skips intermediate states instead of queueing them
+//! (memory stays one value however large and busy the node), and no receiver takes a
+//! state away from another: every receiver sees the final state.
+//!
+//! # What is delivered, exactly (to each receiver)
+//! - The first state is the newest one when it first receives (the state at `start`,
+//!   for a receiver that starts reading at once): `Value`, or `Deleted` if absent.
 //! - Values arrive in strictly increasing modification order (`stat.mzxid`, which also
 //!   orders a node's re-creation after its deletion); a value is never delivered twice
 //!   (duplicates are skipped by `mzxid`), and `Deleted` is never sent twice in a row.
-//! - The latest value is always delivered: once updates stop, the last event received
-//!   is the node's final state.
+//! - The latest value is always delivered: once updates stop, the last state every
+//!   receiver gets is the node's final state.
 //! - Intermediate values may be **coalesced**: ZooKeeper watches are one-shot, and a
 //!   value written and overwritten between an event and the re-read is never seen
-//!   (`stat.version` may jump). A deletion followed quickly by a re-creation may arrive
-//!   as just the new `Value` (its `stat.czxid` differs from the previous value's).
+//!   (`stat.version` may jump); a receiver that reads slower than the node changes sees
+//!   fewer still. A deletion followed quickly by a re-creation may arrive as just the new
+//!   `Value` (its `stat.czxid` differs from the previous value's).
 //!
 //! # Stopping
-//! The thread stops, and the channel disconnects (after delivering what it has),
-//! when the `ConfigWatch` is dropped or [`stop`](ConfigWatch::stop)ped, or when the
-//! session ends (expired,
+//! The thread stops, and receivers end (after the final state), when the `ConfigWatch`
+//! is dropped or [`stop`](ConfigWatch::stop)ped, or when the session ends (expired,
 //! auth failed, closed); [`ConfigWatch::end_reason`] then tells why. A connection loss
 //! does not stop it: the watch survives reconnection and the thread re-reads once
 //! connected again.

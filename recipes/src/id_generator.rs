@@ -6,9 +6,12 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use recipes::id_generator::IdGenerator;
+//! use recipes::NodeOptions;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! // Once, when the counter is set up (generators never create it):
+//! IdGenerator::create_counter(&zk, "/app/item-ids", &NodeOptions::default())?;
 //! let ids = IdGenerator::with_batch(&zk, "/app/item-ids", 50)?; // one CAS per 50 ids
 //! let first = ids.next_id()?;
 //! let second = ids.next_id()?; // served from the local batch
@@ -24,26 +27,49 @@
 //! A reservation of `n` ids moves the value from `h` to `h + n` and yields
 //! `h + 1 ..= h + n`; ids start at 1 on a new counter.
 //!
+//! The counter is created once, by [`IdGenerator::create_counter`]; generators only open
+//! it. A generator that finds it missing (never created, or deleted, by hand or with its
+//! parent) fails with [`RecipeError::Lost`]: recreating it at 0 would hand out every id
+//! again, and a missing node cannot tell "first use" from "deleted".
+//!
 //! # Connection loss during the CAS (the hard case)
 //! After `ConnectionLoss` on the `set`, the write may or may not have been applied. With
 //! a plain counter one cannot tell one's own write from another client's that wrote the
 //! same number, so this recipe writes a token unique to each CAS attempt next to the
-//! number, re-reads after reconnecting, and decides:
+//! number, re-reads after reconnecting (after a `sync`, so the server it reconnected to
+//! has applied the write if the old one did), and decides:
 //!
 //! | re-read shows | meaning | action |
 //! |---|---|---|
 //! | our token | our write applied | keep the range (counted as `recovered`) |
-//! | the version we wrote against | not applied (yet) | re-send the *identical* CAS: at most one of the two can apply, both carry our token |
-//! | that version + 1, another token | another client's write took the version: ours can never apply | conflict: retry from the new value |
+//! | the state we wrote against (version and `mzxid`) | not applied (yet) | re-send the *identical* CAS: at most one of the two can apply, both carry our token |
+//! | the version our write would have made, another token | another client's write took the version: ours can never apply | conflict: retry from the new value |
 //! | a later version, another token | unknown: ours may have applied and been built upon | **discard** the range (counted in `discarded_*`) and retry |
 //!
 //! The token turns most connection losses into either "kept" or "retry" with no gap;
 //! only the last, rare case leaves a gap, and a gap is safe: ids are never handed out
 //! twice, because every other writer reserves strictly above any value it read.
 //!
+//! # The data version's end
+//! The version is a signed 32-bit number that wraps after 2^31 writes, and the server
+//! takes an expected version of -1 as "any version" (ZOOKEEPER-4743): a CAS against -1
+//! checks nothing, so every writer would succeed and ids would repeat. So no CAS ever
+//! relies on -1:
+//! - from version -2, the write is two sets in one `multi`, at -2 (the check) and at -1
+//!   (which inside the multi can only follow the first): the node goes from -2 to 0 and
+//!   is never seen at -1 by anyone;
+//! - a node found at -1 (left there by a writer outside this protocol) is written with
+//!   a `multi` that also creates the marker child `wrap-<mzxid>` of that exact state:
+//!   only one writer can create it, so only one write follows the state, and every
+//!   other writer's multi fails and retries from the new value. The marker stays (one
+//!   per 2^32 writes), with the ACL of [`IdGenerator::with_node_options`].
+//!
 //! # Guarantees
 //! - Unique ids across threads, processes and sessions, as long as every writer of the
-//!   counter uses this CAS protocol and nobody lowers or deletes the counter.
+//!   counter uses this CAS protocol and nobody lowers the counter, also across the
+//!   data version's wrap.
+//! - A deleted counter stops every generator with [`RecipeError::Lost`]; it is never
+//!   recreated behind the user's back.
 //! - Each generator hands out increasing ids; ids reserved by one CAS are contiguous.
 //!
 //! # Non-guarantees
@@ -52,6 +78,8 @@
 //!   and an ambiguous connection loss (last table row) or a timeout skips a range.
 //! - A timeout (`Err(Timeout)`) after a connection loss leaves the outcome of the last
 //!   CAS unknown; its range is never used.
+//! - Ids already reserved into a generator's local batch are still handed out after the
+//!   counter was deleted (they were reserved before).
 
 use crate::support::{await_reconnect, create_if_absent, op_deadline, retry, Deadline};
 use crate::util::guid;

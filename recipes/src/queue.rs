@@ -11,8 +11,8 @@
 //! # How it works
 //! - [`put`](Queue::put) runs one `multi`: create the item (persistent sequential, named
 //!   with a fresh guid) **and** an ephemeral receipt named by the same guid. If the reply
-//!   is lost (`CONNECTIONLOSS`), the receipt answers "was it applied?" after reconnecting,
-//!   even if a consumer already took the item (the weakness of the plain
+//!   is lost (`CONNECTIONLOSS`), the receipt answers "was it applied?" after reconnecting
+//!   (and a `sync`), even if a consumer already took the item (the weakness of the plain
 //!   "look for my guid among the children" check the post describes). The receipt is
 //!   deleted right after (pipelined, so a put costs one round trip).
 //! - Consumers list the children, order them by sequence suffix, and claim the first by
@@ -21,7 +21,27 @@
 //! - [`take`](Queue::take) registers a child watch *before* the listing it decides on, and
 //!   sleeps on a condition variable until that watch fires: the post's Condition pattern,
 //!   without its lost wake-up. One child watch at a time per `Queue` value serves every
-//!   thread blocked in it (no watch per call, so nothing leaks when takes time out).
+//!   thread blocked in it (no watch per call, so nothing leaks when takes time out); no
+//!   lock is held while that watch is registered, so a thread riding out a lost
+//!   connection there holds up no other thread past its own deadline.
+//! - Nodes are created when first needed, with the ACL and directory kind of
+//!   [`with_node_options`](Queue::with_node_options); a missing queue or receipts node
+//!   (an empty container the server removed, or a restarted counter) is recreated.
+//!
+//! # The end of the sequence counter
+//! Sequence numbers are the queue node's signed 32-bit child counter; near its end the
+//! 3.8 server repeats 2147483647 and wraps to negative numbers, where order by number
+//! breaks. Items numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! negative) never take part: consumers neither deliver nor count them. The `put` that
+//! created one removes it (before its receipt) and restarts the counter by deleting the
+//! queue and receipts nodes in one multi, which the server applies only if both are
+//! empty, then puts again. If the queue is not empty the put fails with
+//! [`SequenceExhausted`](crate::RecipeError::SequenceExhausted), enqueuing nothing; it
+//! does not wait, since consumers may never come. Restarting is safe because no item
+//! can be in the queue at that moment: nothing acknowledged is reordered or lost. An
+//! item past the end whose receipt is gone belongs to a put whose session ended before
+//! it could remove it (that put never returned `Ok`); consumers remove such orphans.
+//! A queue node that is a container restarts by itself once it empties.
 //!
 //! # Guarantees
 //! - FIFO by server sequence number: items are handed out in enqueue order (the order
@@ -32,11 +52,18 @@
 //!   cannot tell whether its delete or another consumer's won; it returns the item
 //!   (at-least-once). Use [`WorkQueue`](crate::work_queue::WorkQueue) when items must be
 //!   acknowledged after processing.
+//! - An item whose `delete` this consumer sent is never lost: after a lost reply the
+//!   consumer reconnects (within the reconnect timeout, even past a `take_timeout`
+//!   deadline), `sync`s and looks; the item is either still in the queue (then the take
+//!   goes on, or leaves it there at its deadline) or returned. If the outcome cannot be
+//!   learnt (reconnect timeout, session over) the item is returned too.
 //! - `put` returning `Ok` means the item is in the queue exactly once, also when the
 //!   connection dropped mid-put (the receipt check). A `put` that fails with
 //!   `SessionExpired` or a connection loss that outlasts the reconnect timeout may or may
 //!   not have enqueued the item (never twice).
 //! - A blocked `take` wakes for every change after it last listed the queue.
+//! - With [`NodeOptions`] carrying an ACL, clients without the credentials can neither
+//!   read, add nor remove items.
 //!
 //! # Non-guarantees
 //! - No priorities, no peeking without taking, no bound on the queue length.
@@ -44,6 +71,8 @@
 //!   [`WorkQueue`](crate::work_queue::WorkQueue).
 //! - Every blocked consumer holds a child watch on the queue node, so each put wakes all
 //!   blocked consumers (one per `Queue` value); the work queue avoids that herd.
+//! - At the counter's end, puts fail with `SequenceExhausted` until the queue has been
+//!   empty once (see above).
 //!
 //! ```no_run
 //! use std::time::Duration;

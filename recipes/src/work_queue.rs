@@ -12,13 +12,25 @@
 //! ```
 //!
 //! # Taking an item
-//! - **Claim**: read the item (`data`, `version v`), then one `multi`: create the lock
-//!   node *and* rewrite the item's data unchanged at version `v`. The multi fails as a
-//!   whole if the item is locked, completed or claimed meanwhile, so no orphan lock is
-//!   ever left behind; and the item's new version `v+1` is this claim's *ownership
-//!   token*: any later claim of the same item bumps it again.
-//! - **Fast path**: list items and locks (one pipelined round trip) and claim the first
-//!   unlocked item in sequence order. Under a backlog consumers never wait or watch.
+//! - **Claim**: read the item (`data`, `version v`) and whether it is locked (one
+//!   pipelined round trip), then one `multi`: create the lock node *and* rewrite the
+//!   item's data unchanged at version `v`. The multi fails as a whole if the item is
+//!   locked, completed or claimed meanwhile, so no orphan lock is ever left behind; and
+//!   the item's new version `v+1` is this claim's *ownership token*: any later claim of
+//!   the same item bumps it again. If the multi's reply is lost, the consumer
+//!   reconnects, `sync`s and reads its lock node (which carries the claim's id).
+//! - **Fast path, cost independent of the backlog**: a `WorkQueue` value keeps the names
+//!   of its last listing of `items` and claims from them; it lists again only when they
+//!   are used up. Each name is tried at most once per listing, so draining N items costs
+//!   O(N) names listed (one listing), not O(N²) (a listing of every item and lock per
+//!   take): a take costs the same few hundred bytes and four requests (claim check,
+//!   claim, completion) at 10 or 100,000 items; only a consumer's first take lists the
+//!   whole backlog. Under a backlog consumers never wait or watch.
+//! - **No race for the head**: a claim starts at the first known item while claims
+//!   succeed (FIFO); after a claim lost to another consumer it starts at a random one of
+//!   the first few (the window doubles per lost race, up to 32, and halves per success),
+//!   so competing consumers spread over the head of the queue instead of all trying its
+//!   first item.
 //! - **Waiting without a herd**: a consumer that finds nothing joins a line of waiters
 //!   (an ephemeral sequential node, like a lock). Only the *head* of the line watches the
 //!   queue (a child watch on `items`, for puts, and one on `locks`, for releases and
@@ -35,19 +47,40 @@
 //!   succeeds only while this claim still owns the item: if the lock vanished (session
 //!   expired) or someone else re-claimed it, it fails with [`RecipeError::Lost`] and
 //!   changes nothing.
-//! - [`WorkItem::release`] (also on drop): `multi(check item at version token, delete
-//!   lock)`: the item becomes available again, to the head of the line.
+//! - [`WorkItem::release`]: `multi(check item at version token, delete lock)`: the item
+//!   becomes available again, to the head of the line. Dropping an unfinished item
+//!   releases it on a cleanup thread, so a drop never waits for the server.
+//! - A lost reply is resolved by reading the lock (and item) again after a `sync`, so a
+//!   member that has not applied the multi yet cannot make an applied completion look
+//!   lost, or leave the lock behind.
+//!
+//! # The end of the sequence counters
+//! Items and waiters are numbered by their directories' signed 32-bit child counters;
+//! near their end the 3.8 server repeats 2147483647 and wraps to negative numbers.
+//! Nodes numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! negative) never take part. An item put past the end is removed again and the `items`
+//! directory restarted if it is empty; otherwise the put fails with
+//! [`SequenceExhausted`](crate::RecipeError::SequenceExhausted), adding nothing (as for
+//! the [queue](crate::queue), which describes the receipts and orphans). A waiter node
+//! past the end is removed at once and the `waiters` directory restarted if it is
+//! empty; otherwise that consumer waits without a place in line, as an extra head:
+//! more wake-ups, the same exclusivity (the line only spares wake-ups; claims are what
+//! make an item one consumer's).
 //!
 //! # Guarantees
 //! - An item is held by at most one consumer at a time (while sessions live); it is
 //!   removed only by a `complete` of its current holder; a holder whose session ends
 //!   (crash, kill, expiry) gives the item back after the session timeout.
-//! - Items are claimed in FIFO order of their puts, skipping items in progress.
+//! - A single consumer claims items in FIFO order of their puts, skipping items in
+//!   progress. Competing consumers claim from the head of the queue, FIFO only roughly
+//!   (see above); a released item is offered again from each consumer's next listing.
 //! - `put` is exactly-once on `Ok`, also across connection loss (see
 //!   [`queue`](crate::queue)).
 //! - Per put, at most a small constant number of consumers is woken (the head, its
 //!   successor, and the head again on completion), independent of the number of idle
 //!   consumers. [`WorkQueue::stats`] counts them.
+//! - With [`NodeOptions`] carrying an ACL, clients without the credentials can neither
+//!   read nor change items, locks or waiters.
 //!
 //! # Non-guarantees
 //! - Processing is at-least-once: a consumer that crashes after doing the work but before
@@ -56,6 +89,8 @@
 //!   is handed to someone else; only its `complete` is refused.
 //! - Claiming rewrites the item's data once (that is what bumps the version), so large
 //!   items cost their size again per claim.
+//! - A consumer's first take, and each listing after its cached names are used up, costs
+//!   the size of the backlog (about 50 bytes per item).
 //!
 //! ```no_run
 //! use std::time::Duration;
