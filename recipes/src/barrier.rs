@@ -414,7 +414,10 @@ impl DoubleBarrier {
             match decided {
                 Ok(Some(x)) => {
                     unwatch(&self.zk, &watch);
-                    self.clear_stale(&round, deadline)?;
+                    // Released: tidying up leftovers must not undo that.
+                    if let Err(error) = self.clear_stale(&round, deadline) {
+                        log::debug!("recipes: double barrier: clearing stale ready nodes: {error}");
+                    }
                     return Ok(x);
                 }
                 Ok(None) => {}
@@ -526,5 +529,62 @@ mod tests {
         assert_eq!(round.readies, [1, 9]);
         assert_eq!(round.stale_readies(), [1]);
         assert_eq!(round.count, 5);
+    }
+
+    /// On a real server: at the counter's end a participant restarts the directory once
+    /// only leftover `ready` nodes remain, and gives up with `SequenceExhausted` (leaving
+    /// no watch) while a participant of another round holds it.
+    #[test]
+    fn restart_waits_for_the_directory_to_empty() {
+        use zookeeper::{Acl, CreateMode};
+        let hosts = zk_harness::shared_test_connect_string();
+        let zk = ZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+        let dir = format!("/recipes-unit/double-end-{}", guid());
+        let barrier = DoubleBarrier::new(&zk, &dir, 2).unwrap();
+        crate::util::ensure_path(&zk, &dir).unwrap();
+        let open = Acl::open_unsafe();
+        let peer = ZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+        let other = peer
+            .create(
+                &format!("{dir}/p-x-"),
+                b"",
+                &open,
+                CreateMode::EphemeralSequential,
+            )
+            .unwrap();
+        zk.create(
+            &format!("{dir}/ready-0000000000"),
+            b"",
+            &open,
+            CreateMode::Persistent,
+        )
+        .unwrap();
+        let short = Deadline::after(Duration::from_millis(300));
+        assert_eq!(
+            barrier.restart_when_empty(short),
+            Err(RecipeError::SequenceExhausted { dir: dir.clone() })
+        );
+        assert!(zk.exists(&other).unwrap().is_some());
+        zk.exists("/").unwrap();
+        assert_eq!(zk.live_contexts(), 0, "a watch was left behind");
+
+        // The other round's participant goes: the leftover `ready` (releasing nobody) is
+        // cleared and the counter restarts.
+        peer.close().unwrap();
+        barrier
+            .restart_when_empty(Deadline::after(Duration::from_secs(10)))
+            .unwrap();
+        assert!(zk.get_children(&dir).unwrap().is_empty());
+        let fresh = zk
+            .create(
+                &format!("{dir}/p-y-"),
+                b"",
+                &open,
+                CreateMode::EphemeralSequential,
+            )
+            .unwrap();
+        assert_eq!(sequence_of(&fresh), Some(0), "the counter did not restart");
+        drop(barrier);
+        zk.close().unwrap();
     }
 }

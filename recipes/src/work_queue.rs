@@ -506,12 +506,18 @@ impl WorkQueue {
                     // Applied or not? Our lock node carries this claim's id. (No deadline
                     // here: an applied claim must be found, not left locked.) `sync` first:
                     // the server we reconnected to may not have applied it yet.
-                    await_reconnect(&self.zk, self.patience, 1)?;
-                    retry(&self.zk, self.patience, || self.zk.sync(&lock_path))?;
-                    break match retry(&self.zk, self.patience, || self.zk.get(&lock_path)) {
+                    let looked = await_reconnect(&self.zk, self.patience, 1)
+                        .and_then(|()| retry(&self.zk, self.patience, || self.zk.sync(&lock_path)))
+                        .and_then(|_| retry(&self.zk, self.patience, || self.zk.get(&lock_path)));
+                    break match looked {
                         Ok((owner, _)) => owner == claim_id.as_bytes(),
                         Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
-                        Err(e) => return Err(e),
+                        Err(e) => {
+                            // The claim may have applied: its lock must not stay behind
+                            // while the session lives.
+                            drop_lock_later(&self.zk, &lock_path, &claim_id);
+                            return Err(e);
+                        }
                     };
                 }
                 Err(error) => return Err(error.into()),
@@ -634,7 +640,15 @@ impl WorkQueue {
     /// The head's turn: watch items and locks (armed before looking), claim what is
     /// free, sleep until either changes.
     fn head_turn(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
-        let mut head = self.head.lock();
+        // Another thread of this value may be head already (a consumer without a place
+        // in line waits as one too): wait for it no longer than our own deadline.
+        let mut head = match deadline.instant() {
+            None => self.head.lock(),
+            Some(at) => match self.head.try_lock_until(at) {
+                Some(head) => head,
+                None => return Ok(None),
+            },
+        };
         loop {
             let HeadWatches { items, locks } = &mut *head;
             self.drain(items)?;
@@ -664,6 +678,27 @@ impl WorkQueue {
             }
         }
     }
+}
+
+/// Deletes the lock `lock` on a cleanup thread if it is the one claim `claim_id` created
+/// (after a `sync`), once the server is reachable; for a claim whose outcome could not be
+/// learnt.
+fn drop_lock_later(zk: &ZooKeeper, lock: &str, claim_id: &str) {
+    let (lock, claim_id) = (lock.to_string(), claim_id.to_string());
+    let what = format!("removing the lock {lock} of an unresolved claim");
+    finish_in_background(zk.clone(), what, move |zk| {
+        zk.sync(&lock)?;
+        match zk.get(&lock) {
+            Ok((owner, stat)) if owner == claim_id.as_bytes() => {
+                match zk.delete(&lock, Some(stat.version)) {
+                    Ok(()) | Err(Error::NoNode) => Ok(()),
+                    Err(error) => Err(error),
+                }
+            }
+            Ok(_) | Err(Error::NoNode) => Ok(()),
+            Err(error) => Err(error),
+        }
+    });
 }
 
 /// Waits for the first of the two watches to fire; returns its slot and event, or `None`
