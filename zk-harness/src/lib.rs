@@ -44,6 +44,7 @@ mod error;
 mod fourlw;
 mod hosts;
 mod options;
+pub mod peers;
 mod security;
 mod server;
 mod spawner;
