@@ -12,6 +12,7 @@
 //! | leader election | [`election`] | ZooKeeper recipes |
 //! | read-write lock | [`rwlock`] | ZooKeeper recipes |
 //! | semaphore | [`semaphore`] | ZooKeeper recipes |
+//! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
 #![warn(missing_docs)]
 
 pub mod barrier;
@@ -24,6 +25,7 @@ mod nodes;
 pub mod queue;
 pub mod rwlock;
 pub mod semaphore;
+pub mod shared_value;
 pub(crate) mod support;
 pub mod util;
 pub mod work_queue;
