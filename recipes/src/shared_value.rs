@@ -244,17 +244,18 @@ enum Resolution {
     Unknown,
 }
 
+/// `created`: the `czxid` of the node the write was computed from, if known.
 fn resolve(
     expected_version: i32,
     ours: &[u8],
     now: Option<(&[u8], &Stat)>,
-    created: i64,
+    created: Option<i64>,
 ) -> Resolution {
     let Some((data, stat)) = now else {
         // Deleted: whether ours applied before the delete cannot be told.
         return Resolution::Unknown;
     };
-    if stat.czxid != created {
+    if created.is_some_and(|czxid| czxid != stat.czxid) {
         // Re-created: our write was against the old node (applied or not).
         return Resolution::Unknown;
     }
@@ -346,12 +347,13 @@ impl<L: Layout> Cell<L> {
         })
     }
 
-    /// One conditional write of `data` at `expected`'s version, its lost replies
-    /// resolved. `Ok(None)`: the condition did not hold (another write came first, or the
-    /// node is gone).
+    /// One conditional write of `data` at `expected_version` (of the node created at
+    /// zxid `created`, if known), its lost replies resolved. `Ok(None)`: the condition did
+    /// not hold (another write came first, or the node is gone).
     fn cas(
         &self,
-        expected: &Versioned<L::Value>,
+        expected_version: i32,
+        created: Option<i64>,
         data: &[u8],
         deadline: Deadline,
     ) -> Result<Option<Stat>> {
@@ -360,7 +362,7 @@ impl<L: Layout> Cell<L> {
         let mut losses = 0;
         loop {
             deadline.check()?;
-            let sent = match cas_request(expected.version) {
+            let sent = match cas_request(expected_version) {
                 CasRequest::Set { version } => self.zk.set(&self.path, data, Some(version)),
                 CasRequest::SetThenCheck { version_after } => self
                     .zk
@@ -398,7 +400,7 @@ impl<L: Layout> Cell<L> {
                         Err(error) => return Err(error),
                     };
                     let now_ref = now.as_ref().map(|(d, s)| (d.as_slice(), s));
-                    match resolve(expected.version, data, now_ref, expected.stat.czxid) {
+                    match resolve(expected_version, data, now_ref, created) {
                         Resolution::NotYet => continue,
                         Resolution::Superseded => return Ok(None),
                         Resolution::Unknown => {
@@ -432,7 +434,13 @@ impl<L: Layout> Cell<L> {
                     post: seen.value,
                 });
             };
-            if self.cas(&seen, &L::encode(new), deadline)?.is_some() {
+            let written = self.cas(
+                seen.version,
+                Some(seen.stat.czxid),
+                &L::encode(new),
+                deadline,
+            )?;
+            if written.is_some() {
                 return Ok(AtomicValue {
                     succeeded: true,
                     pre: seen.value,
@@ -457,14 +465,10 @@ impl<L: Layout> Cell<L> {
         })
     }
 
-    /// One attempt: writes `new` if the node is still at `expected_version`.
+    /// One conditional write of `new` at `expected_version`, without reading first.
     fn try_set_at(&self, new: L::Value, expected_version: i32) -> Result<bool> {
-        let deadline = self.deadline();
-        let seen = self.read(deadline)?;
-        if seen.version != expected_version {
-            return Ok(false);
-        }
-        Ok(self.cas(&seen, &L::encode(new), deadline)?.is_some())
+        let written = self.cas(expected_version, None, &L::encode(new), self.deadline())?;
+        Ok(written.is_some())
     }
 
     fn set(&self, new: L::Value) -> Result<Stat> {
@@ -628,7 +632,12 @@ impl AtomicLong {
         let seen = self.0.read(deadline)?;
         let written = self
             .0
-            .cas(&seen, &Int64Be::encode(new), deadline)?
+            .cas(
+                seen.version,
+                Some(seen.stat.czxid),
+                &Int64Be::encode(new),
+                deadline,
+            )?
             .is_some();
         Ok(AtomicValue {
             succeeded: written,
@@ -973,14 +982,24 @@ mod tests {
                 czxid,
                 ..Stat::default()
             };
-            resolve(expected, OURS, Some((data, &stat)), 7)
+            resolve(expected, OURS, Some((data, &stat)), Some(7))
         };
         assert_eq!(after(3, OTHER, 3, 7), Resolution::NotYet);
         assert_eq!(after(3, OTHER, 4, 7), Resolution::Superseded);
         // One further with our very data: ours, or an identical write by another.
         assert_eq!(after(3, OURS, 4, 7), Resolution::Unknown);
         assert_eq!(after(3, OTHER, 5, 7), Resolution::Unknown);
-        assert_eq!(resolve(3, OURS, None, 7), Resolution::Unknown);
+        assert_eq!(resolve(3, OURS, None, Some(7)), Resolution::Unknown);
+        // Without a known creation, a matching version is taken as the same node.
+        let stat = Stat {
+            version: 3,
+            czxid: 9,
+            ..Stat::default()
+        };
+        assert_eq!(
+            resolve(3, OURS, Some((OTHER, &stat)), None),
+            Resolution::NotYet
+        );
         // Re-created node.
         assert_eq!(after(3, OTHER, 3, 9), Resolution::Unknown);
         // Across the wrap: -1 is followed by 0, i32::MAX by i32::MIN.

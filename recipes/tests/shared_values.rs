@@ -60,10 +60,6 @@ fn corrupt_data_is_a_typed_error() {
     zk.set(&path, &[0, 0, 1], None).unwrap();
     assert!(matches!(count.get(), Err(RecipeError::Corrupt(_))));
     assert!(matches!(count.add(1), Err(RecipeError::Corrupt(_))));
-    assert!(
-        matches!(count.try_set(1, 1), Err(RecipeError::Corrupt(_))),
-        "3 bytes are not a SharedCount"
-    );
     assert_eq!(zk.get(&path).unwrap().0, vec![0, 0, 1], "nothing written");
 
     zk.set(long.path(), &[1, 2, 3, 4], None).unwrap();
@@ -362,4 +358,64 @@ fn lost_replies_never_double_or_lose_an_acknowledged_increment() {
         "seed {seed}: final {final_value} outside [{known}, {}]",
         known + maybe
     );
+}
+
+/// Nodes whose data version is at -1 or `i32::MAX` (a server started from a crafted
+/// snapshot): a conditional write at -1 must stay conditional (ZOOKEEPER-4743), and
+/// versions wrap from `i32::MAX` to `i32::MIN`.
+#[test]
+fn conditional_writes_at_the_ends_of_the_version() {
+    use zk_harness::peers::{craft_state, CraftedNode};
+    let server = zk_harness::Server::start_with(&zk_harness::ServerOptions::for_tests()).unwrap();
+    let five = 5i32.to_be_bytes();
+    craft_state(
+        &server,
+        &[
+            CraftedNode::new("/ends/raced", &five, -1),
+            CraftedNode::new("/ends/free", &five, -1),
+            CraftedNode::new("/ends/long", &5i64.to_be_bytes(), -1),
+            CraftedNode::new("/ends/max", &five, i32::MAX),
+        ],
+    )
+    .unwrap();
+    let zk = connect_to(&server.connect_string());
+    let other = connect_to(&server.connect_string());
+
+    // Read at -1, then another writer moves the node on: our CAS must fail.
+    let raced = SharedCount::new(&zk, "/ends/raced", 0).unwrap();
+    let seen = raced.get().unwrap();
+    assert_eq!((seen.value, seen.version), (5, -1));
+    other
+        .set("/ends/raced", &6i32.to_be_bytes(), Some(seen.version))
+        .unwrap();
+    assert!(
+        !raced.try_set(42, seen.version).unwrap(),
+        "a CAS at version -1 overwrote a newer value"
+    );
+    assert_eq!(raced.count().unwrap(), 6);
+    // What a plain setData at the version read would have done: overwrite it.
+    other
+        .set("/ends/raced", &42i32.to_be_bytes(), Some(seen.version))
+        .expect("setData(-1) is unconditional");
+
+    // At -1 with nobody in between, the write applies and moves the version to 0.
+    let free = SharedCount::new(&zk, "/ends/free", 0).unwrap();
+    assert!(free.try_set(7, -1).unwrap());
+    let now = free.get().unwrap();
+    assert_eq!((now.value, now.version), (7, 0));
+    assert!(!free.try_set(8, -1).unwrap(), "version 0 is not -1");
+
+    let long = AtomicLong::new(&zk, "/ends/long").unwrap();
+    assert_eq!(long.get_versioned().unwrap().version, -1);
+    let up = long.increment().unwrap();
+    assert_eq!((up.succeeded, up.pre, up.post), (true, 5, 6));
+    assert_eq!(long.get_versioned().unwrap().version, 0);
+
+    // From i32::MAX the version wraps to i32::MIN; CAS goes on working.
+    let max = SharedCount::new(&zk, "/ends/max", 0).unwrap();
+    assert_eq!(max.get().unwrap().version, i32::MAX);
+    assert_eq!(max.add(1).unwrap().post, 6);
+    assert_eq!(max.get().unwrap().version, i32::MIN);
+    assert_eq!(max.add(1).unwrap().post, 7);
+    assert_eq!(max.get().unwrap().version, i32::MIN + 1);
 }

@@ -46,6 +46,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Crafted server states
+//! [`craft_state`] restarts a server from a snapshot holding nodes in states the API
+//! cannot reach in a test's time (a data version at -1 or `i32::MAX`, a child counter
+//! near its end), written with the server's own classes.
+//!
 //! # Processes
 //! Children are spawned with `PR_SET_PDEATHSIG = SIGKILL` from the harness's spawner
 //! thread (as the servers are), so they die with the test process; [`Peer`]'s `Drop`
@@ -77,6 +82,8 @@ use crate::util;
 
 const CURATOR_SOURCE: &str = include_str!("../peers/CuratorPeer.java");
 const CURATOR_CLASS: &str = "CuratorPeer";
+const CRAFT_SOURCE: &str = include_str!("../peers/CraftState.java");
+const CRAFT_CLASS: &str = "CraftState";
 const KAZOO_SOURCE: &str = include_str!("../peers/kazoo_peer.py");
 const KAZOO_SCRIPT: &str = "kazoo_peer.py";
 const JAVA_DIR: &str = "/usr/share/java";
@@ -143,6 +150,13 @@ pub enum PeerError {
         /// What was wrong.
         detail: String,
     },
+    /// Stopping or restarting a server failed ([`craft_state`]).
+    Harness(crate::HarnessError),
+    /// Writing a crafted snapshot failed.
+    Craft {
+        /// The tool's output.
+        output: String,
+    },
 }
 
 impl PeerError {
@@ -187,6 +201,8 @@ impl fmt::Display for PeerError {
                 message,
             } => write!(f, "peer {peer}: {command} failed: {message}"),
             PeerError::Protocol { peer, detail } => write!(f, "peer {peer}: {detail}"),
+            PeerError::Harness(error) => error.fmt(f),
+            PeerError::Craft { output } => write!(f, "writing the crafted snapshot failed:\n{output}"),
         }
     }
 }
@@ -195,6 +211,7 @@ impl std::error::Error for PeerError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             PeerError::Io { source, .. } => Some(source),
+            PeerError::Harness(error) => Some(error),
             _ => None,
         }
     }
@@ -978,6 +995,7 @@ impl Drop for Peer {
 fn sources_hash() -> u64 {
     let mut h = DefaultHasher::new();
     CURATOR_SOURCE.hash(&mut h);
+    CRAFT_SOURCE.hash(&mut h);
     KAZOO_SOURCE.hash(&mut h);
     h.finish()
 }
@@ -1043,18 +1061,18 @@ fn build_into(dir: &Path) -> PeerResult<()> {
             .map_err(|e| PeerError::io(format!("writing {name} into {}", dir.display()), e))
     };
     write(KAZOO_SCRIPT, KAZOO_SOURCE)?;
-    let source = format!("{CURATOR_CLASS}.java");
-    write(&source, CURATOR_SOURCE)?;
-    // Compiled only if Curator is there; kazoo peers work without it.
-    if let Ok(classpath) = curator_classpath() {
-        let javac = find_javac()?;
-        let output = Command::new(&javac)
+    let javac = find_javac();
+    let compile = |class: &str, source: &str, classpath: &str| -> PeerResult<()> {
+        let file = format!("{class}.java");
+        write(&file, source)?;
+        let javac = javac.as_ref().map_err(|_| not_installed_javac())?;
+        let output = Command::new(javac)
             .arg("-nowarn")
             .arg("-d")
             .arg(dir)
             .arg("-cp")
-            .arg(&classpath)
-            .arg(dir.join(&source))
+            .arg(classpath)
+            .arg(dir.join(&file))
             .stdin(Stdio::null())
             .output()
             .map_err(|e| match e.kind() {
@@ -1065,6 +1083,17 @@ fn build_into(dir: &Path) -> PeerResult<()> {
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&output.stderr));
             return Err(PeerError::Compile { output: text });
+        }
+        Ok(())
+    };
+    // Each is compiled only if its libraries are there (kazoo peers need neither), and
+    // only if javac is.
+    if javac.is_ok() {
+        if let Ok(classpath) = curator_classpath() {
+            compile(CURATOR_CLASS, CURATOR_SOURCE, &classpath)?;
+        }
+        if let Ok(classpath) = util::server_classpath() {
+            compile(CRAFT_CLASS, CRAFT_SOURCE, &classpath)?;
         }
     }
     write(".complete", "")
@@ -1127,23 +1156,35 @@ fn curator_classpath() -> PeerResult<String> {
     Ok(jar.display().to_string())
 }
 
-fn curator_command() -> PeerResult<Command> {
-    let classpath = curator_classpath()?;
+/// The prepared dir, checked to hold `class` (compiled).
+fn compiled(class: &str) -> PeerResult<PathBuf> {
     let dir = prepared_dir()?;
-    if !dir.join(format!("{CURATOR_CLASS}.class")).is_file() {
-        // The cache was built while Curator was missing; it is keyed by source only.
+    if !dir.join(format!("{class}.class")).is_file() {
+        // The cache was built while javac or a library was missing; it is keyed by the
+        // sources only.
+        find_javac()?;
         return Err(PeerError::NotInstalled {
-            what: format!("{CURATOR_CLASS}.class in {}", dir.display()),
+            what: format!("{class}.class in {}", dir.display()),
             hint: format!(
-                "Curator was missing when the participants were compiled; remove {} and retry",
+                "a library was missing when the participants were compiled; remove {} and retry",
                 dir.display()
             ),
         });
     }
-    let java = util::find_java().map_err(|e| PeerError::NotInstalled {
+    Ok(dir)
+}
+
+fn java() -> PeerResult<PathBuf> {
+    util::find_java().map_err(|e| PeerError::NotInstalled {
         what: "java".to_string(),
         hint: e.to_string(),
-    })?;
+    })
+}
+
+fn curator_command() -> PeerResult<Command> {
+    let classpath = curator_classpath()?;
+    let dir = compiled(CURATOR_CLASS)?;
+    let java = java()?;
     let mut full = format!("{}:{classpath}", dir.display());
     // Warnings (connection trouble) to stderr, which the peer keeps for error messages;
     // without a binding SLF4J would log nothing at all.
@@ -1203,6 +1244,101 @@ fn kazoo_command() -> PeerResult<Command> {
     // -u: unbuffered, so every answer line reaches the pipe at once.
     cmd.arg("-u").arg(dir.join(KAZOO_SCRIPT));
     Ok(cmd)
+}
+
+// ---------------------------------------------------------------------------------------
+// Crafted server states.
+// ---------------------------------------------------------------------------------------
+
+/// A node for [`craft_state`]: what the API cannot make without billions of writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CraftedNode {
+    /// Its path; missing parents are created empty.
+    pub path: String,
+    /// Its data.
+    pub data: Vec<u8>,
+    /// Its data version (e.g. -1, where `setData(version -1)` means "any version":
+    /// ZOOKEEPER-4743; or `i32::MAX`, where the next write wraps to `i32::MIN`).
+    pub version: i32,
+    /// Its child counter (`cversion`), which names the next sequential child; `None`
+    /// leaves it at 0. Must be positive.
+    pub cversion: Option<i32>,
+}
+
+impl CraftedNode {
+    /// A node at `path` holding `data` at data version `version`.
+    pub fn new(path: &str, data: &[u8], version: i32) -> CraftedNode {
+        CraftedNode {
+            path: path.to_string(),
+            data: data.to_vec(),
+            version,
+            cversion: None,
+        }
+    }
+
+    /// Sets its child counter.
+    pub fn cversion(mut self, cversion: i32) -> CraftedNode {
+        self.cversion = Some(cversion);
+        self
+    }
+}
+
+/// Replaces `server`'s whole state with `nodes`: stops the server, writes a snapshot
+/// holding just these nodes (and their parents) with the server's own classes
+/// (`DataTree`, `FileTxnSnapLog` from Debian's `zookeeper.jar`), and restarts it on the
+/// same port. Sessions of the old state are gone. For a standalone [`Server`](crate::Server).
+pub fn craft_state(server: &crate::Server, nodes: &[CraftedNode]) -> PeerResult<()> {
+    let mut spec = String::new();
+    for node in nodes {
+        if node.path.contains(['\t', '\n']) || !node.path.starts_with('/') {
+            return Err(PeerError::Craft {
+                output: format!("bad path {:?}", node.path),
+            });
+        }
+        let hex: String = node.data.iter().map(|b| format!("{b:02x}")).collect();
+        let cversion = node.cversion.map_or("-".to_string(), |c| c.to_string());
+        spec.push_str(&format!(
+            "{}\t{hex}\t{}\t{cversion}\n",
+            node.path, node.version
+        ));
+    }
+    let dir = compiled(CRAFT_CLASS)?;
+    let classpath = util::server_classpath().map_err(PeerError::Harness)?;
+    let java = java()?;
+
+    server.stop();
+    let snapshots = server.data_dir().join("version-2");
+    let _ = fs::remove_dir_all(&snapshots);
+    let mut cmd = Command::new(java);
+    cmd.args([
+        "-Xmx128m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-cp",
+    ])
+    .arg(format!("{}:{classpath}", dir.display()))
+    .arg(CRAFT_CLASS)
+    .arg(server.data_dir())
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child =
+        spawner::spawn(cmd).map_err(|e| PeerError::io("running the snapshot writer", e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(spec.as_bytes())
+            .map_err(|e| PeerError::io("writing the node spec", e))?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| PeerError::io("waiting for the snapshot writer", e))?;
+    if !output.status.success() {
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        return Err(PeerError::Craft { output: text });
+    }
+    server.restart().map_err(PeerError::Harness)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -230,3 +230,30 @@ fn a_dropped_peer_is_gone() {
         other => panic!("a killed peer answered: {other:?}"),
     }
 }
+
+#[test]
+fn crafted_state_is_served() {
+    use zk_harness::peers::{craft_state, CraftedNode};
+    let server = zk_harness::Server::start_with(&zk_harness::ServerOptions::for_tests()).unwrap();
+    craft_state(
+        &server,
+        &[
+            CraftedNode::new("/crafted/count", &42i32.to_be_bytes(), -1),
+            CraftedNode::new("/crafted/dir", b"", 0).cversion(1000),
+        ],
+    )
+    .expect("crafted snapshot");
+    let mut kazoo = Peer::start(
+        Participant::KazooCuratorCounter,
+        &server.connect_string(),
+        "/crafted/count",
+    )
+    .unwrap();
+    assert_eq!(
+        kazoo.get(T).unwrap(),
+        42,
+        "the crafted node's data is served"
+    );
+    // kazoo writes at the version it read: -1, i.e. unconditionally (ZOOKEEPER-4743).
+    assert_eq!(kazoo.add(1, 1, T).unwrap(), vec![(42, 43)]);
+}
