@@ -778,8 +778,7 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
         let mut attempt = 0;
         let watch = loop {
             match follower.read() {
-                Ok(Some(watch)) => break watch,
-                Ok(None) => continue,
+                Ok(watch) => break watch,
                 Err(error) if error.is_retryable() => {
                     attempt += 1;
                     await_reconnect(&cell.zk, deadline, attempt)?;
@@ -874,32 +873,54 @@ struct Follower<L: Layout> {
 
 impl<L: Layout> Follower<L> {
     /// Reads the node with a new watch and publishes its value if it is new.
-    /// `Ok(None)`: the node appeared between two reads; read again.
-    fn read(&mut self) -> zookeeper::Result<Option<Watch>> {
+    fn read(&mut self) -> zookeeper::Result<Watch> {
         match self.zk.get_watch(&self.path) {
             Ok((data, stat, watch)) => {
-                if stat.mzxid > self.last_mzxid {
-                    self.last_mzxid = stat.mzxid;
-                    let value = decode::<L>(&self.path, &data).map(|value| Versioned {
-                        value,
-                        version: stat.version,
-                        stat,
-                    });
-                    let mut state = self.latest.state.lock();
-                    state.value = Some(value);
-                    state.serial += 1;
-                    drop(state);
-                    self.latest.changed.notify_all();
-                }
-                Ok(Some(watch))
+                self.publish(&data, stat);
+                Ok(watch)
             }
             // Deleted: wait for the re-creation (not reported as a value).
             Err(Error::NoNode) => match self.zk.exists_watch(&self.path)? {
-                (None, watch) => Ok(Some(watch)),
-                (Some(_), _) => Ok(None),
+                (None, watch) => Ok(watch),
+                // Created in between. An exists watch on a node fires on its next change
+                // or deletion, like a data watch: keep it (a dropped one would stay
+                // registered until that change) and read the value it guards.
+                (Some(_), watch) => match self.zk.get(&self.path) {
+                    Ok((data, stat)) => {
+                        self.publish(&data, stat);
+                        Ok(watch)
+                    }
+                    // Deleted again: the watch has fired or will; the next read sees it.
+                    Err(Error::NoNode) => Ok(watch),
+                    Err(error) => {
+                        // The value it guards is unknown: take it off and read afresh.
+                        if self.zk.remove_watch(&watch, false).is_err() {
+                            let _ = self.zk.remove_watch(&watch, true);
+                        }
+                        Err(error)
+                    }
+                },
             },
             Err(error) => Err(error),
         }
+    }
+
+    /// Makes `data` the latest value if it is newer than the last one.
+    fn publish(&mut self, data: &[u8], stat: Stat) {
+        if stat.mzxid <= self.last_mzxid {
+            return;
+        }
+        self.last_mzxid = stat.mzxid;
+        let value = decode::<L>(&self.path, data).map(|value| Versioned {
+            value,
+            version: stat.version,
+            stat,
+        });
+        let mut state = self.latest.state.lock();
+        state.value = Some(value);
+        state.serial += 1;
+        drop(state);
+        self.latest.changed.notify_all();
     }
 
     /// Waits for changes until stopped (`None`) or the session ends (its error).
@@ -922,8 +943,7 @@ impl<L: Layout> Follower<L> {
             }
             watch = loop {
                 match self.read() {
-                    Ok(Some(watch)) => break watch,
-                    Ok(None) => continue,
+                    Ok(watch) => break watch,
                     Err(error) if error.is_retryable() => {
                         // Wait for the connection, still obeying a stop request.
                         loop {
