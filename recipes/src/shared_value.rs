@@ -972,6 +972,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn types_are_send_and_sync() {
+        fn both<T: Send + Sync>() {}
+        both::<SharedCount>();
+        both::<AtomicLong>();
+        both::<KazooCounter>();
+        both::<ValueWatch<i64>>();
+    }
+
+    #[test]
     fn never_a_conditional_write_at_version_minus_one() {
         // ZOOKEEPER-4743: setData(version -1) is unconditional.
         assert_eq!(
