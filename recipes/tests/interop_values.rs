@@ -124,12 +124,26 @@ fn shared_count_with_curator_and_kazoo() {
     });
     assert_eq!(i64::from(count.count().unwrap()), end);
     for peer in &mut peers {
-        assert_eq!(
-            peer.get(T).unwrap(),
-            end,
-            "{} reads the total",
+        eventually_reads(peer, end);
+    }
+}
+
+/// Waits until `peer` reads `value`. Curator's `SharedCount` answers `getCount` from a
+/// cache its own watch updates, so it may lag a moment behind the last writes; nothing
+/// in the protocol signals that catch-up, hence the polling.
+fn eventually_reads(peer: &mut Peer, value: i64) {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let read = peer.get(T).unwrap();
+        if read == value {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} still reads {read}, not {value}",
             peer.label()
         );
+        thread::sleep(Duration::from_millis(20));
     }
 }
 

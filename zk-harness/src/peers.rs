@@ -249,7 +249,8 @@ pub enum Participant {
         permits: u32,
     },
     /// Curator `SharedCount` (a 4-byte big-endian int), created with `seed` if absent.
-    /// `ADD` is a `trySetCount` loop.
+    /// `ADD` is a `trySetCount` loop. `GET` is `getCount`, which answers from a cache
+    /// that Curator's watch updates: it may lag a moment behind other clients' writes.
     CuratorSharedCount {
         /// The value the node is created with.
         seed: i32,
