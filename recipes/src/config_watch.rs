@@ -325,9 +325,10 @@ impl ConfigWatch {
         self.own.try_recv().ok()
     }
 
-    /// Whether the background thread still runs.
+    /// Whether the watch still runs: false from the moment its end is published, so
+    /// once a receive has reported the end this reads false too.
     pub fn is_running(&self) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+        !self.shared.latest.lock().ended && self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// Why the watch stopped by itself (session expired, closed, ...); `None` while it
