@@ -66,7 +66,10 @@
 //!   read, add nor remove items.
 //!
 //! # Non-guarantees
-//! - No priorities, no peeking without taking, no bound on the queue length.
+//! - No priorities, no peeking without taking, no bound on the queue length (see the
+//!   variants [`priority_queue`](crate::priority_queue),
+//!   [`bounded_queue`](crate::bounded_queue) and [`delayed_queue`](crate::delayed_queue),
+//!   which share this protocol).
 //! - A consumer that takes an item and crashes loses it (it was deleted); see
 //!   [`WorkQueue`](crate::work_queue::WorkQueue).
 //! - Every blocked consumer holds a child watch on the queue node, so each put wakes all
@@ -969,6 +972,34 @@ mod tests {
                 "item-c--2147483648",
                 "item-d--000000003"
             ]
+        );
+    }
+
+    #[test]
+    fn ordering_tags_from_item_names() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let p = format!("item-{id}-p0000000007-0000000003");
+        assert_eq!(tag_of(&p), Some("p0000000007"));
+        assert_eq!(order_key(Order::Priority, &p), 7);
+        assert_eq!(order_key(Order::Delayed, &p), 0, "not a due time");
+        let d = format!("item-{id}-d00000001700000000000--2147483648");
+        assert_eq!(tag_of(&d), Some("d00000001700000000000"));
+        assert_eq!(order_key(Order::Delayed, &d), 1_700_000_000_000);
+        // Untagged and legacy names: no tag, key 0 (first).
+        assert_eq!(tag_of(&format!("item-{id}-0000000001")), None);
+        assert_eq!(tag_of("item0000000002"), None);
+        assert_eq!(order_key(Order::Priority, "item0000000002"), 0);
+        // Priority order is stable: FIFO among equal priorities.
+        let names = vec![
+            format!("item-{id}-p0000000002-0000000001"),
+            format!("item-{id}-p0000000001-0000000002"),
+            format!("item-{id}-p0000000002-0000000003"),
+        ];
+        let (mut items, _) = split_items(names.clone());
+        items.sort_by_key(|n| order_key(Order::Priority, n));
+        assert_eq!(
+            items,
+            [names[1].clone(), names[0].clone(), names[2].clone()]
         );
     }
 
