@@ -138,3 +138,55 @@ fn a_put_whose_reply_is_lost_is_applied_once() {
     assert_eq!(queue.get().unwrap().as_deref(), Some(&b"twice"[..]));
     assert_eq!(queue.get().unwrap(), None);
 }
+
+/// At the ends of the server's counters, on a server started from a crafted data
+/// directory: a gate at data version -1 ("any version" to `setData`, ZOOKEEPER-4743) is
+/// never used as a CAS, so six producers racing for one place still get exactly one;
+/// and a put whose item is numbered past the items counter's end restarts the empty
+/// directory and is counted once.
+#[test]
+fn the_bound_holds_at_the_counters_ends() {
+    let server = zk_harness::Server::start_crafted(
+        &zk_harness::Crafted::new()
+            .node("/gate", b"", -1)
+            .node("/end", b"", 0)
+            .dir("/end/items", i32::MAX - 1),
+    )
+    .expect("crafted server");
+    let hosts = server.connect_string();
+    let start = Arc::new(Barrier::new(6));
+    let racers: Vec<_> = (0..6)
+        .map(|i| {
+            let (hosts, start) = (hosts.clone(), Arc::clone(&start));
+            thread::spawn(move || {
+                let zk = connect_to(&hosts);
+                let queue = BoundedQueue::new(&zk, "/gate", 1).unwrap();
+                start.wait();
+                queue.try_put(format!("racer {i}").as_bytes()).unwrap()
+            })
+        })
+        .collect();
+    let won = racers
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .filter(|offer| *offer == Offer::Enqueued)
+        .count();
+    let zk = connect_to(&hosts);
+    let gate = BoundedQueue::new(&zk, "/gate", 1).unwrap();
+    assert_eq!(won, 1, "places taken at gate version -1");
+    assert_eq!(gate.len().unwrap(), 1);
+    assert!(
+        zk.exists("/gate").unwrap().unwrap().version >= 1,
+        "-1 was bumped past"
+    );
+
+    let end = BoundedQueue::new(&zk, "/end", 2).unwrap();
+    assert_eq!(end.try_put(b"past the end").unwrap(), Offer::Enqueued);
+    assert_eq!(end.len().unwrap(), 1, "the out-of-range item was removed");
+    assert_eq!(end.try_put(b"second").unwrap(), Offer::Enqueued);
+    assert_eq!(end.try_put(b"third").unwrap(), Offer::Full);
+    assert_eq!(end.get().unwrap().as_deref(), Some(&b"past the end"[..]));
+    assert_eq!(end.get().unwrap().as_deref(), Some(&b"second"[..]));
+    drop((gate, end));
+    zk.close().unwrap();
+}
