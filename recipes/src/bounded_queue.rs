@@ -2,9 +2,9 @@
 //! the number of concurrent producers. A put into a full queue blocks
 //! ([`put`](BoundedQueue::put)), gives up at a deadline
 //! ([`put_timeout`](BoundedQueue::put_timeout)) or reports [`Offer::Full`] at once
-//! ([`try_put`](BoundedQueue::try_put)). Neither Curator nor kazoo has a bound that is
-//! exact under concurrency (Curator's `QueueBuilder.maxItems` is documented as a soft
-//! limit).
+//! ([`try_put`](BoundedQueue::try_put)). Curator's counterpart is
+//! `QueueBuilder.maxItems`, whose count is not checked atomically with the create (so
+//! concurrent producers can pass it together); kazoo has none.
 //!
 //! # Layout
 //! ```text
@@ -47,6 +47,8 @@
 //!   it looked (a take in any process).
 //!
 //! # Non-guarantees
+//! - The gate's data is not kept: every put sets it to empty. Do not store anything at
+//!   `<path>`.
 //! - No fairness among blocked producers: whichever put reaches the gate first wins.
 //! - Puts are serialised on the gate: concurrent producers retry (each retry costs two
 //!   reads and one multi), so put throughput does not grow with producers.

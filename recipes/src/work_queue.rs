@@ -595,7 +595,11 @@ impl WorkQueue {
                         .and_then(|_| retry(&self.zk, self.patience, || self.zk.get(&lock_path)));
                     break match looked {
                         Ok((owner, _)) => owner == claim_id.as_bytes(),
-                        Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
+                        // Not applied (e.g. the lock directory was missing): send it
+                        // again; it is still conditional on the item's version, so a
+                        // claim made by someone else meanwhile makes it fail. (Taking
+                        // this as a lost race left a free item behind a `try_take`.)
+                        Err(RecipeError::ZooKeeper(Error::NoNode)) => continue,
                         Err(e) => {
                             // The claim may have applied: its lock must not stay behind
                             // while the session lives.

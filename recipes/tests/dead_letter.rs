@@ -125,3 +125,36 @@ fn a_move_whose_reply_is_lost_happens_once() {
     assert!(producer.is_empty().unwrap());
     assert_eq!(producer.in_progress().unwrap(), 0, "a lock was left behind");
 }
+
+/// A claim whose reply is lost is one attempt, not two. Here the first claim fails
+/// (the lock directory does not exist yet) and its reply is lost: the consumer learns
+/// after a `sync` that it did not apply and sends it again, instead of giving up on a
+/// free item.
+#[test]
+fn a_claim_whose_reply_is_lost_counts_one_attempt() {
+    let path = unique_path("lost-claim");
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let consumer = WorkQueue::new(&connect_to(&proxy.addr), &path)
+        .unwrap()
+        .with_dead_letter(2);
+    consumer.put(b"job").unwrap();
+    proxy.cut_after(opcode::MULTI);
+    let item = consumer.try_take().unwrap().expect("claimed");
+    assert!(proxy.has_cut(), "the claim's reply was not cut");
+    assert_eq!(item.attempt(), 1);
+    item.release().unwrap();
+    let item = consumer.try_take().unwrap().expect("claimed again");
+    assert_eq!(item.attempt(), 2);
+    item.release().unwrap();
+    assert!(consumer.try_take().unwrap().is_none());
+    assert_eq!(consumer.dead_letters().unwrap().len(), 1);
+
+    // Now the lock directory exists: the claim applies and its reply is lost; the
+    // consumer finds its own lock again and it is still attempt 1.
+    consumer.put(b"next").unwrap();
+    proxy.cut_after(opcode::MULTI);
+    let item = consumer.try_take().unwrap().expect("claimed");
+    assert!(proxy.has_cut(), "the claim's reply was not cut");
+    assert_eq!((item.data(), item.attempt()), (&b"next"[..], 1));
+    item.complete().unwrap();
+}
