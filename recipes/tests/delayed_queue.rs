@@ -71,6 +71,7 @@ fn a_blocked_take_waits_for_the_due_time_without_polling() {
         .iter()
         .filter(|op| [opcode::GET_CHILDREN, opcode::GET_CHILDREN2].contains(op))
         .count();
+    eprintln!("requests during a take waiting 2 s for its item (opcodes, no pings): {sent:?}");
     // One listing with the watch before sleeping, one at the due time (a third only if
     // the loaded machine woke the timer early by the clock's rounding).
     assert!(listings <= 3, "polled: {sent:?}");
