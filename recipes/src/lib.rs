@@ -15,11 +15,14 @@
 //! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
 //! | node, children and tree caches | [`cache`] | Curator |
 //! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
+//! | bounded, priority and delayed queues | [`bounded_queue`], [`priority_queue`], [`delayed_queue`] | Curator |
 #![warn(missing_docs)]
 
 pub mod barrier;
+pub mod bounded_queue;
 pub mod cache;
 pub mod config_watch;
+pub mod delayed_queue;
 pub mod election;
 pub mod error;
 pub mod events;
@@ -27,6 +30,7 @@ pub mod id_generator;
 pub mod lifecycle;
 pub mod lock;
 mod nodes;
+pub mod priority_queue;
 pub mod queue;
 mod recovery;
 pub mod rwlock;

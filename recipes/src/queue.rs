@@ -66,7 +66,10 @@
 //!   read, add nor remove items.
 //!
 //! # Non-guarantees
-//! - No priorities, no peeking without taking, no bound on the queue length.
+//! - No priorities, no peeking without taking, no bound on the queue length (see the
+//!   variants [`priority_queue`](crate::priority_queue),
+//!   [`bounded_queue`](crate::bounded_queue) and [`delayed_queue`](crate::delayed_queue),
+//!   which share this protocol).
 //! - A consumer that takes an item and crashes loses it (it was deleted); see
 //!   [`WorkQueue`](crate::work_queue::WorkQueue).
 //! - Every blocked consumer holds a child watch on the queue node, so each put wakes all
@@ -135,6 +138,22 @@ fn guid_of(name: &str) -> Option<&str> {
     (id.bytes().all(|b| b.is_ascii_hexdigit()) && rest[32..].starts_with('-')).then_some(id)
 }
 
+/// The ordering tag in an item's name (`item-<guid>-<tag>-<seq>`), if it has one.
+pub(crate) fn tag_of(name: &str) -> Option<&str> {
+    let id = guid_of(name)?;
+    let rest = &name[ITEM_PREFIX.len() + 1 + id.len() + 1..];
+    let (tag, seq) = rest.split_once('-')?;
+    (!tag.is_empty() && !seq.is_empty()).then_some(tag)
+}
+
+/// One put attempt's outcome.
+enum Attempt {
+    /// Applied: the item's name (`None`: consumed before the put could look).
+    Created(Option<String>),
+    /// A guard operation failed: nothing applied.
+    Refused,
+}
+
 /// Where a queue keeps its items and put receipts, and how it makes its nodes.
 #[derive(Debug, Clone)]
 pub(crate) struct ItemStore {
@@ -173,15 +192,33 @@ impl ItemStore {
     /// put fails with `SequenceExhausted` instead of waiting for consumers that may never
     /// come. Nothing is left behind then, and no acknowledged item is ever reordered.
     pub(crate) fn put(&self, zk: &ZooKeeper, data: &[u8], patience: Patience) -> Result<()> {
+        self.put_with(zk, data, "", &[], patience).map(drop)
+    }
+
+    /// [`put`](Self::put) of an item named `item-<guid>-<tag>-<seq>` (a variant's ordering
+    /// key; no `-` in it) whose multi also carries the `guard` operations (a bounded
+    /// queue's versioned gate): `Ok(false)` if a guard operation refused it (nothing was
+    /// enqueued; the caller reads again and decides), `Ok(true)` once enqueued exactly
+    /// once.
+    pub(crate) fn put_with(
+        &self,
+        zk: &ZooKeeper,
+        data: &[u8],
+        tag: &str,
+        guard: &[Op],
+        patience: Patience,
+    ) -> Result<bool> {
         let mut not_empty = 0;
         for _ in 0..PUT_RESTARTS {
             let id = guid();
-            let Some(name) = self.put_once(zk, &id, data, patience)? else {
+            let name = match self.put_once(zk, &id, data, tag, guard, patience)? {
+                Attempt::Refused => return Ok(false),
                 // Applied and already consumed: it was in range.
-                return Ok(());
+                Attempt::Created(None) => return Ok(true),
+                Attempt::Created(Some(name)) => name,
             };
             match self.settle(zk, &id, &name, patience)? {
-                None => return Ok(()),
+                None => return Ok(true),
                 Some(Restart::Restarted) => {}
                 Some(Restart::NotEmpty) => {
                     // A peer may have restarted it a moment ago and put a fresh item: try
@@ -235,12 +272,19 @@ impl ItemStore {
         zk: &ZooKeeper,
         id: &str,
         data: &[u8],
+        tag: &str,
+        guard: &[Op],
         patience: Patience,
-    ) -> Result<Option<String>> {
+    ) -> Result<Attempt> {
         let receipt = self.receipt(id);
-        let ops = [
+        let name = if tag.is_empty() {
+            format!("{ITEM_PREFIX}-{id}-")
+        } else {
+            format!("{ITEM_PREFIX}-{id}-{tag}-")
+        };
+        let mut ops = vec![
             Op::Create {
-                path: format!("{}/{ITEM_PREFIX}-{id}-", self.items),
+                path: format!("{}/{name}", self.items),
                 data: data.to_vec(),
                 acl: self.nodes.acl_list().to_vec(),
                 mode: CreateMode::PersistentSequential,
@@ -252,16 +296,17 @@ impl ItemStore {
                 mode: CreateMode::Ephemeral,
             },
         ];
+        ops.extend_from_slice(guard);
         let mut attempt = 0;
         loop {
             match zk.multi(&ops) {
                 Ok(results) => {
-                    return Ok(match results.first() {
+                    return Ok(Attempt::Created(match results.first() {
                         Some(OpResult::Created(path)) => {
                             path.rsplit('/').next().map(str::to_string)
                         }
                         _ => None,
-                    })
+                    }))
                 }
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
@@ -269,7 +314,7 @@ impl ItemStore {
                     // Let this server catch up with everything the old connection sent.
                     retry(zk, patience, || zk.sync(&self.items))?;
                     match retry(zk, patience, || zk.exists(&receipt)) {
-                        Ok(Some(_)) => return self.find(zk, id, patience),
+                        Ok(Some(_)) => return self.find(zk, id, patience).map(Attempt::Created),
                         Ok(None) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
                         Err(error) => return Err(error),
                     }
@@ -279,7 +324,11 @@ impl ItemStore {
                 Err(Error::MultiFailed { index: 1, error }) if *error == Error::NodeExists => {
                     // Our receipt already exists: an earlier attempt of this very put was
                     // applied after all (the check raced it).
-                    return self.find(zk, id, patience);
+                    return self.find(zk, id, patience).map(Attempt::Created);
+                }
+                Err(Error::MultiFailed { index, .. }) if index >= 2 => {
+                    // A guard operation refused it: nothing was applied.
+                    return Ok(Attempt::Refused);
                 }
                 Err(Error::MultiFailed { error, .. }) if *error == Error::NoNode => {
                     // A directory is missing: not created yet, restarted by a peer, or an
@@ -526,6 +575,8 @@ pub struct Queue {
     path: String,
     store: ItemStore,
     patience: Patience,
+    /// Which items a take hands out first (the variants reorder the same items).
+    order: Order,
     /// Item names from the last listing not yet tried, in sequence order.
     cache: Mutex<VecDeque<String>>,
     watcher: ChildWatcher,
@@ -540,6 +591,49 @@ impl std::fmt::Debug for Queue {
 impl Drop for Queue {
     fn drop(&mut self) {
         self.watcher.disarm(&self.zk);
+    }
+}
+
+/// How a queue orders its items. The variants keep the queue's item protocol and only
+/// put an ordering tag into the item names (see [`tag_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// By sequence number.
+    Fifo,
+    /// By the tag `p<priority>` (smaller first), then by sequence number.
+    Priority,
+    /// Only items whose tag `d<due, ms since the Unix epoch>` has passed on this
+    /// consumer's clock, earliest due first, then by sequence number.
+    Delayed,
+}
+
+/// The ordering key of an item name for `order` (items without a tag: 0, first).
+pub(crate) fn order_key(order: Order, name: &str) -> u64 {
+    let tagged = |prefix: char| {
+        tag_of(name)
+            .and_then(|tag| tag.strip_prefix(prefix))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    match order {
+        Order::Fifo => 0,
+        Order::Priority => tagged('p'),
+        Order::Delayed => tagged('d'),
+    }
+}
+
+/// Milliseconds since the Unix epoch on this machine's wall clock.
+pub(crate) fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The earlier of `deadline` and `after` from now.
+fn earlier(deadline: Deadline, after: Duration) -> Deadline {
+    match deadline.remaining() {
+        Some(left) if left <= after => deadline,
+        _ => Deadline::after(after),
     }
 }
 
@@ -568,6 +662,7 @@ impl Queue {
                 nodes: NodeOptions::default(),
             },
             patience: Patience::reconnect(default_reconnect_timeout(zk)),
+            order: Order::Fifo,
             cache: Mutex::new(VecDeque::new()),
             watcher: ChildWatcher::new(path),
         })
@@ -602,14 +697,58 @@ impl Queue {
         self.store.put(&self.zk, data, self.patience)
     }
 
+    /// A queue handing out items in `order` (for the variants).
+    pub(crate) fn with_order(mut self, order: Order) -> Queue {
+        self.order = order;
+        self
+    }
+
+    /// The item protocol of this queue (for the variants).
+    pub(crate) fn store(&self) -> &ItemStore {
+        &self.store
+    }
+
+    /// The session (for the variants).
+    pub(crate) fn zk(&self) -> &ZooKeeper {
+        &self.zk
+    }
+
+    /// The reconnect patience (for the variants).
+    pub(crate) fn patience(&self) -> Patience {
+        self.patience
+    }
+
+    /// Lists the items directory with this value's shared child watch armed no later
+    /// than the listing; pass the epoch to [`wait_change`](Self::wait_change).
+    pub(crate) fn watched_listing(&self, deadline: Deadline) -> Result<(Vec<String>, u64)> {
+        let patience = self.patience.before(deadline);
+        self.watcher.list(&self.zk, patience, deadline)
+    }
+
+    /// Waits until the directory changed after the listing of `epoch` (`Ok(true)`) or
+    /// `deadline` passes (`Ok(false)`).
+    pub(crate) fn wait_change(&self, epoch: u64, deadline: Deadline) -> Result<bool> {
+        self.watcher.wait_change(epoch, deadline)
+    }
+
+    /// Forgets the cached listing unless the order is plain FIFO: a priority or delayed
+    /// take decides on a listing of its own, so an item put since (a higher priority, an
+    /// earlier due time) is not passed over.
+    fn fresh_listing_for_order(&self) {
+        if self.order != Order::Fifo {
+            self.cache.lock().clear();
+        }
+    }
+
     /// Takes the head item without blocking: `None` if the queue is empty.
     pub fn get(&self) -> Result<Option<Vec<u8>>> {
+        self.fresh_listing_for_order();
         loop {
             if let Some(data) = self.claim_cached(Deadline::never())? {
                 return Ok(Some(data));
             }
             let children = children_or_none(&self.zk, &self.path, self.patience)?;
-            let items = self.sorted(children);
+            let (items, _) = self.ready(children);
             if items.is_empty() {
                 return Ok(None);
             }
@@ -656,11 +795,28 @@ impl Queue {
         self.watcher.waiting() as usize
     }
 
-    /// The items of a listing in order, after removing orphans past the counter's end.
-    fn sorted(&self, children: Vec<String>) -> Vec<String> {
-        let (items, past_end) = split_items(children);
+    /// The items of a listing that may be taken now, in order, after removing orphans
+    /// past the counter's end; and for a delayed queue the earliest due time (ms since
+    /// the Unix epoch) of the items not due yet.
+    fn ready(&self, children: Vec<String>) -> (Vec<String>, Option<u64>) {
+        let (mut items, past_end) = split_items(children);
         self.store.remove_orphans(&self.zk, &past_end);
-        items
+        let mut next_due = None;
+        if self.order != Order::Fifo {
+            // Stable: FIFO (sequence order) among equal keys.
+            items.sort_by_key(|name| order_key(self.order, name));
+        }
+        if self.order == Order::Delayed {
+            let now = now_millis();
+            if let Some(first_later) = items
+                .iter()
+                .position(|name| order_key(Order::Delayed, name) > now)
+            {
+                next_due = Some(order_key(Order::Delayed, &items[first_later]));
+                items.truncate(first_later);
+            }
+        }
+        (items, next_due)
     }
 
     fn take_until(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
@@ -671,6 +827,7 @@ impl Queue {
     }
 
     fn take_inner(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+        self.fresh_listing_for_order();
         loop {
             if let Some(data) = self.claim_cached(deadline)? {
                 return Ok(Some(data));
@@ -678,14 +835,21 @@ impl Queue {
             // The cached list is used up: list again, with a watch registered first.
             let patience = self.patience.before(deadline);
             let (children, epoch) = self.watcher.list(&self.zk, patience, deadline)?;
-            *self.cache.lock() = self.sorted(children).into();
+            let (items, next_due) = self.ready(children);
+            *self.cache.lock() = items.into();
             if let Some(data) = self.claim_cached(deadline)? {
                 return Ok(Some(data));
             }
             if deadline.expired() {
                 return Ok(None);
             }
-            if !self.watcher.wait_change(epoch, deadline)? && deadline.expired() {
+            // Sleep until the directory changes, or (delayed queue) the earliest item
+            // falls due, or the deadline: no polling.
+            let wake = match next_due {
+                Some(due) => earlier(deadline, Duration::from_millis(due - now_millis().min(due))),
+                None => deadline,
+            };
+            if !self.watcher.wait_change(epoch, wake)? && deadline.expired() {
                 return Ok(None);
             }
         }
@@ -808,6 +972,34 @@ mod tests {
                 "item-c--2147483648",
                 "item-d--000000003"
             ]
+        );
+    }
+
+    #[test]
+    fn ordering_tags_from_item_names() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let p = format!("item-{id}-p0000000007-0000000003");
+        assert_eq!(tag_of(&p), Some("p0000000007"));
+        assert_eq!(order_key(Order::Priority, &p), 7);
+        assert_eq!(order_key(Order::Delayed, &p), 0, "not a due time");
+        let d = format!("item-{id}-d00000001700000000000--2147483648");
+        assert_eq!(tag_of(&d), Some("d00000001700000000000"));
+        assert_eq!(order_key(Order::Delayed, &d), 1_700_000_000_000);
+        // Untagged and legacy names: no tag, key 0 (first).
+        assert_eq!(tag_of(&format!("item-{id}-0000000001")), None);
+        assert_eq!(tag_of("item0000000002"), None);
+        assert_eq!(order_key(Order::Priority, "item0000000002"), 0);
+        // Priority order is stable: FIFO among equal priorities.
+        let names = vec![
+            format!("item-{id}-p0000000002-0000000001"),
+            format!("item-{id}-p0000000001-0000000002"),
+            format!("item-{id}-p0000000002-0000000003"),
+        ];
+        let (mut items, _) = split_items(names.clone());
+        items.sort_by_key(|n| order_key(Order::Priority, n));
+        assert_eq!(
+            items,
+            [names[1].clone(), names[0].clone(), names[2].clone()]
         );
     }
 

@@ -54,6 +54,27 @@
 //!   member that has not applied the multi yet cannot make an applied completion look
 //!   lost, or leave the lock behind.
 //!
+//! # Attempts and dead letters
+//! A claim rewrites the item once (its ownership token), and nothing else writes an
+//! item, so the item's data version *is* the number of claims it has had:
+//! [`WorkItem::attempt`] reports it, with no extra node or write. With
+//! [`with_dead_letter`](WorkQueue::with_dead_letter)`(n)`, a consumer that finds an
+//! unlocked item already claimed `n` times (each claim released, dropped, or abandoned
+//! by a consumer whose session ended: a crashed consumer's claim counts) moves it
+//! instead of claiming it, in one `multi`: create the item's lock (fails if it is held),
+//! delete the item at the version read (fails if it was claimed or completed
+//! meanwhile), delete the lock, create `<dead dir>/<item name>-<seq>` with the item's
+//! data. So an item is either in the queue or a dead letter, never both and never
+//! neither, and it is moved once. Layout addition:
+//! ```text
+//! <path>/dead/item-<guid>-<seq>-<seq>   persistent sequential: dead letters, data = the item
+//! ```
+//! Non-guarantees: the move happens when a consumer next looks at the item, not when its
+//! last attempt ends (until then it counts in [`len`](WorkQueue::len)); dead letters
+//! are not delivered again (read or remove them with plain reads and deletes); a
+//! version that wrapped past 2^31 claims would reset the count (impossible with any
+//! `n` below that).
+//!
 //! # The end of the sequence counters
 //! Items and waiters are numbered by their directories' signed 32-bit child counters;
 //! near their end the 3.8 server repeats 2147483647 and wraps to negative numbers.
@@ -146,6 +167,8 @@ pub struct WorkQueueStats {
     pub claims: u64,
     /// Claim attempts lost to another consumer.
     pub races_lost: u64,
+    /// Items this value moved to the dead-letter directory.
+    pub dead_lettered: u64,
 }
 
 #[derive(Default)]
@@ -154,6 +177,7 @@ struct Counters {
     notifications: AtomicU64,
     claims: AtomicU64,
     races_lost: AtomicU64,
+    dead_lettered: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -188,6 +212,15 @@ pub struct WorkQueue {
     spread: AtomicUsize,
     counters: Counters,
     waiting: AtomicU64,
+    /// Where items go after too many attempts, if anywhere.
+    dead_letter: Option<DeadLetter>,
+}
+
+/// The dead-letter set-up: claims an item may have before it is moved, and where to.
+#[derive(Debug, Clone)]
+struct DeadLetter {
+    max_attempts: i32,
+    dir: String,
 }
 
 impl fmt::Debug for WorkQueue {
@@ -205,6 +238,8 @@ enum Claim {
     Locked,
     /// Completed, or claimed by someone else meanwhile.
     Missed,
+    /// Out of attempts: moved to the dead-letter directory (or being moved).
+    Buried,
 }
 
 impl Drop for WorkQueue {
@@ -240,6 +275,7 @@ impl WorkQueue {
             spread: AtomicUsize::new(0),
             counters: Counters::default(),
             waiting: AtomicU64::new(0),
+            dead_letter: None,
         })
     }
 
@@ -256,6 +292,46 @@ impl WorkQueue {
     pub fn with_node_options(mut self, nodes: NodeOptions) -> WorkQueue {
         self.store.nodes = nodes;
         self
+    }
+
+    /// Gives every item at most `max_attempts` claims (at least 1): an item claimed that
+    /// often and never completed (released, dropped, or abandoned by a consumer whose
+    /// session ended) is moved to the dead-letter directory `<path>/dead` by the next
+    /// consumer that finds it, instead of being handed out again. See
+    /// [`with_dead_letter_dir`](Self::with_dead_letter_dir) and the module docs.
+    pub fn with_dead_letter(self, max_attempts: u32) -> WorkQueue {
+        let dir = format!("{}/dead", self.path);
+        self.with_dead_letter_dir(max_attempts, &dir)
+    }
+
+    /// [`with_dead_letter`](Self::with_dead_letter) with the dead-letter directory at
+    /// `dir` (any path; created when first needed, with the [`NodeOptions`]). Every
+    /// consumer of the queue must use the same settings.
+    pub fn with_dead_letter_dir(mut self, max_attempts: u32, dir: &str) -> WorkQueue {
+        let max_attempts = i32::try_from(max_attempts.max(1)).unwrap_or(i32::MAX);
+        self.dead_letter = Some(DeadLetter {
+            max_attempts,
+            dir: dir.to_string(),
+        });
+        self
+    }
+
+    /// The dead-letter directory, if dead-lettering is on.
+    pub fn dead_letter_dir(&self) -> Option<&str> {
+        self.dead_letter.as_ref().map(|d| d.dir.as_str())
+    }
+
+    /// The names of the dead letters now (`<item name>-<seq>`, each holding the item's
+    /// data), in the order they were moved; empty if dead-lettering is off.
+    pub fn dead_letters(&self) -> Result<Vec<String>> {
+        let Some(dead) = &self.dead_letter else {
+            return Ok(Vec::new());
+        };
+        let children = children_or_none(&self.zk, &dead.dir, self.patience)?;
+        Ok(members(children, ANY_NAME)
+            .into_iter()
+            .map(|m| m.name)
+            .collect())
     }
 
     /// The work queue's base path.
@@ -331,6 +407,7 @@ impl WorkQueue {
             notifications: c.notifications.load(Ordering::Relaxed),
             claims: c.claims.load(Ordering::Relaxed),
             races_lost: c.races_lost.load(Ordering::Relaxed),
+            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
         }
     }
 
@@ -447,7 +524,7 @@ impl WorkQueue {
                             Some((s * 2 + 1).min(MAX_SPREAD))
                         });
                 }
-                Claim::Locked => {}
+                Claim::Locked | Claim::Buried => {}
             }
         }
     }
@@ -477,6 +554,13 @@ impl WorkQueue {
         };
         if locked {
             return Ok(Claim::Locked);
+        }
+        if let Some(dead) = &self.dead_letter {
+            // The item's version counts its claims (each rewrites it once; nothing else
+            // writes it).
+            if stat.version >= dead.max_attempts {
+                return self.bury(dead, name, &data, stat.version, patience);
+            }
         }
         let claim_id = guid();
         let ops = [
@@ -511,7 +595,11 @@ impl WorkQueue {
                         .and_then(|_| retry(&self.zk, self.patience, || self.zk.get(&lock_path)));
                     break match looked {
                         Ok((owner, _)) => owner == claim_id.as_bytes(),
-                        Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
+                        // Not applied (e.g. the lock directory was missing): send it
+                        // again; it is still conditional on the item's version, so a
+                        // claim made by someone else meanwhile makes it fail. (Taking
+                        // this as a lost race left a free item behind a `try_take`.)
+                        Err(RecipeError::ZooKeeper(Error::NoNode)) => continue,
                         Err(e) => {
                             // The claim may have applied: its lock must not stay behind
                             // while the session lives.
@@ -538,6 +626,65 @@ impl WorkQueue {
             patience: self.patience,
             finished: false,
         }))
+    }
+
+    /// Moves the item `name` (unlocked, at `version`, holding `data`) to the dead-letter
+    /// directory in one `multi`: create its lock (so it fails if a consumer holds the
+    /// item), delete the item at `version` (so it fails if it was claimed or completed
+    /// meanwhile), delete the lock again, create the dead letter. All or nothing: never
+    /// both a dead letter and the item, never neither. A lost reply needs no recovery
+    /// read: applied, the item is gone; not applied, it is still in the queue and the
+    /// next consumer to find it moves it (a second application is refused by the
+    /// version).
+    fn bury(
+        &self,
+        dead: &DeadLetter,
+        name: &str,
+        data: &[u8],
+        version: i32,
+        patience: Patience,
+    ) -> Result<Claim> {
+        let item_path = format!("{}/{name}", self.store.items);
+        let lock_path = format!("{}/{name}", self.locks);
+        let acl = self.store.nodes.acl_list().to_vec();
+        let ops = [
+            Op::Create {
+                path: lock_path.clone(),
+                data: b"dead-letter".to_vec(),
+                acl: acl.clone(),
+                mode: CreateMode::Ephemeral,
+            },
+            Op::delete(&item_path, version),
+            Op::delete(&lock_path, -1),
+            Op::Create {
+                path: format!("{}/{name}-", dead.dir),
+                data: data.to_vec(),
+                acl,
+                mode: CreateMode::PersistentSequential,
+            },
+        ];
+        loop {
+            match self.zk.multi(&ops) {
+                Ok(_) => {
+                    log::debug!("work queue: {name} moved to {}", dead.dir);
+                    bump(&self.counters.dead_lettered);
+                    return Ok(Claim::Buried);
+                }
+                Err(Error::MultiFailed { index, error }) => match (index, *error) {
+                    (0, Error::NodeExists) => return Ok(Claim::Locked),
+                    (1, Error::NoNode) | (1, Error::BadVersion) => return Ok(Claim::Missed),
+                    (0, Error::NoNode) => {
+                        ensure_dir(&self.zk, &self.locks, &self.store.nodes, patience)?
+                    }
+                    (3, Error::NoNode) => {
+                        ensure_dir(&self.zk, &dead.dir, &self.store.nodes, patience)?
+                    }
+                    (_, error) => return Err(error.into()),
+                },
+                Err(error) if error.is_connection_loss() => return Ok(Claim::Buried),
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 
     /// Waits in line until this waiter is the head, then watches the queue as the head
@@ -767,6 +914,13 @@ impl WorkItem {
     /// The item node's name (`item-<guid>-<seq>`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Which claim of this item this is: 1 for the first, 2 after one release or
+    /// abandonment, ... (the item's data version after the claim; see
+    /// [`WorkQueue::with_dead_letter`]).
+    pub fn attempt(&self) -> u32 {
+        u32::try_from(self.token).unwrap_or(0)
     }
 
     /// Whether this claim still owns the item (its lock exists and is ours, and nobody

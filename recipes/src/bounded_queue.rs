@@ -1,0 +1,257 @@
+//! A bounded distributed FIFO queue: at most `max` items at any time, exactly, whatever
+//! the number of concurrent producers. A put into a full queue blocks
+//! ([`put`](BoundedQueue::put)), gives up at a deadline
+//! ([`put_timeout`](BoundedQueue::put_timeout)) or reports [`Offer::Full`] at once
+//! ([`try_put`](BoundedQueue::try_put)). Curator's counterpart is
+//! `QueueBuilder.maxItems`, whose count is not checked atomically with the create (so
+//! concurrent producers can pass it together); kazoo has none.
+//!
+//! # Layout
+//! ```text
+//! <path>                              the gate: its data version counts puts
+//! <path>/items/item-<guid>-<seq>      the items (the queue recipe's layout)
+//! <path>/items/receipts/<guid>        ephemeral put receipts
+//! ```
+//!
+//! # How the bound is kept exact
+//! ZooKeeper's `multi` can check a node's *data* version but not its child version
+//! (`cversion`), so the gate node's data version serialises the puts: a put
+//! 1. reads the gate (its version *v*), then lists the items (same session, so the
+//!    listing reflects at least every put that bumped the gate up to *v*);
+//! 2. if the listing holds `max` items or more, the queue is full: wait for a change of
+//!    the items directory (the queue's shared child watch, registered before a second
+//!    listing that decides) or give up;
+//! 3. otherwise runs one `multi`: create the item and its receipt (the queue's
+//!    exactly-once put) **and** `setData(gate, v)`. Any other put applied since step 1
+//!    bumped the gate, so this one fails as a whole and starts again at 1.
+//!
+//! So every applied put was decided on a count that no other put changed; takes only
+//! lower the count, so they need not touch the gate. Items created past the sequence
+//! counter's end (in transit, removed again by their put) count as items too: the bound
+//! is never exceeded, at the price of a put refused for a moment.
+//!
+//! The gate's version is a signed 32-bit number that wraps; a read version of -1 would
+//! make `setData` unconditional (ZOOKEEPER-4743), so a put that reads -1 first bumps
+//! the gate once more and reads again. The gate is always a persistent node (never a
+//! container, whatever the [`NodeOptions`]): a gate removed and recreated would restart
+//! its version and could let a stale count pass.
+//!
+//! # Guarantees
+//! - The items directory never holds more than `max` items (counting items a put has
+//!   created and not yet confirmed).
+//! - Everything the [queue](crate::queue) guarantees: FIFO by sequence number, put
+//!   exactly once on `Ok` (also across connection loss: the receipt, and a lost reply of
+//!   a put refused by the gate is simply sent again), no lost wake-up, items past the
+//!   counter's end never delivered, no item lost at a take's deadline.
+//! - A put blocked on a full queue wakes on every change of the items directory after
+//!   it looked (a take in any process).
+//!
+//! # Non-guarantees
+//! - The gate's data is not kept: every put sets it to empty. Do not store anything at
+//!   `<path>`.
+//! - No fairness among blocked producers: whichever put reaches the gate first wins.
+//! - Puts are serialised on the gate: concurrent producers retry (each retry costs two
+//!   reads and one multi), so put throughput does not grow with producers.
+//! - Items being processed after a take do not count (they left the queue).
+//! - Every blocked producer and consumer value holds a child watch on the items
+//!   directory, so each change wakes all of them (one per value), as in the queue.
+//! - Writers that do not use the gate (a plain [`Queue`] on
+//!   `<path>/items`) are not bounded.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use recipes::bounded_queue::{BoundedQueue, Offer};
+//! use zookeeper::ZooKeeper;
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let uploads = BoundedQueue::new(&zk, "/uploads", 2)?;
+//! uploads.put(b"a")?;
+//! uploads.put(b"b")?;
+//! assert_eq!(uploads.try_put(b"c")?, Offer::Full);
+//! assert_eq!(uploads.take()?, b"a");
+//! assert_eq!(uploads.try_put(b"c")?, Offer::Enqueued);
+//! # Ok::<(), recipes::RecipeError>(())
+//! ```
+
+use crate::queue::{split_items, Queue};
+use crate::recovery::children_or_none;
+use crate::support::{check_base_path, ensure_dir, retry, Deadline};
+use crate::{NodeOptions, RecipeError, Result};
+use std::time::Duration;
+use zookeeper::{Error, Op, ZooKeeper};
+
+/// What a bounded put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Offer {
+    /// The item is in the queue (exactly once).
+    Enqueued,
+    /// The queue held `max` items until the deadline; nothing was enqueued.
+    Full,
+}
+
+/// A bounded distributed FIFO queue (see the [module docs](self)). `Send + Sync`.
+#[derive(Debug)]
+pub struct BoundedQueue {
+    queue: Queue,
+    gate: String,
+    max: usize,
+    nodes: NodeOptions,
+}
+
+impl BoundedQueue {
+    /// The bounded queue at `path` holding at most `max` items (every user of the path
+    /// must give the same `max`). `max` must be at least 1.
+    pub fn new(zk: &ZooKeeper, path: &str, max: usize) -> Result<BoundedQueue> {
+        check_base_path(path)?;
+        if max == 0 {
+            return Err(RecipeError::InvalidArgument(
+                "a bounded queue holds at least one item",
+            ));
+        }
+        Ok(BoundedQueue {
+            queue: Queue::new(zk, &format!("{path}/items"))?,
+            gate: path.to_string(),
+            max,
+            nodes: NodeOptions::default(),
+        })
+    }
+
+    /// How long an operation waits for a dropped connection to come back (default:
+    /// twice the session timeout).
+    pub fn with_reconnect_timeout(self, timeout: Duration) -> BoundedQueue {
+        BoundedQueue {
+            queue: self.queue.with_reconnect_timeout(timeout),
+            ..self
+        }
+    }
+
+    /// ACL of every node it creates and whether the items directories are containers
+    /// (the gate `<path>` is always persistent, see the module docs).
+    pub fn with_node_options(self, nodes: NodeOptions) -> BoundedQueue {
+        BoundedQueue {
+            queue: self.queue.with_node_options(nodes.clone()),
+            nodes,
+            ..self
+        }
+    }
+
+    /// The queue's base path (the gate).
+    pub fn path(&self) -> &str {
+        &self.gate
+    }
+
+    /// The bound.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Enqueues `data`, waiting as long as the queue is full.
+    pub fn put(&self, data: &[u8]) -> Result<()> {
+        loop {
+            if self.put_until(data, Deadline::never())? == Offer::Enqueued {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Enqueues `data`, waiting at most `timeout` for room: [`Offer::Full`] (nothing
+    /// enqueued) if the queue stayed full.
+    pub fn put_timeout(&self, data: &[u8], timeout: Duration) -> Result<Offer> {
+        self.put_until(data, Deadline::after(timeout))
+    }
+
+    /// Enqueues `data` if there is room now, else [`Offer::Full`] at once.
+    pub fn try_put(&self, data: &[u8]) -> Result<Offer> {
+        self.put_until(data, Deadline::after(Duration::ZERO))
+    }
+
+    fn put_until(&self, data: &[u8], deadline: Deadline) -> Result<Offer> {
+        let zk = self.queue.zk();
+        // The deadline bounds the wait for room, not the riding out of a connection
+        // loss (as a take's deadline does not bound confirming a claimed item).
+        let patience = self.queue.patience();
+        let store = self.queue.store();
+        loop {
+            let version = match retry(zk, patience, || zk.exists(&self.gate))? {
+                None => {
+                    let gate_nodes = self.nodes.clone().container_dirs(false);
+                    ensure_dir(zk, &self.gate, &gate_nodes, patience)?;
+                    continue;
+                }
+                Some(stat) if stat.version == -1 => {
+                    // -1 would be "any version": bump past it and read again.
+                    match retry(zk, patience, || zk.set(&self.gate, b"", None)) {
+                        Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => continue,
+                        Err(error) => return Err(error),
+                    }
+                }
+                Some(stat) => stat.version,
+            };
+            // Listed after the gate was read: every put up to `version` is in it.
+            let children = children_or_none(zk, &store.items, patience)?;
+            if self.count(children) >= self.max {
+                if deadline.expired() {
+                    return Ok(Offer::Full);
+                }
+                // Full: watch (registered before the listing that decides) and wait.
+                let (children, epoch) = match self.queue.watched_listing(deadline) {
+                    Err(RecipeError::Timeout) if deadline.expired() => return Ok(Offer::Full),
+                    other => other?,
+                };
+                if self.count(children) >= self.max
+                    && !self.queue.wait_change(epoch, deadline)?
+                    && deadline.expired()
+                {
+                    return Ok(Offer::Full);
+                }
+                continue;
+            }
+            let guard = [Op::set_data(&self.gate, b"", version)];
+            if store.put_with(zk, data, "", &guard, patience)? {
+                return Ok(Offer::Enqueued);
+            }
+            // Another put passed the gate first: count again.
+        }
+    }
+
+    /// Items counted against the bound: every item node, including those numbered past
+    /// the counter's end (a put in progress removes them; until then they count).
+    fn count(&self, children: Vec<String>) -> usize {
+        let (in_range, past_end) = split_items(children);
+        in_range.len() + past_end.len()
+    }
+
+    /// Takes the head item without blocking: `None` if the queue is empty.
+    pub fn get(&self) -> Result<Option<Vec<u8>>> {
+        self.queue.get()
+    }
+
+    /// Takes the head item, blocking until there is one.
+    pub fn take(&self) -> Result<Vec<u8>> {
+        self.queue.take()
+    }
+
+    /// Takes the head item, blocking at most `timeout` (see [`Queue::take_timeout`]).
+    pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
+        self.queue.take_timeout(timeout)
+    }
+
+    /// The number of items in the queue now.
+    pub fn len(&self) -> Result<usize> {
+        let zk = self.queue.zk();
+        let children = children_or_none(zk, &self.queue.store().items, self.queue.patience())?;
+        Ok(self.count(children))
+    }
+
+    /// Threads of this value blocked right now waiting for the items directory to change
+    /// (producers on a full queue, consumers on an empty one; for monitoring and tests).
+    pub fn waiting(&self) -> usize {
+        self.queue.waiting()
+    }
+
+    /// Whether the queue is empty now.
+    pub fn is_empty(&self) -> Result<bool> {
+        self.len().map(|n| n == 0)
+    }
+}

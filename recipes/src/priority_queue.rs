@@ -1,0 +1,139 @@
+//! A distributed priority queue: items are taken in priority order (smaller number
+//! first), FIFO within a priority. The counterpart of Curator's
+//! `DistributedPriorityQueue` and of kazoo's `Queue`/`LockingQueue` `priority` argument
+//! (both: a smaller number is taken first).
+//!
+//! # Layout
+//! ```text
+//! <path>/item-<guid>-p<priority, 10 digits>-<seq>   one persistent sequential node per item
+//! <path>/receipts/<guid>                             ephemeral put receipts
+//! ```
+//! The priority is in the item's *name*, so a consumer orders a whole listing without
+//! reading any item; the sequence suffix orders items of equal priority.
+//!
+//! # How it works
+//! The [queue](crate::queue)'s protocol, unchanged except for the order: the same put
+//! (item and receipt in one `multi`, exactly once on `Ok` across connection loss), the
+//! same claim (`get`, then `delete` at the read version; a lost delete resolved after a
+//! `sync`), the same blocking take (a child watch registered before the listing it acts
+//! on, one per value, shared by its threads), the same handling of the sequence
+//! counter's end (items numbered at or past
+//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) never take part; the put restarts an
+//! empty directory or fails with `SequenceExhausted`). Where the FIFO queue claims from a
+//! cached listing across takes, every take here lists the directory again, so an item
+//! put with a higher priority since the last take is not passed over.
+//!
+//! # Guarantees
+//! - A take returns an item of the smallest priority number among the items its listing
+//!   saw (the listing is made during that take), and among those the one put first (by
+//!   the server's sequence number). A take that loses its first choice to another
+//!   consumer takes the next in that order.
+//! - Everything the [queue](crate::queue) guarantees about puts and claims: exactly-once
+//!   put on `Ok`, at most one consumer per item except a delete lost with the
+//!   connection (then at-least-once), no item lost at a take's deadline.
+//!
+//! # Non-guarantees
+//! - No strict global priority order among competing consumers: an item put after a
+//!   consumer listed is seen by its next take, not by the one in progress.
+//! - Each take lists the whole directory (about 60 bytes per item): a backlog of N items
+//!   costs O(N) per take, where the FIFO queue costs O(1) per take.
+//! - Starvation: a steady stream of high-priority items starves lower ones (as in
+//!   Curator and kazoo).
+//! - Items written by a plain [`Queue`] on the same path have no priority tag and count
+//!   as priority 0. Use one kind of queue per path.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use recipes::priority_queue::PriorityQueue;
+//! use zookeeper::ZooKeeper;
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let jobs = PriorityQueue::new(&zk, "/jobs")?;
+//! jobs.put(b"batch report", 100)?;
+//! jobs.put(b"page the on-call", 0)?;
+//! assert_eq!(jobs.take()?, b"page the on-call");
+//! # Ok::<(), recipes::RecipeError>(())
+//! ```
+
+use crate::queue::{Order, Queue};
+use crate::{NodeOptions, Result};
+use std::time::Duration;
+use zookeeper::ZooKeeper;
+
+/// A distributed priority queue (see the [module docs](self)). `Send + Sync`.
+#[derive(Debug)]
+pub struct PriorityQueue {
+    queue: Queue,
+}
+
+impl PriorityQueue {
+    /// The priority queue at `path` (its nodes are created when first needed).
+    pub fn new(zk: &ZooKeeper, path: &str) -> Result<PriorityQueue> {
+        Ok(PriorityQueue {
+            queue: Queue::new(zk, path)?.with_order(Order::Priority),
+        })
+    }
+
+    /// How long an operation waits for a dropped connection to come back (default:
+    /// twice the session timeout).
+    pub fn with_reconnect_timeout(self, timeout: Duration) -> PriorityQueue {
+        PriorityQueue {
+            queue: self.queue.with_reconnect_timeout(timeout),
+        }
+    }
+
+    /// ACL and directory kind of the nodes it creates (see [`NodeOptions`]).
+    pub fn with_node_options(self, nodes: NodeOptions) -> PriorityQueue {
+        PriorityQueue {
+            queue: self.queue.with_node_options(nodes),
+        }
+    }
+
+    /// The queue node's path.
+    pub fn path(&self) -> &str {
+        self.queue.path()
+    }
+
+    /// Enqueues `data` with `priority` (smaller is taken first), exactly once on `Ok`,
+    /// also across connection loss (see [`Queue::put`]).
+    pub fn put(&self, data: &[u8], priority: u32) -> Result<()> {
+        let tag = format!("p{priority:010}");
+        let store = self.queue.store();
+        store
+            .put_with(self.queue.zk(), data, &tag, &[], self.queue.patience())
+            .map(drop)
+    }
+
+    /// Takes the item first in priority order without blocking: `None` if the queue is
+    /// empty.
+    pub fn get(&self) -> Result<Option<Vec<u8>>> {
+        self.queue.get()
+    }
+
+    /// Takes the item first in priority order, blocking until there is one.
+    pub fn take(&self) -> Result<Vec<u8>> {
+        self.queue.take()
+    }
+
+    /// Takes the item first in priority order, blocking at most `timeout` (`None` if
+    /// none came; see [`Queue::take_timeout`]).
+    pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
+        self.queue.take_timeout(timeout)
+    }
+
+    /// The number of items in the queue now.
+    pub fn len(&self) -> Result<usize> {
+        self.queue.len()
+    }
+
+    /// Threads blocked in `take`/`take_timeout` on this value right now (for monitoring
+    /// and tests).
+    pub fn waiting(&self) -> usize {
+        self.queue.waiting()
+    }
+
+    /// Whether the queue is empty now.
+    pub fn is_empty(&self) -> Result<bool> {
+        self.queue.is_empty()
+    }
+}

@@ -1,0 +1,117 @@
+//! Priority queue against a real server: priority order with FIFO inside a priority, a
+//! later higher-priority put is not passed over, blocking takes, exactly-once puts
+//! across a lost reply, items past the counter's end never delivered.
+
+mod common;
+
+use common::{connect, connect_to, opcode, unique_path, wait_until, FaultProxy};
+use recipes::priority_queue::PriorityQueue;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+use zookeeper::{Acl, CreateMode};
+
+#[test]
+fn items_come_out_by_priority_then_in_put_order() {
+    let zk = connect();
+    let queue = PriorityQueue::new(&zk, &unique_path("order")).unwrap();
+    for (data, priority) in [("c", 5), ("a", 1), ("b", 1), ("d", 0), ("e", 5), ("f", 1)] {
+        queue.put(data.as_bytes(), priority).unwrap();
+    }
+    assert_eq!(queue.len().unwrap(), 6);
+    let mut order = String::new();
+    while let Some(item) = queue.get().unwrap() {
+        order.push_str(std::str::from_utf8(&item).unwrap());
+    }
+    assert_eq!(order, "dabfce");
+    // The extremes of the range.
+    queue.put(b"last", u32::MAX).unwrap();
+    queue.put(b"first", 0).unwrap();
+    assert_eq!(queue.take().unwrap(), b"first");
+    assert_eq!(queue.take().unwrap(), b"last");
+}
+
+/// A take decides on a listing of its own: an urgent item put after the previous take
+/// comes next, ahead of older items of lower priority.
+#[test]
+fn a_later_urgent_item_is_not_passed_over() {
+    let zk = connect();
+    let path = unique_path("urgent");
+    let queue = PriorityQueue::new(&zk, &path).unwrap();
+    for i in 0..4 {
+        queue.put(format!("routine {i}").as_bytes(), 10).unwrap();
+    }
+    assert_eq!(queue.get().unwrap().unwrap(), b"routine 0");
+    let other = PriorityQueue::new(&connect(), &path).unwrap();
+    other.put(b"urgent", 1).unwrap();
+    assert_eq!(queue.get().unwrap().unwrap(), b"urgent");
+    assert_eq!(queue.take().unwrap(), b"routine 1");
+}
+
+#[test]
+fn a_blocked_take_wakes_on_a_put() {
+    let path = unique_path("blocked");
+    let consumer = Arc::new(PriorityQueue::new(&connect(), &path).unwrap());
+    assert_eq!(
+        consumer.take_timeout(Duration::from_millis(100)).unwrap(),
+        None
+    );
+    let taker = {
+        let consumer = Arc::clone(&consumer);
+        thread::spawn(move || consumer.take_timeout(Duration::from_secs(60)))
+    };
+    wait_until("the consumer is blocked", || consumer.waiting() == 1);
+    let producer_zk = connect();
+    PriorityQueue::new(&producer_zk, &path)
+        .unwrap()
+        .put(b"wake up", 3)
+        .unwrap();
+    assert_eq!(
+        taker.join().unwrap().unwrap().as_deref(),
+        Some(&b"wake up"[..])
+    );
+}
+
+#[test]
+fn a_put_whose_reply_is_lost_enqueues_once() {
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let zk = connect_to(&proxy.addr);
+    let queue = PriorityQueue::new(&zk, &unique_path("lost")).unwrap();
+    queue.put(b"low", 9).unwrap();
+    proxy.cut_after(opcode::MULTI);
+    queue.put(b"high", 2).unwrap();
+    assert!(proxy.has_cut());
+    assert_eq!(queue.len().unwrap(), 2);
+    assert_eq!(queue.get().unwrap().unwrap(), b"high");
+    assert_eq!(queue.get().unwrap().unwrap(), b"low");
+    assert_eq!(queue.get().unwrap(), None);
+}
+
+/// An item numbered past the counter's end, even at the highest priority, is never
+/// delivered while its put is in progress (receipt present) and is removed once that
+/// put's session is gone.
+#[test]
+fn items_past_the_counters_end_take_no_part() {
+    let zk = connect();
+    let path = unique_path("end");
+    let queue = PriorityQueue::new(&zk, &path).unwrap();
+    queue.put(b"in range", 7).unwrap();
+    let peer = connect();
+    let id = recipes::util::guid();
+    let crafted = format!("{path}/item-{id}-p0000000000--2147483648");
+    let open = Acl::open_unsafe();
+    peer.create(&crafted, b"wrapped", &open, CreateMode::Persistent)
+        .unwrap();
+    peer.create(
+        &format!("{path}/receipts/{id}"),
+        b"",
+        &open,
+        CreateMode::Ephemeral,
+    )
+    .unwrap();
+    assert_eq!(queue.get().unwrap().unwrap(), b"in range");
+    assert_eq!(queue.get().unwrap(), None, "a wrapped item was delivered");
+    peer.close().unwrap();
+    assert_eq!(queue.get().unwrap(), None);
+    assert!(zk.exists(&crafted).unwrap().is_none(), "orphan left behind");
+}
