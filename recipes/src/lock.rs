@@ -141,7 +141,7 @@ impl fmt::Display for LockLost {
 }
 
 impl LockLost {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             LockLost::SessionExpired => "lock lost: session expired",
             LockLost::NodeDeleted => "lock lost: lock node deleted",
@@ -149,6 +149,83 @@ impl LockLost {
             LockLost::Closed => "lock lost: handle closed",
         }
     }
+}
+
+/// The node names of a lock and which children of its directory count as contenders:
+/// compatible with another library's lock on the same path. One layout per path: every
+/// participant must count every other's nodes, or two can hold the lock at once.
+///
+/// All layouts order contenders by the 10-digit sequence suffix and, as everywhere in
+/// these recipes, leave out numbers at or past the sequence limit (a foreign library may
+/// still order by them; see the module docs on the counter's end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum LockLayout {
+    /// Nodes `<guid>-lock-<seq>`; every child with a sequence suffix is a contender.
+    /// Compatible with Curator's `InterProcessMutex` (which orders every child by the
+    /// text after `lock-`), but **not** with kazoo's `Lock`: kazoo counts only children
+    /// named `…__lock__<seq>`, so it ignores these nodes and both sides can hold the
+    /// lock at once (measured: 135 overlapping critical sections in one run). Use
+    /// [`LockLayout::Kazoo`] on paths that kazoo processes lock.
+    #[default]
+    Native,
+    /// Curator 5.x `InterProcessMutex`: nodes `_c_<guid>-lock-<seq>` (Curator's
+    /// protected-mode name), every child with a sequence suffix a contender, as Curator
+    /// counts them. Curator's and ours exclude each other.
+    Curator,
+    /// kazoo 2.x `Lock`: nodes `<guid>__lock__<seq>`; contenders are the children whose
+    /// sequence suffix follows `__lock__` or `__rlock__` (kazoo's `WriteLock` rule, so this
+    /// lock also excludes kazoo `ReadLock` holders). A kazoo `Lock` counts only
+    /// `__lock__` nodes: it sees ours, and we see its.
+    Kazoo,
+}
+
+impl LockLayout {
+    /// The name prefix of a new lock node (before the server's sequence suffix).
+    fn tag(self) -> String {
+        match self {
+            LockLayout::Native => format!("{}-lock-", guid()),
+            LockLayout::Curator => format!("_c_{}-lock-", uuid_text()),
+            LockLayout::Kazoo => format!("{}__lock__", guid()),
+        }
+    }
+
+    /// The contenders among `children`, in order, numbers out of range left out.
+    fn contenders(self, children: Vec<String>, limit: i32) -> Vec<Member> {
+        match self {
+            LockLayout::Native | LockLayout::Curator => ordered_members(children, ANY_NAME, limit),
+            LockLayout::Kazoo => {
+                let kazoo: Vec<String> = children
+                    .into_iter()
+                    .filter(|name| kazoo_marker(name).is_some())
+                    .collect();
+                ordered_members(kazoo, ANY_NAME, limit)
+            }
+        }
+    }
+}
+
+/// The kazoo lock marker (`__lock__` or `__rlock__`) that directly precedes `name`'s
+/// sequence suffix (kazoo's contender pattern `(?:marker)(-?\d{10})$`), if any.
+pub(crate) fn kazoo_marker(name: &str) -> Option<&'static str> {
+    crate::util::sequence_of(name)?;
+    let head = &name[..name.len() - 10];
+    ["__lock__", "__rlock__"]
+        .into_iter()
+        .find(|marker| head.ends_with(marker))
+}
+
+/// A random UUID in its 8-4-4-4-12 text form (as Curator's protected names hold).
+pub(crate) fn uuid_text() -> String {
+    let g = guid();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &g[0..8],
+        &g[8..12],
+        &g[12..16],
+        &g[16..20],
+        &g[20..32]
+    )
 }
 
 /// A distributed lock on a ZooKeeper path (see the [module docs](self)).
@@ -162,6 +239,7 @@ pub struct Lock {
     nodes: NodeOptions,
     patience: Patience,
     grace: Duration,
+    layout: LockLayout,
     /// What this value's guards know of the session, made by the first acquisition.
     shared: OnceLock<Arc<Shared>>,
     wakeups: AtomicU64,
@@ -196,6 +274,7 @@ impl Lock {
             nodes: NodeOptions::default(),
             patience: Patience::reconnect(default_reconnect_timeout(zk)),
             grace: Duration::ZERO,
+            layout: LockLayout::Native,
             shared: OnceLock::new(),
             wakeups: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
@@ -215,6 +294,19 @@ impl Lock {
     pub fn with_node_options(mut self, nodes: NodeOptions) -> Lock {
         self.nodes = nodes;
         self
+    }
+
+    /// The names of this lock's nodes and which nodes of the directory it counts (default
+    /// [`LockLayout::Native`]). Every participant on one path must use a layout that
+    /// counts the others' nodes: see [`LockLayout`].
+    pub fn with_layout(mut self, layout: LockLayout) -> Lock {
+        self.layout = layout;
+        self
+    }
+
+    /// The layout set with [`with_layout`](Self::with_layout).
+    pub fn layout(&self) -> LockLayout {
+        self.layout
     }
 
     /// How long a guard tolerates a dropped connection before it reports
@@ -301,7 +393,7 @@ impl Lock {
             data: b"",
             nodes: &self.nodes,
         };
-        let tag = format!("{}-lock-", guid());
+        let tag = self.layout.tag();
         let created = match create_member(&self.zk, &dir, &tag, &self.label, patience, drain) {
             Ok(created) => created,
             Err(error) => return not_acquired(error, wait),
@@ -334,7 +426,7 @@ impl Lock {
     /// the directory is missing.
     fn sorted_nodes(&self, patience: Patience) -> Result<Vec<Member>> {
         match retry(&self.zk, patience, || self.zk.get_children(&self.dir)) {
-            Ok(children) => Ok(ordered_members(children, ANY_NAME, self.nodes.limit())),
+            Ok(children) => Ok(self.layout.contenders(children, self.nodes.limit())),
             Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(Vec::new()),
             Err(error) => Err(error),
         }
@@ -961,6 +1053,11 @@ impl LockGuard {
         &self.node
     }
 
+    /// The client the lock node belongs to.
+    pub(crate) fn client(&self) -> &ZooKeeper {
+        &self.zk
+    }
+
     /// The lock node's sequence number. It orders the requests of one incarnation of the
     /// lock directory, and starts again from 0 when the directory is re-created (a
     /// counter restart, a container directory removed while idle): not a fencing token,
@@ -1011,6 +1108,18 @@ impl LockGuard {
             self.shared.watch(&self.state);
         }
         receiver
+    }
+
+    /// Runs `ops` as one `multi` that the server applies only while this guard's lock
+    /// node still exists unchanged, i.e. only while this guard holds the lock (see
+    /// [`fenced`](crate::fenced)). Fails with [`RecipeError::Lost`] if the lock is gone,
+    /// without sending anything if the guard already knows it. Returns the results of
+    /// `ops`.
+    pub fn fenced_multi(&self, ops: &[zookeeper::Op]) -> Result<Vec<zookeeper::OpResult>> {
+        if let Some(reason) = self.lost_reason() {
+            return Err(RecipeError::Lost(reason.as_str()));
+        }
+        crate::fenced::fenced_multi(&self.zk, &[&self.node], ops)
     }
 
     /// Releases the lock (deletes the node). Fails with `RecipeError::Lost` if the lock
