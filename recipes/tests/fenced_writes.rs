@@ -14,7 +14,7 @@ use zookeeper::{Acl, CreateMode, Error, Op, OpResult, ZooKeeper};
 
 fn data_node(zk: &ZooKeeper, path: &str) -> String {
     let node = format!("{path}-data");
-    recipes::util::ensure_path(zk, &path).unwrap();
+    recipes::util::ensure_path(zk, path).unwrap();
     zk.create(&node, b"v0", &Acl::open_unsafe(), CreateMode::Persistent)
         .unwrap();
     node
