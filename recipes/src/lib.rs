@@ -25,6 +25,7 @@ pub mod error;
 pub mod events;
 pub mod fenced;
 pub mod id_generator;
+pub mod lease_semaphore;
 pub mod lifecycle;
 pub mod lock;
 pub mod multi_lock;

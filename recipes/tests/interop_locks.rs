@@ -5,6 +5,7 @@
 mod common;
 
 use common::{connect, unique_path};
+use recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 use recipes::lock::{Lock, LockLayout};
 use recipes::rwlock::ReadWriteLock;
 use std::thread;
@@ -217,4 +218,53 @@ fn curator_read_write_lock_and_curator_layout() {
 #[test]
 fn kazoo_write_lock_and_kazoo_layout() {
     rwlock_interop(None, Participant::KazooWriteLock, LockLayout::Kazoo);
+}
+
+/// Semaphore runs: a foreign semaphore with `PERMITS` leases and two threads of ours
+/// (the matching layout), one lease per section: at most `PERMITS` at once.
+fn semaphore_interop(participant: Participant, layout: SemaphoreLayout) {
+    const PERMITS: u32 = 2;
+    let path = unique_path("semaphore");
+    let mut peers = vec![start(participant, &path)];
+    let ours: Vec<(String, OurRun)> = (0..2)
+        .map(|i| {
+            let path = path.clone();
+            let name = format!("rust#{i}");
+            let who = name.clone();
+            let run: OurRun = Box::new(move || {
+                let zk = connect();
+                let pool = LeaseSemaphore::new(&zk, &path, PERMITS, layout).unwrap();
+                our_sections(&who, || pool.acquire(1, T).unwrap().expect("a lease"))
+            });
+            (name, run)
+        })
+        .collect();
+    let sections = run_together(&mut peers, ours);
+    let (overlap, at) = max_overlap(&sections);
+    eprintln!(
+        "{participant:?} and ours ({layout:?}): {} sections, at most {overlap} at once \
+         (max {PERMITS})",
+        sections.len()
+    );
+    assert!(
+        overlap <= PERMITS as usize,
+        "more than {PERMITS} leases at once: {:?}",
+        at.map(|t| sections_at(&sections, t))
+    );
+}
+
+#[test]
+fn curator_semaphore_v2_and_curator_layout() {
+    semaphore_interop(
+        Participant::CuratorSemaphore { permits: 2 },
+        SemaphoreLayout::Curator,
+    );
+}
+
+#[test]
+fn kazoo_semaphore_and_kazoo_layout() {
+    semaphore_interop(
+        Participant::KazooSemaphore { permits: 2 },
+        SemaphoreLayout::Kazoo,
+    );
 }
