@@ -30,6 +30,28 @@
 //! arrive at the end are not ordered among themselves across the restart (whoever
 //! creates first in the new directory goes first).
 //!
+//! # Layouts: sharing a path with Curator and kazoo
+//! [`Lock::with_layout`] picks the node names and which children count
+//! ([`LockLayout`]), one layout per path:
+//! - [`LockLayout::Native`] (default) and [`LockLayout::Curator`] count every sequential
+//!   child, as Curator's `InterProcessMutex` does, and order by the 10-digit suffix
+//!   (Curator orders by the text after `lock-`, the same for these names). Both exclude
+//!   Curator processes on the same path (tested against Curator 5.4: 0 overlaps).
+//! - kazoo's `Lock` counts only `…__lock__<seq>` children: it does not see native
+//!   nodes, so a kazoo `Lock` and a native lock on one path can both hold it (135
+//!   overlapping critical sections in one measured run). [`LockLayout::Kazoo`] uses
+//!   kazoo's names (`<guid>__lock__<seq>`) and counts kazoo's `__lock__` and `__rlock__`
+//!   nodes (tested against kazoo 2.8: 0 overlaps).
+//!
+//! Every layout keeps the rules above: numbers past the sequence limit take no part
+//! (also a foreign library's nodes), lost creates are found by the guid.
+//!
+//! # Fenced writes
+//! [`LockGuard::fenced_multi`] runs writes as one `multi` that first checks the guard's
+//! own lock node, so the server refuses them once the lock is gone, even when the holder
+//! has not heard of the loss yet (Curator has nothing like it: CURATOR-689). See
+//! [`fenced`](crate::fenced).
+//!
 //! # Learning that the lock is lost
 //! Neither kazoo nor Curator tells a lock holder that its lock is gone. Here a guard
 //! reports the first of:
@@ -79,7 +101,9 @@
 //!
 //! # Non-guarantees
 //! - Not reentrant: a second `acquire` on the same path from the same thread waits for
-//!   the first guard (each acquisition is its own node).
+//!   the first guard (each acquisition is its own node). Use
+//!   [`ReentrantLock`](crate::reentrant_lock::ReentrantLock) for that, and
+//!   [`MultiLock`](crate::multi_lock::MultiLock) to hold several paths at once.
 //! - Like every ZooKeeper lock, a holder paused (GC, SIGSTOP, swapped out) for longer
 //!   than the session timeout can resume believing it still holds the lock before its
 //!   guard hears the news. Protect external resources with the guard's

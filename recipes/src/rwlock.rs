@@ -51,6 +51,20 @@
 //! the request waits, within its timeout, and then fails with `Timeout` as a busy lock
 //! does (`try_read` / `try_write`: `None`).
 //!
+//! # Layouts
+//! [`ReadWriteLock::with_layout`] makes the lock share its directory with Curator 5.x
+//! `InterProcessReadWriteLock` ([`LockLayout::Curator`]: `__READ__` / `__WRIT__` nodes)
+//! or kazoo 2.x `ReadLock` / `WriteLock` ([`LockLayout::Kazoo`]: `__rlock__` /
+//! `__lock__` nodes); writers stay exclusive across libraries (tested against real
+//! processes). kazoo 2.8's own `ReadLock` waits for the last `__lock__` node of the
+//! whole directory, also one queued after it, so a kazoo reader and a writer queued
+//! behind it (kazoo's or ours) wait for each other forever: on a kazoo path, take reads
+//! with this lock (or avoid writers queueing behind kazoo readers).
+//!
+//! # Fenced writes
+//! [`WriteGuard::fenced_multi`] runs writes that the server applies only while the
+//! write lock is held (see [`fenced`](crate::fenced)).
+//!
 //! # Non-guarantees
 //! - The lock is tied to the ZooKeeper session: if the session expires, the node goes
 //!   and another process may acquire while this process still holds a guard. Use
