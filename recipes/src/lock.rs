@@ -1189,3 +1189,65 @@ impl Drop for LockGuard {
         let _ = self.release_inner(true);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: Vec<Member>) -> Vec<String> {
+        list.into_iter().map(|m| m.name).collect()
+    }
+
+    #[test]
+    fn kazoo_layout_counts_kazoo_markers_only() {
+        let children = vec![
+            "bbb__lock__0000000003".to_string(),
+            "aaa__rlock__0000000001".to_string(),
+            "g-lock-0000000000".to_string(),
+            "ccc__lock__0000000002".to_string(),
+            "lease_holder".to_string(),
+            "ddd__lock__x000000004".to_string(),
+        ];
+        assert_eq!(
+            names(LockLayout::Kazoo.contenders(children.clone(), i32::MAX)),
+            vec![
+                "aaa__rlock__0000000001",
+                "ccc__lock__0000000002",
+                "bbb__lock__0000000003"
+            ]
+        );
+        // Native and Curator count every sequential child, as Curator does.
+        assert_eq!(LockLayout::Curator.contenders(children, i32::MAX).len(), 4);
+        assert_eq!(kazoo_marker("x__rlock__0000000001"), Some("__rlock__"));
+        assert_eq!(kazoo_marker("x__lock__-000000001"), Some("__lock__"));
+        assert_eq!(kazoo_marker("x__lock__"), None);
+    }
+
+    #[test]
+    fn foreign_layouts_never_order_by_out_of_range_numbers() {
+        let children = vec![
+            "a__lock__2147483647".to_string(),
+            "b__lock__-000000005".to_string(),
+            "c__lock__0000000007".to_string(),
+            "_c_x-lock-2147483647".to_string(),
+            "_c_y-lock-0000000009".to_string(),
+        ];
+        assert_eq!(
+            names(LockLayout::Kazoo.contenders(children.clone(), i32::MAX)),
+            vec!["c__lock__0000000007"]
+        );
+        assert_eq!(
+            names(LockLayout::Curator.contenders(children, i32::MAX)),
+            vec!["c__lock__0000000007", "_c_y-lock-0000000009"]
+        );
+    }
+
+    #[test]
+    fn layout_tags() {
+        let curator = LockLayout::Curator.tag();
+        assert!(curator.starts_with("_c_") && curator.ends_with("-lock-"));
+        assert_eq!(curator.len(), "_c_".len() + 36 + "-lock-".len());
+        assert!(LockLayout::Kazoo.tag().ends_with("__lock__"));
+        assert!(LockLayout::Native.tag().ends_with("-lock-"));
+    }
+}
