@@ -2,8 +2,10 @@
 //! leases, and a timed-out wait leaving nothing behind, in both layouts.
 
 mod common;
+mod ordered_support;
 
-use common::{assert_no_leftover_contexts, connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, connect_to, unique_path};
+use ordered_support::{eventually, op, shared_server_addr, RequestProxy};
 use recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 use recipes::RecipeError;
 use std::time::Duration;
@@ -67,4 +69,40 @@ fn kazoo_layout_checks_the_maximum() {
         other.acquire(1, Duration::from_secs(30)),
         Err(RecipeError::InvalidArgument(_))
     ));
+}
+
+/// The lease create's reply is lost with the connection (after the guard lock's create
+/// had its reply lost too): the lease is found again, never made twice, in both
+/// layouts.
+#[test]
+fn lost_lease_create_is_not_repeated() {
+    for layout in [SemaphoreLayout::Curator, SemaphoreLayout::Kazoo] {
+        let proxy = RequestProxy::start(&shared_server_addr());
+        let zk = connect_to(&proxy.addr);
+        let path = unique_path("lost-lease");
+        let pool = LeaseSemaphore::new(&zk, &path, 2, layout).unwrap();
+        proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
+        let leases = std::thread::scope(|scope| {
+            let taking = scope.spawn(|| pool.acquire(1, Duration::from_secs(60)));
+            // The guard lock's node first; then the lease's.
+            proxy.wait_lost(1);
+            proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
+            proxy.wait_lost(2);
+            taking.join().unwrap()
+        });
+        let leases = leases.unwrap().expect("a lease");
+        let direct = connect();
+        let held = pool.held().unwrap();
+        eprintln!("{layout:?}: {held} lease(s) after two lost creates");
+        assert_eq!(held, 1, "{layout:?}: the lease create was repeated");
+        assert!(leases[0].is_held().unwrap());
+        drop(leases);
+        assert!(eventually(Duration::from_secs(30), || {
+            LeaseSemaphore::new(&direct, &path, 2, layout)
+                .unwrap()
+                .held()
+                .unwrap()
+                == 0
+        }));
+    }
 }
