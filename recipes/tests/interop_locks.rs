@@ -7,6 +7,7 @@ mod common;
 use common::{connect, unique_path};
 use recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 use recipes::lock::{Lock, LockLayout};
+use recipes::reentrant_lock::ReentrantLock;
 use recipes::rwlock::ReadWriteLock;
 use std::thread;
 use std::time::Duration;
@@ -267,4 +268,27 @@ fn kazoo_semaphore_and_kazoo_layout() {
         Participant::KazooSemaphore { permits: 2 },
         SemaphoreLayout::Kazoo,
     );
+}
+
+/// Curator's `InterProcessMutex` is reentrant too; ours in the Curator layout, entered
+/// twice per section, excludes it.
+#[test]
+fn curator_mutex_and_reentrant_lock() {
+    let path = unique_path("reentrant");
+    let mut peers = vec![start(Participant::CuratorMutex, &path)];
+    let run_path = path.clone();
+    let run: OurRun = Box::new(move || {
+        let zk = connect();
+        let lock = ReentrantLock::new(&zk, &run_path)
+            .unwrap()
+            .with_layout(LockLayout::Curator);
+        our_sections("rust-reentrant", || {
+            let outer = lock.acquire().unwrap();
+            let inner = lock.acquire().unwrap();
+            assert_eq!(inner.hold_count(), 2);
+            (inner, outer)
+        })
+    });
+    let sections = run_together(&mut peers, vec![("rust-reentrant".to_string(), run)]);
+    assert_exclusive("CuratorMutex and our reentrant lock (Curator)", &sections);
 }
