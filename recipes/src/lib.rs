@@ -12,6 +12,11 @@
 //! | leader election | [`election`] | ZooKeeper recipes |
 //! | read-write lock | [`rwlock`] | ZooKeeper recipes |
 //! | semaphore | [`semaphore`] | ZooKeeper recipes |
+//! | lock layouts for Curator `InterProcessMutex` / `InterProcessReadWriteLock` and kazoo `Lock` / `ReadLock` / `WriteLock` | [`lock::LockLayout`] | Curator, kazoo |
+//! | reentrant lock | [`reentrant_lock`] | Curator |
+//! | multi-lock (all or nothing) | [`multi_lock`] | Curator |
+//! | semaphore with leases (Curator `InterProcessSemaphoreV2`, kazoo `Semaphore` layouts) | [`lease_semaphore`] | Curator, kazoo |
+//! | fenced writes (a multi checking the lock node) | [`fenced`] | CURATOR-689 |
 //! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
 //! | node, children and tree caches | [`cache`] | Curator |
 //! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
@@ -26,13 +31,17 @@ pub mod delayed_queue;
 pub mod election;
 pub mod error;
 pub mod events;
+pub mod fenced;
 pub mod id_generator;
+pub mod lease_semaphore;
 pub mod lifecycle;
 pub mod lock;
+pub mod multi_lock;
 mod nodes;
 pub mod priority_queue;
 pub mod queue;
 mod recovery;
+pub mod reentrant_lock;
 pub mod rwlock;
 pub mod semaphore;
 pub mod shared_value;

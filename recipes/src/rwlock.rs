@@ -51,6 +51,20 @@
 //! the request waits, within its timeout, and then fails with `Timeout` as a busy lock
 //! does (`try_read` / `try_write`: `None`).
 //!
+//! # Layouts
+//! [`ReadWriteLock::with_layout`] makes the lock share its directory with Curator 5.x
+//! `InterProcessReadWriteLock` ([`LockLayout::Curator`]: `__READ__` / `__WRIT__` nodes)
+//! or kazoo 2.x `ReadLock` / `WriteLock` ([`LockLayout::Kazoo`]: `__rlock__` /
+//! `__lock__` nodes); writers stay exclusive across libraries (tested against real
+//! processes). kazoo 2.8's own `ReadLock` waits for the last `__lock__` node of the
+//! whole directory, also one queued after it, so a kazoo reader and a writer queued
+//! behind it (kazoo's or ours) wait for each other forever: on a kazoo path, take reads
+//! with this lock (or avoid writers queueing behind kazoo readers).
+//!
+//! # Fenced writes
+//! [`WriteGuard::fenced_multi`] runs writes that the server applies only while the
+//! write lock is held (see [`fenced`](crate::fenced)).
+//!
 //! # Non-guarantees
 //! - The lock is tied to the ZooKeeper session: if the session expires, the node goes
 //!   and another process may acquire while this process still holds a guard. Use
@@ -62,9 +76,10 @@
 //! - Requests arriving at the counter's end are not ordered among themselves across the
 //!   restart.
 
+use crate::lock::{kazoo_marker, uuid_text, LockLayout};
 use crate::support::{
     check_base_path, create_member, default_op_timeout, ordered_members, owned_node_guard, retry,
-    wait_for_change, Deadline, Member, NodeWait, OwnedNode, Patience, SeqDir,
+    wait_for_change, Deadline, Member, NodeWait, OwnedNode, Patience, SeqDir, ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -75,6 +90,46 @@ use zookeeper::{Error, ZooKeeper};
 
 const READ: &str = "read-";
 const WRITE: &str = "write-";
+/// Curator `InterProcessReadWriteLock`'s markers.
+const CURATOR_READ: &str = "__READ__";
+const CURATOR_WRITE: &str = "__WRIT__";
+
+/// The name prefix of a new request of `kind` (`READ` or `WRITE`) in `layout`.
+fn request_tag(layout: LockLayout, kind: &str) -> String {
+    let write = kind == WRITE;
+    match layout {
+        LockLayout::Curator if write => format!("_c_{}-{CURATOR_WRITE}", uuid_text()),
+        LockLayout::Curator => format!("_c_{}-{CURATOR_READ}", uuid_text()),
+        LockLayout::Kazoo if write => format!("{}__lock__", guid()),
+        LockLayout::Kazoo => format!("{}__rlock__", guid()),
+        _ => format!("{kind}{}-", guid()),
+    }
+}
+
+/// The requests among `children` in `layout`, in order, out-of-range numbers left out.
+fn requests(layout: LockLayout, children: Vec<String>, limit: i32) -> Vec<Member> {
+    match layout {
+        // Curator's writers count every child; its readers wait for `__WRIT__` ones.
+        LockLayout::Curator => ordered_members(children, ANY_NAME, limit),
+        LockLayout::Kazoo => {
+            let kazoo = children
+                .into_iter()
+                .filter(|name| kazoo_marker(name).is_some())
+                .collect();
+            ordered_members(kazoo, ANY_NAME, limit)
+        }
+        _ => ordered_members(children, &[READ, WRITE], limit),
+    }
+}
+
+/// Whether a request is a write request (one that readers behind it wait for).
+fn is_write(layout: LockLayout, member: &Member) -> bool {
+    match layout {
+        LockLayout::Curator => member.name.contains(CURATOR_WRITE),
+        LockLayout::Kazoo => kazoo_marker(&member.name) == Some("__lock__"),
+        _ => member.is(WRITE),
+    }
+}
 
 /// A distributed read-write lock on a directory (see the [module docs](self)).
 /// Cheap to clone; usable from any thread.
@@ -83,6 +138,7 @@ pub struct ReadWriteLock {
     zk: ZooKeeper,
     dir: String,
     nodes: NodeOptions,
+    layout: LockLayout,
 }
 
 impl ReadWriteLock {
@@ -95,6 +151,7 @@ impl ReadWriteLock {
             zk: zk.clone(),
             dir: dir.to_string(),
             nodes: NodeOptions::default(),
+            layout: LockLayout::Native,
         })
     }
 
@@ -103,6 +160,18 @@ impl ReadWriteLock {
     /// removes the directory once the lock is idle; the next request creates it again.
     pub fn with_node_options(mut self, nodes: NodeOptions) -> ReadWriteLock {
         self.nodes = nodes;
+        self
+    }
+
+    /// The request names and which children count (default [`LockLayout::Native`]:
+    /// `read-<guid>-<seq>` / `write-<guid>-<seq>`). [`LockLayout::Curator`] interoperates
+    /// with Curator 5.x `InterProcessReadWriteLock` (`_c_<uuid>-__READ__<seq>` /
+    /// `__WRIT__`; every sequential child counts for a writer, `__WRIT__` ones for a
+    /// reader, as in Curator); [`LockLayout::Kazoo`] with kazoo 2.x `ReadLock` /
+    /// `WriteLock` (`<guid>__rlock__<seq>` / `<guid>__lock__<seq>`; only those count).
+    /// One layout per directory.
+    pub fn with_layout(mut self, layout: LockLayout) -> ReadWriteLock {
+        self.layout = layout;
         self
     }
 
@@ -119,7 +188,10 @@ impl ReadWriteLock {
     /// Acquires an exclusive (write) lock, waiting up to `timeout` for every preceding
     /// request.
     pub fn write(&self, timeout: Duration) -> Result<WriteGuard> {
-        self.acquire(WRITE, timeout).map(|node| WriteGuard { node })
+        self.acquire(WRITE, timeout).map(|node| WriteGuard {
+            node,
+            zk: self.zk.clone(),
+        })
     }
 
     /// A read lock if it can be had without waiting, else `None`.
@@ -141,7 +213,7 @@ impl ReadWriteLock {
             data: b"",
             nodes: &self.nodes,
         };
-        let tag = format!("{kind}{}-", guid());
+        let tag = request_tag(self.layout, kind);
         let created = create_member(&self.zk, &dir, &tag, b"", create_deadline.into(), deadline)
             .map_err(|error| match error {
                 // At the counter's end the directory is busy: as a busy lock, a timeout.
@@ -168,13 +240,16 @@ impl ReadWriteLock {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
                 other => other?,
             };
-            let list = ordered_members(children, &[READ, WRITE], self.nodes.limit());
+            let list = requests(self.layout, children, self.nodes.limit());
             let index = list
                 .iter()
                 .position(|m| m.name == node.name())
                 .ok_or(RecipeError::Lost("the lock request node is gone"))?;
             let blocker: Option<&Member> = if kind == READ {
-                list[..index].iter().rev().find(|m| m.is(WRITE))
+                list[..index]
+                    .iter()
+                    .rev()
+                    .find(|m| is_write(self.layout, m))
             } else {
                 index.checked_sub(1).map(|i| &list[i])
             };
@@ -211,6 +286,7 @@ pub struct ReadGuard {
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct WriteGuard {
     node: OwnedNode,
+    zk: ZooKeeper,
 }
 
 owned_node_guard!(ReadGuard, "lock");
@@ -232,5 +308,11 @@ impl WriteGuard {
     /// reject a paused former writer.
     pub fn fencing_token(&self) -> i64 {
         self.node.czxid()
+    }
+
+    /// Runs `ops` as one multi applied only while this write lock is held (its request
+    /// node still exists unchanged; see [`fenced`](crate::fenced)).
+    pub fn fenced_multi(&self, ops: &[zookeeper::Op]) -> Result<Vec<zookeeper::OpResult>> {
+        crate::fenced::fenced_multi(&self.zk, &[self.node.path()], ops)
     }
 }

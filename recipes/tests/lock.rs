@@ -778,3 +778,25 @@ fn acquire_timeout_keeps_its_deadline_while_waiting_disconnected() {
     );
     guard.release().unwrap();
 }
+
+/// The foreign layouts keep the lost-create protection: with the create's reply lost,
+/// the Curator- and kazoo-named node is found again after a sync, never made twice.
+#[test]
+fn foreign_layouts_find_a_lost_create() {
+    use recipes::lock::LockLayout;
+    for layout in [LockLayout::Curator, LockLayout::Kazoo] {
+        let proxy = RequestProxy::start(&shared_server_addr());
+        let path = unique_path("lost-create-layout");
+        recipes::util::ensure_path(&connect(), &path).unwrap();
+        let zk = connect_to(&proxy.addr);
+        let lock = Lock::new(&zk, &path).unwrap().with_layout(layout);
+        proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
+        let guard = lock.acquire().unwrap();
+        proxy.wait_lost(1);
+        let children = connect().get_children(&path).unwrap();
+        eprintln!("{layout:?}: after the lost create: {children:?}");
+        assert_eq!(children.len(), 1, "{layout:?}: the create was repeated");
+        assert!(guard.node().ends_with(&children[0]));
+        guard.release().unwrap();
+    }
+}

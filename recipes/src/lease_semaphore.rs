@@ -1,0 +1,292 @@
+//! A semaphore with leases in the layouts of Curator's `InterProcessSemaphoreV2` and
+//! kazoo's `Semaphore`, so Rust, Java and Python processes share one pool of leases.
+//!
+//! Both libraries guard the lease pool with a lock: the acquirer takes the lock, counts
+//! the leases and, while the pool is full, waits (holding the lock) for a lease to go;
+//! then it adds its lease and releases the lock. Since only the lock holder adds a lease,
+//! the count cannot be exceeded by concurrent acquirers.
+//!
+//! | layout | lock | leases |
+//! |---|---|---|
+//! | [`SemaphoreLayout::Curator`] | `<path>/locks`, an `InterProcessMutex` | `<path>/leases/_c_<uuid>-lease-<seq>`; the new lease is created first, kept if the leases number at most `max` |
+//! | [`SemaphoreLayout::Kazoo`] | `<path>-__lock__`, a kazoo `Lock` | `<path>/<uuid hex>`, created if fewer than `max` exist; `<path>` holds `max` as text |
+//!
+//! # Guarantees
+//! - At most `max` leases held at once among all participants of one layout on one path
+//!   (live sessions), ours and Curator's or kazoo's.
+//! - [`LeaseSemaphore::acquire`] returns `n` leases or none: leases taken on the way are
+//!   returned when the deadline passes or a step fails (as Curator's `acquire(n)`).
+//! - A timed-out wait leaves no node and no watch behind; the guard lock is released.
+//! - Each lease is a node: release one with [`Lease::release`] or by dropping it.
+//!
+//! # Non-guarantees
+//! - A lease is tied to its session: if it expires the node goes and the lease is handed
+//!   on. No revocation ([`Lease::is_held`] checks).
+//! - Not fair between acquirers beyond the guard lock's order, and an `acquire(n)` that
+//!   holds some of its leases while waiting for more keeps them from others meanwhile.
+//! - The kazoo layout's `max` is checked against the path's data once per value
+//!   (`InvalidArgument` if it differs), as kazoo does; Curator stores no `max`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+//! use zookeeper::ZooKeeper;
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let pool = LeaseSemaphore::new(&zk, "/app/pool", 5, SemaphoreLayout::Curator)?;
+//! if let Some(leases) = pool.acquire(2, Duration::from_secs(10))? {
+//!     // ... use two of the five ...
+//!     drop(leases);
+//! }
+//! # Ok::<(), recipes::RecipeError>(())
+//! ```
+
+use crate::lock::{uuid_text, Lock, LockLayout};
+use crate::support::{
+    await_watch, check_base_path, create_member, delete_eventually, delete_on_drop, op_deadline,
+    retry, Deadline, Patience, SeqDir,
+};
+use crate::util::guid;
+use crate::{NodeOptions, RecipeError, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+
+/// Whose lease layout a [`LeaseSemaphore`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SemaphoreLayout {
+    /// Curator 5.x `InterProcessSemaphoreV2` (`locks/` and `leases/` children).
+    Curator,
+    /// kazoo 2.x `Semaphore` (a `<path>-__lock__` lock, lease children of `<path>`).
+    Kazoo,
+}
+
+/// A counting semaphore handing out leases (see the [module docs](self)). `Send + Sync`.
+#[derive(Debug)]
+pub struct LeaseSemaphore {
+    zk: ZooKeeper,
+    path: String,
+    max: u32,
+    layout: SemaphoreLayout,
+    guard: Lock,
+    leases_dir: String,
+    nodes: NodeOptions,
+    checked: AtomicBool,
+    waiting: AtomicU64,
+}
+
+impl LeaseSemaphore {
+    /// The semaphore at `path` with at most `max` leases. No request is sent here.
+    pub fn new(
+        zk: &ZooKeeper,
+        path: &str,
+        max: u32,
+        layout: SemaphoreLayout,
+    ) -> Result<LeaseSemaphore> {
+        check_base_path(path)?;
+        if max == 0 {
+            return Err(RecipeError::InvalidArgument(
+                "a semaphore needs at least one lease",
+            ));
+        }
+        let (guard, leases_dir) = match layout {
+            SemaphoreLayout::Curator => (
+                Lock::new(zk, &format!("{path}/locks"))?.with_layout(LockLayout::Curator),
+                format!("{path}/leases"),
+            ),
+            SemaphoreLayout::Kazoo => (
+                Lock::new(zk, &format!("{path}-__lock__"))?.with_layout(LockLayout::Kazoo),
+                path.to_string(),
+            ),
+        };
+        Ok(LeaseSemaphore {
+            zk: zk.clone(),
+            path: path.to_string(),
+            max,
+            layout,
+            guard,
+            leases_dir,
+            nodes: NodeOptions::default(),
+            checked: AtomicBool::new(false),
+            waiting: AtomicU64::new(0),
+        })
+    }
+
+    /// The maximum number of leases.
+    pub fn max_leases(&self) -> u32 {
+        self.max
+    }
+
+    /// The number of leases held right now (all participants).
+    pub fn held(&self) -> Result<usize> {
+        match retry(&self.zk, op_deadline(&self.zk), || {
+            self.zk.get_children(&self.leases_dir)
+        }) {
+            Ok(children) => Ok(children.len()),
+            Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(0),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `n` leases within `timeout` (one deadline for all), or `None` and none held.
+    pub fn acquire(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
+        if n == 0 || n > self.max {
+            return Err(RecipeError::InvalidArgument(
+                "asked for no leases or more than the maximum",
+            ));
+        }
+        let deadline = Instant::now().checked_add(timeout);
+        let mut leases = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let left = deadline.map_or(Duration::MAX, |at| {
+                at.saturating_duration_since(Instant::now())
+            });
+            match self.acquire_one(left)? {
+                Some(lease) => leases.push(lease),
+                // Dropping `leases` returns the ones taken so far.
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(leases))
+    }
+
+    /// One lease within `timeout`.
+    fn acquire_one(&self, timeout: Duration) -> Result<Option<Lease>> {
+        let deadline = Deadline::after(timeout);
+        let Some(lock) = self.guard.acquire_timeout(timeout)? else {
+            return Ok(None);
+        };
+        let result = match self.layout {
+            SemaphoreLayout::Curator => self.curator_lease(deadline),
+            SemaphoreLayout::Kazoo => self.kazoo_lease(deadline),
+        };
+        // The guard lock goes in any case (also on error or timeout).
+        drop(lock);
+        result
+    }
+
+    /// Curator: create the lease, keep it once the leases number at most `max`.
+    fn curator_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
+        let patience = Patience::from(op_deadline(&self.zk));
+        let dir = SeqDir {
+            path: &self.leases_dir,
+            data: b"",
+            nodes: &self.nodes,
+        };
+        let tag = format!("_c_{}-lease-", uuid_text());
+        let created = create_member(&self.zk, &dir, &tag, b"", patience, deadline)?;
+        let lease = Lease {
+            zk: self.zk.clone(),
+            path: format!("{}/{}", self.leases_dir, created.name),
+        };
+        loop {
+            let (children, watch) = retry(&self.zk, op_deadline(&self.zk), || {
+                self.zk.get_children_watch(&self.leases_dir)
+            })?;
+            if !children.contains(&created.name) {
+                return Err(RecipeError::Lost("the lease node is gone"));
+            }
+            if children.len() <= self.max as usize {
+                crate::support::withdraw_watch(&self.zk, &watch);
+                return Ok(Some(lease));
+            }
+            if await_watch(&self.zk, &watch, deadline, &self.waiting)?.is_none() {
+                // `lease` is dropped: withdrawn.
+                return Ok(None);
+            }
+        }
+    }
+
+    /// kazoo: check `max` in the path's data; create a lease once fewer than `max` exist.
+    fn kazoo_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
+        let step = op_deadline(&self.zk);
+        if !self.checked.load(Ordering::Relaxed) {
+            crate::util::ensure_path(&self.zk, &self.path)?;
+            let text = self.max.to_string();
+            let (data, stat) = retry(&self.zk, step, || self.zk.get(&self.path))?;
+            if data.is_empty() {
+                match retry(&self.zk, step, || {
+                    self.zk.set(&self.path, text.as_bytes(), Some(stat.version))
+                }) {
+                    Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => {}
+                    Err(error) => return Err(error),
+                }
+                retry(&self.zk, step, || self.zk.sync(&self.path))?;
+                let (data, _) = retry(&self.zk, step, || self.zk.get(&self.path))?;
+                if data != text.as_bytes() {
+                    return Err(RecipeError::InvalidArgument("inconsistent max leases"));
+                }
+            } else if data != text.as_bytes() {
+                return Err(RecipeError::InvalidArgument("inconsistent max leases"));
+            }
+            self.checked.store(true, Ordering::Relaxed);
+        }
+        loop {
+            let (children, watch) = retry(&self.zk, step, || {
+                self.zk.get_children_watch(&self.leases_dir)
+            })?;
+            if children.len() < self.max as usize {
+                crate::support::withdraw_watch(&self.zk, &watch);
+                let path = format!("{}/{}", self.leases_dir, guid());
+                // A unique name: after a lost reply, NodeExists is our own create.
+                match retry(&self.zk, step, || {
+                    self.zk
+                        .create(&path, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+                }) {
+                    Ok(_) | Err(RecipeError::ZooKeeper(Error::NodeExists)) => {}
+                    Err(error) => {
+                        let _ = delete_eventually(&self.zk, &path, step.into());
+                        return Err(error);
+                    }
+                }
+                return Ok(Some(Lease {
+                    zk: self.zk.clone(),
+                    path,
+                }));
+            }
+            if await_watch(&self.zk, &watch, deadline, &self.waiting)?.is_none() {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// One lease; dropping it releases the lease (deletes its node).
+#[derive(Debug)]
+#[must_use = "dropping the lease releases it at once"]
+pub struct Lease {
+    zk: ZooKeeper,
+    /// Empty once released.
+    path: String,
+}
+
+impl Lease {
+    /// The lease node's path.
+    pub fn node(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether the lease node still exists (false after session expiry).
+    pub fn is_held(&self) -> Result<bool> {
+        Ok(retry(&self.zk, op_deadline(&self.zk), || {
+            self.zk.exists(&self.path)
+        })?
+        .is_some())
+    }
+
+    /// Releases the lease, reporting a failure to delete the node (if the server could
+    /// not be reached, the delete goes on in the background).
+    pub fn release(mut self) -> Result<()> {
+        let path = std::mem::take(&mut self.path);
+        delete_eventually(&self.zk, &path, op_deadline(&self.zk).into())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.path.is_empty() {
+            delete_on_drop(&self.zk, &std::mem::take(&mut self.path));
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! A reentrant distributed mutex: the thread that holds it may acquire it again
+//! (Curator's `InterProcessMutex` semantics).
+//!
+//! The owner is the **thread** that acquired the lock through one [`ReentrantLock`]
+//! value: a second `acquire` from that thread on that value returns at once and counts
+//! one more hold; the lock node is deleted when the last guard is dropped. Other threads
+//! (sharing the value or not) and other processes exclude each other through ZooKeeper
+//! as with [`Lock`]. Guards are not `Send`: a hold belongs to its thread.
+//!
+//! # Guarantees
+//! Those of [`Lock`] (mutual exclusion across processes while the session lives,
+//! fairness, a growing fencing token, loss reporting, no watch left after a timed-out
+//! wait, safe ordering at the sequence counter's end), with one node per owner however
+//! often it re-acquires. A re-acquisition sends no request.
+//!
+//! # Non-guarantees
+//! - Reentrancy is per value and thread: two `ReentrantLock` values on the same path, or
+//!   two threads, do not share holds.
+//! - A re-acquisition does not check that the lock is still held: ask the guard
+//!   ([`ReentrantGuard::is_lost`]) or write with
+//!   [`fenced_multi`](ReentrantGuard::fenced_multi).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use recipes::reentrant_lock::ReentrantLock;
+//! use zookeeper::ZooKeeper;
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let lock = ReentrantLock::new(&zk, "/locks/account-7")?;
+//! let outer = lock.acquire()?;
+//! let inner = lock.acquire()?; // same thread: no wait, no request
+//! assert_eq!(inner.hold_count(), 2);
+//! drop(inner);
+//! drop(outer); // the last hold deletes the node
+//! # Ok::<(), recipes::RecipeError>(())
+//! ```
+
+use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
+use crate::{NodeOptions, Result};
+use parking_lot::Mutex;
+use std::fmt;
+use std::marker::PhantomData;
+use std::thread::{self, ThreadId};
+use std::time::Duration;
+use zookeeper::{Op, OpResult, ZooKeeper};
+
+/// A reentrant distributed mutex (see the [module docs](self)). `Send + Sync`.
+pub struct ReentrantLock {
+    lock: Lock,
+    held: Mutex<Option<Held>>,
+}
+
+/// The current owner's hold.
+struct Held {
+    owner: ThreadId,
+    count: usize,
+    guard: LockGuard,
+}
+
+impl fmt::Debug for ReentrantLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReentrantLock")
+            .field("path", &self.lock.path())
+            .field("holds", &self.held.lock().as_ref().map_or(0, |h| h.count))
+            .finish()
+    }
+}
+
+impl ReentrantLock {
+    /// A reentrant lock on `path` (lock nodes are its children). No request is sent here.
+    pub fn new(zk: &ZooKeeper, path: &str) -> Result<ReentrantLock> {
+        Ok(ReentrantLock {
+            lock: Lock::new(zk, path)?,
+            held: Mutex::new(None),
+        })
+    }
+
+    /// The node layout ([`LockLayout`]); `Curator` interoperates with Curator's
+    /// (equally reentrant) `InterProcessMutex`.
+    pub fn with_layout(mut self, layout: LockLayout) -> ReentrantLock {
+        self.lock = self.lock.with_layout(layout);
+        self
+    }
+
+    /// Node ACL, directory kind and sequence limit (see [`Lock::with_node_options`]).
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> ReentrantLock {
+        self.lock = self.lock.with_node_options(nodes);
+        self
+    }
+
+    /// Disconnect grace of the guards (see [`Lock::with_disconnect_grace`]).
+    pub fn with_disconnect_grace(mut self, grace: Duration) -> ReentrantLock {
+        self.lock = self.lock.with_disconnect_grace(grace);
+        self
+    }
+
+    /// The lock's path.
+    pub fn path(&self) -> &str {
+        self.lock.path()
+    }
+
+    /// Blocks until this thread holds the lock (at once if it already does).
+    pub fn acquire(&self) -> Result<ReentrantGuard<'_>> {
+        if let Some(guard) = self.reenter() {
+            return Ok(guard);
+        }
+        let guard = self.lock.acquire()?;
+        Ok(self.enter(guard))
+    }
+
+    /// Takes the lock if this thread holds it or it is free now.
+    pub fn try_acquire(&self) -> Result<Option<ReentrantGuard<'_>>> {
+        if let Some(guard) = self.reenter() {
+            return Ok(Some(guard));
+        }
+        Ok(self.lock.try_acquire()?.map(|guard| self.enter(guard)))
+    }
+
+    /// Waits at most `timeout` for the lock; `None` if not acquired in time (nothing is
+    /// left behind: see [`Lock::acquire_timeout`]).
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<ReentrantGuard<'_>>> {
+        if let Some(guard) = self.reenter() {
+            return Ok(Some(guard));
+        }
+        Ok(self
+            .lock
+            .acquire_timeout(timeout)?
+            .map(|guard| self.enter(guard)))
+    }
+
+    /// How many holds the calling thread has (0 if it does not hold the lock).
+    pub fn hold_count(&self) -> usize {
+        match &*self.held.lock() {
+            Some(held) if held.owner == thread::current().id() => held.count,
+            _ => 0,
+        }
+    }
+
+    /// One more hold if this thread holds the lock already.
+    fn reenter(&self) -> Option<ReentrantGuard<'_>> {
+        let mut held = self.held.lock();
+        let held = held.as_mut()?;
+        if held.owner != thread::current().id() {
+            return None;
+        }
+        held.count += 1;
+        Some(ReentrantGuard {
+            lock: self,
+            not_send: PhantomData,
+        })
+    }
+
+    /// The first hold of this thread, with the guard just acquired.
+    fn enter(&self, guard: LockGuard) -> ReentrantGuard<'_> {
+        let mut held = self.held.lock();
+        // ZooKeeper admitted us, so no other thread's hold can be left: their last
+        // guard took its hold out before deleting its node.
+        debug_assert!(held.is_none(), "two holders of one reentrant lock");
+        *held = Some(Held {
+            owner: thread::current().id(),
+            count: 1,
+            guard,
+        });
+        ReentrantGuard {
+            lock: self,
+            not_send: PhantomData,
+        }
+    }
+
+    /// Runs `f` on the lock guard of the current hold.
+    fn with_guard<T>(&self, f: impl FnOnce(&LockGuard) -> T) -> T {
+        let held = self.held.lock();
+        let held = held.as_ref().expect("a live ReentrantGuard has a hold");
+        f(&held.guard)
+    }
+}
+
+/// One hold of a [`ReentrantLock`]; dropping the last hold releases the lock. Not
+/// `Send`: holds belong to the thread that took them.
+pub struct ReentrantGuard<'a> {
+    lock: &'a ReentrantLock,
+    not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for ReentrantGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReentrantGuard")
+            .field("path", &self.lock.path())
+            .field("holds", &self.hold_count())
+            .finish()
+    }
+}
+
+impl ReentrantGuard<'_> {
+    /// How many holds the owner has (this one included).
+    pub fn hold_count(&self) -> usize {
+        self.lock.held.lock().as_ref().map_or(0, |h| h.count)
+    }
+
+    /// The lock node's path.
+    pub fn node(&self) -> String {
+        self.lock.with_guard(|g| g.node().to_string())
+    }
+
+    /// The fencing token (see [`LockGuard::fencing_token`]); the same for every hold.
+    pub fn fencing_token(&self) -> i64 {
+        self.lock.with_guard(LockGuard::fencing_token)
+    }
+
+    /// Whether the lock is known to be lost (see [`LockGuard::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    /// Why the lock was lost, if known (see [`LockGuard::lost_reason`]).
+    pub fn lost_reason(&self) -> Option<LockLost> {
+        self.lock.with_guard(LockGuard::lost_reason)
+    }
+
+    /// Writes applied only while the lock is held (see [`LockGuard::fenced_multi`]).
+    pub fn fenced_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
+        // The multi waits for the server: do it outside the hold's mutex.
+        let (zk, node, lost) = self
+            .lock
+            .with_guard(|g| (g.client().clone(), g.node().to_string(), g.lost_reason()));
+        if let Some(reason) = lost {
+            return Err(crate::RecipeError::Lost(reason.as_str()));
+        }
+        crate::fenced::fenced_multi(&zk, &[&node], ops)
+    }
+}
+
+impl Drop for ReentrantGuard<'_> {
+    fn drop(&mut self) {
+        let last = {
+            let mut held = self.lock.held.lock();
+            match held.as_mut() {
+                Some(h) if h.count > 1 => {
+                    h.count -= 1;
+                    None
+                }
+                _ => held.take(),
+            }
+        };
+        // Outside the mutex: the release waits for the server.
+        drop(last);
+    }
+}
