@@ -108,6 +108,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tag = format!("{}-{}", std::process::id(), recipes::util::guid());
     let naive_path = format!("/examples/id-generator/{tag}/naive");
     let batched_path = format!("/examples/id-generator/{tag}/batched");
+    // A counter is created once, when it is set up; generators never create it, so one
+    // that vanished is an error rather than a restart at 0 (which would repeat ids).
+    let setup = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
+    for path in [&naive_path, &batched_path] {
+        IdGenerator::create_counter(&setup, path, &recipes::NodeOptions::default())?;
+    }
 
     println!("{WORKERS} workers x {IDS_PER_WORKER} ids, each worker with its own session");
     let naive = run(&connect, &naive_path, 1)?;

@@ -804,6 +804,8 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
     create(&zk, &base, b"", CreateMode::Persistent);
     create(&zk, &owner, b"", CreateMode::Persistent);
     drop(WorkQueue::new(&zk, &queue_path).expect("work queue"));
+    IdGenerator::create_counter(&zk, &counter_path, &recipes::NodeOptions::default())
+        .expect("id counter");
 
     let shared = Shared::default();
     let (events_tx, events) = mpsc::channel();

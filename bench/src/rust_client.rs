@@ -290,6 +290,7 @@ fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
     let setup = connect(&p.hosts)?;
     ensure_path(&setup, base)?;
     let ctr = format!("{base}/ctr");
+    IdGenerator::create_counter(&setup, &ctr, &recipes::NodeOptions::default())?;
     let batch = if p.mode == "naive" { 1 } else { p.batch };
     let per = p.n / p.workers;
     let handles = (0..p.workers)

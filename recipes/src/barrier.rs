@@ -22,18 +22,24 @@
 //! ```
 //!
 //! Guarantees: a waiter returns `Ok` only after it has seen the node absent; a removal
-//! is never missed (the watch is set by the same call that checks the node).
-//! Non-guarantees: a set/remove/set sequence quicker than a waiter's re-check may be
-//! seen only as "still set" (the waiter re-reads after every event and keeps waiting).
-//! The barrier node is persistent: it survives the session that set it.
+//! is never missed (the watch is set by the same call that checks the node); a wait
+//! that times out takes its watch off again, so repeated timed-out waits leave nothing
+//! registered. Non-guarantees: a set/remove/set sequence quicker than a waiter's
+//! re-check may be seen only as "still set" (the waiter re-reads after every event and
+//! keeps waiting). The barrier node is persistent: it survives the session that set it.
 //!
 //! # [`DoubleBarrier`]
 //! `N` participants [`enter`](DoubleBarrier::enter): each creates an ephemeral
-//! sequential node under the barrier directory and returns once `N` nodes exist (the
-//! `N`-th creates a `ready` node that releases the others). They then
+//! sequential node `p-<guid>-<seq>` under the barrier directory and returns once it is
+//! released by a node `ready-<X>` with `X` at least its own number. A participant that
+//! sees `N` participants not yet released (numbered above the highest `ready-<X>`)
+//! creates `ready-<X>` with `X` the highest of them. They then
 //! [`leave`](DoubleBarrier::leave): each deletes its node and returns once every
-//! participant's node is gone. The lowest participant waits on the highest, the others
-//! on the lowest, so a departure wakes at most the processes that must re-check.
+//! participant of its round (numbered up to its `X`) is gone. The lowest participant
+//! waits on the highest, the others on the lowest, so a departure wakes at most the
+//! processes that must re-check; whoever finds the round empty deletes its `ready-<X>`.
+//! Waiting in `enter` uses a child watch on the directory (each arrival wakes the few
+//! participants waiting).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -48,29 +54,41 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 //!
-//! Guarantees: `enter` returns `Ok` only after at least `N` participants have entered;
-//! `leave` returns `Ok` only after every participant of its round has left (or lost
-//! its session: participant nodes are ephemeral, so a crashed participant counts as
-//! left). The directory can be reused round after round: the last participant out
-//! removes `ready` before its own node, and `leave` ignores nodes of a next round.
+//! Guarantees: `enter` returns `Ok` only after at least `N` participants not released
+//! before have entered; `leave` returns `Ok` only after every participant of its round
+//! has left (or lost its session: participant nodes are ephemeral, so a crashed
+//! participant counts as left). The directory can be reused round after round: a
+//! `ready-<X>` node releases only participants numbered up to `X`, and numbers only
+//! grow, so a round whose participants all died (its last one never deleting
+//! `ready-<X>`) lets no later participant through; such leftovers are deleted by the
+//! next participants. Timed-out waits take their watches off again.
 //!
-//! Non-guarantees: a participant's round is the set of nodes it sees right after
-//! passing `enter`; more than `N` participants may pass one round, and a surplus
-//! participant arriving after that is not waited for by `leave`. A participant whose
-//! session expires between enter and leave silently "leaves". If `enter` times out,
-//! the participant withdraws its node, but others may already have been released
-//! counting it.
+//! The end of the sequence counter: participants numbered at or past
+//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or negative) are not counted and not
+//! waited for. A participant whose own node gets such a number removes it, waits
+//! (within its `enter` timeout) for the directory to hold nothing but leftover `ready`
+//! nodes (other rounds finish, or their participants time out and withdraw), deletes
+//! those and restarts the counter by deleting the empty directory, then enters again.
+//! If the directory does not empty in time, `enter` fails with
+//! [`SequenceExhausted`](crate::RecipeError::SequenceExhausted), leaving nothing behind.
+//!
+//! Non-guarantees: more than `N` participants may pass one round (all that arrived
+//! before its `ready-<X>`), and a participant arriving after it belongs to the next
+//! round. A participant whose session expires between enter and leave silently
+//! "leaves". If `enter` times out, the participant withdraws its node, but others may
+//! already have been released counting it.
 
+use crate::recovery::{restart_dir, unwatch, wait_or_unwatch, Restart};
 use crate::support::{
-    create_if_absent, create_sequential, delete_node, ensure_dir, members, op_deadline, retry,
-    wait_watch, Deadline,
+    check_base_path, create_if_absent, create_sequential, delete_node, members, op_deadline, retry,
+    Deadline, Member,
 };
-use crate::util::{guid, sequence_of};
+use crate::util::{guid, sequence_in_range, sequence_of};
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
+use zookeeper::{Error, ZooKeeper};
 
 /// A barrier znode: [`wait`](Self::wait) blocks while it exists. Cheap to clone
 /// (`Clone` shares the session); usable from any thread.
@@ -78,6 +96,7 @@ use zookeeper::ZooKeeper;
 pub struct Barrier {
     zk: ZooKeeper,
     path: String,
+    nodes: NodeOptions,
 }
 
 impl Barrier {
@@ -86,7 +105,14 @@ impl Barrier {
         Barrier {
             zk: zk.clone(),
             path: path.to_string(),
+            nodes: NodeOptions::default(),
         }
+    }
+
+    /// The ACL of the barrier node (and of missing parents `set` creates). Default: open.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> Barrier {
+        self.nodes = nodes;
+        self
     }
 
     /// The barrier's path.
@@ -101,7 +127,7 @@ impl Barrier {
             &self.zk,
             &self.path,
             b"",
-            &NodeOptions::default(),
+            &self.nodes,
             op_deadline(&self.zk),
         )
     }
@@ -120,32 +146,82 @@ impl Barrier {
     }
 
     /// Blocks until the barrier is absent. `Err(Timeout)` if it is still set after
-    /// `timeout`; a session error if the session ends while waiting.
+    /// `timeout` (the wait's watch is taken off again); a session error if the session
+    /// ends while waiting.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         loop {
             let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&self.path))?;
             if stat.is_none() {
+                // Nothing to wait for; the exists watch (set on the absent node) would
+                // stay registered until the barrier is next set.
+                unwatch(&self.zk, &watch);
                 return Ok(());
             }
-            wait_watch(&watch, deadline)?;
+            if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+                return Err(RecipeError::Timeout);
+            }
         }
     }
 }
 
 /// Name prefix of participant nodes.
 const PARTICIPANT: &str = "p-";
-/// Name of the node that releases `enter`.
-const READY: &str = "ready";
+/// Name prefix of the nodes that release `enter`: `ready-<X>` releases the participants
+/// numbered up to `X`.
+const READY: &str = "ready-";
+
+/// The threshold of a `ready-<X>` node.
+fn ready_threshold(name: &str) -> Option<i32> {
+    let number = name.strip_prefix(READY)?;
+    (number.len() == 10 && number.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| number.parse().ok())
+        .flatten()
+}
+
+/// A listing of the barrier directory.
+struct Round {
+    /// Participants whose number may be ordered by, in order.
+    participants: Vec<Member>,
+    /// Thresholds of the `ready-<X>` nodes, ascending.
+    readies: Vec<i32>,
+    /// Every child (participants past the counter's end included).
+    count: usize,
+}
+
+impl Round {
+    fn of(children: Vec<String>) -> Round {
+        let count = children.len();
+        let mut readies: Vec<i32> = children.iter().filter_map(|c| ready_threshold(c)).collect();
+        readies.sort_unstable();
+        let mut participants = members(children, &[PARTICIPANT]);
+        participants.retain(Member::in_range);
+        Round {
+            participants,
+            readies,
+            count,
+        }
+    }
+
+    /// `ready-<X>` nodes none of whose participants is left: they release nobody
+    /// (numbers only grow), and go so the directory can empty.
+    fn stale_readies(&self) -> Vec<i32> {
+        let lowest = self.participants.first().map_or(i32::MAX, |m| m.seq);
+        self.readies
+            .iter()
+            .copied()
+            .filter(|x| *x < lowest)
+            .collect()
+    }
+}
 
 /// This participant's state between `enter` and `leave`.
 #[derive(Debug, Clone)]
 struct Entered {
     /// Its node's name.
     name: String,
-    /// Highest participant sequence of its round (read after passing `enter`): `leave`
-    /// waits only for nodes up to it, so early entrants of a next round are not waited
-    /// for.
+    /// The threshold of the `ready-<X>` node that released it: its round is the
+    /// participants numbered up to `X`, and `leave` waits only for those.
     round_max: i32,
 }
 
@@ -157,25 +233,35 @@ pub struct DoubleBarrier {
     zk: ZooKeeper,
     dir: String,
     count: usize,
+    nodes: NodeOptions,
     entered: Mutex<Option<Entered>>,
 }
 
 impl DoubleBarrier {
-    /// A participant of the double barrier in directory `dir` (created if missing) for
-    /// `count` participants. Every participant must use the same `count`.
+    /// A participant of the double barrier in directory `dir` (created when first
+    /// needed) for `count` participants. Every participant must use the same `count`.
     pub fn new(zk: &ZooKeeper, dir: &str, count: usize) -> Result<DoubleBarrier> {
         if count == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a double barrier needs at least one participant",
             ));
         }
-        ensure_dir(zk, dir, &NodeOptions::default(), op_deadline(zk))?;
+        check_base_path(dir)?;
         Ok(DoubleBarrier {
             zk: zk.clone(),
             dir: dir.to_string(),
             count,
+            nodes: NodeOptions::default(),
             entered: Mutex::new(None),
         })
+    }
+
+    /// The ACL of the nodes this participant creates (directory, participant and ready
+    /// nodes) and whether the directory is a container (removed by the server once
+    /// empty, recreated by the next `enter`). Default: open ACL, persistent.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> DoubleBarrier {
+        self.nodes = nodes;
+        self
     }
 
     /// Number of participants the barrier waits for.
@@ -188,10 +274,29 @@ impl DoubleBarrier {
         self.entered.lock().as_ref().map(|e| e.name.clone())
     }
 
+    fn child(&self, name: &str) -> String {
+        format!("{}/{name}", self.dir)
+    }
+
+    fn ready_path(&self, threshold: i32) -> String {
+        format!("{}/{READY}{threshold:010}", self.dir)
+    }
+
+    /// Deletes `ready-<X>` nodes that release nobody any more (best effort: any
+    /// participant may do it, the names make it exact).
+    fn clear_stale(&self, round: &Round, deadline: Deadline) -> Result<()> {
+        for threshold in round.stale_readies() {
+            delete_node(&self.zk, &self.ready_path(threshold), deadline)?;
+        }
+        Ok(())
+    }
+
     /// Enters: registers this participant and blocks until `count` participants have
     /// entered. On timeout the participant withdraws (its node is deleted) and
     /// `Err(Timeout)` is returned. Entering twice without leaving is an
-    /// `InvalidArgument` error.
+    /// `InvalidArgument` error. At the end of the directory's sequence counter it waits
+    /// (within the timeout) for the directory to empty and restarts it; if it does not
+    /// empty in time the error is [`RecipeError::SequenceExhausted`].
     pub fn enter(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         let mut entered = self.entered.lock();
@@ -200,54 +305,139 @@ impl DoubleBarrier {
                 "this participant has already entered",
             ));
         }
-        let ready = format!("{}/{READY}", self.dir);
-        // Watch for `ready` before registering, so its creation cannot be missed.
-        let (mut ready_stat, mut watch) =
-            retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
-        let tag = format!("{PARTICIPANT}{}-", guid());
-        let name = create_sequential(
-            &self.zk,
-            &self.dir,
-            &tag,
-            b"",
-            &NodeOptions::default(),
-            deadline,
-        )?;
-        let my_seq = sequence_of(&name).unwrap_or_default();
-        let outcome = (|| loop {
-            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
-            let list = members(children, &[PARTICIPANT]);
-            let round_max = list.last().map_or(my_seq, |m| m.seq.max(my_seq));
-            if ready_stat.is_some() {
-                return Ok(round_max);
-            }
-            if list.len() >= self.count {
-                create_if_absent(&self.zk, &ready, b"", &NodeOptions::default(), deadline)?;
-                return Ok(round_max);
-            }
-            wait_watch(&watch, deadline)?;
-            (ready_stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&ready))?;
-        })();
-        match outcome {
+        let (name, seq) = self.register(deadline)?;
+        match self.await_round(&name, seq, deadline) {
             Ok(round_max) => {
                 *entered = Some(Entered { name, round_max });
                 Ok(())
             }
             Err(error) => {
                 // Withdraw: a participant that gave up must not be counted.
-                let path = format!("{}/{name}", self.dir);
-                let _ = delete_node(&self.zk, &path, op_deadline(&self.zk));
+                let _ = delete_node(&self.zk, &self.child(&name), op_deadline(&self.zk));
                 Err(error)
             }
         }
     }
 
+    /// Creates this participant's node; returns its name and number. A node numbered
+    /// past the directory counter's end is removed at once (its number cannot be
+    /// ordered) and the directory restarted once it is empty (waiting within the
+    /// deadline: participants of other rounds leave, or time out and withdraw).
+    fn register(&self, deadline: Deadline) -> Result<(String, i32)> {
+        loop {
+            let tag = format!("{PARTICIPANT}{}-", guid());
+            let name = create_sequential(&self.zk, &self.dir, &tag, b"", &self.nodes, deadline)?;
+            match sequence_of(&name) {
+                Some(seq) if sequence_in_range(seq) => return Ok((name, seq)),
+                _ => {}
+            }
+            delete_node(&self.zk, &self.child(&name), deadline)?;
+            self.restart_when_empty(deadline)?;
+        }
+    }
+
+    /// Waits for the directory to hold nothing but stale `ready` nodes, then restarts
+    /// its counter. `SequenceExhausted` at the deadline.
+    fn restart_when_empty(&self, deadline: Deadline) -> Result<()> {
+        let exhausted = || RecipeError::SequenceExhausted {
+            dir: self.dir.clone(),
+        };
+        loop {
+            let listed = retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir));
+            let (children, watch) = match listed {
+                Ok(found) => found,
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(()), // restarted
+                Err(RecipeError::Timeout) => return Err(exhausted()),
+                Err(error) => return Err(error),
+            };
+            let round = Round::of(children);
+            self.clear_stale(&round, deadline)?;
+            if round.participants.is_empty() && round.count == round.stale_readies().len() {
+                let restarted = restart_dir(&self.zk, &self.dir, &[], &self.nodes, deadline.into());
+                match restarted {
+                    Ok(Restart::Restarted) => {
+                        unwatch(&self.zk, &watch);
+                        return Ok(());
+                    }
+                    Ok(Restart::NotEmpty) => {} // someone arrived: wait for the change
+                    Err(RecipeError::Timeout) => {
+                        unwatch(&self.zk, &watch);
+                        return Err(exhausted());
+                    }
+                    Err(error) => {
+                        unwatch(&self.zk, &watch);
+                        return Err(error);
+                    }
+                }
+            }
+            match wait_or_unwatch(&self.zk, &watch, deadline) {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(RecipeError::Timeout) => return Err(exhausted()),
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Blocks until a `ready-<X>` node with `X >= seq` exists, creating one when `count`
+    /// participants not yet released are present; returns `X`.
+    fn await_round(&self, name: &str, seq: i32, deadline: Deadline) -> Result<i32> {
+        loop {
+            // A child watch set by the listing: any arrival or `ready` node after it
+            // wakes us. (Participants are few; each re-lists on each arrival.)
+            let (children, watch) =
+                retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir))?;
+            let mine = children.iter().any(|c| c == name);
+            let round = Round::of(children);
+            let decided = if !mine {
+                Err(RecipeError::Lost(
+                    "the participant node vanished (session expired or node deleted)",
+                ))
+            } else if let Some(x) = round.readies.iter().copied().find(|x| *x >= seq) {
+                Ok(Some(x))
+            } else {
+                // Released so far: everyone up to the highest `ready`; a stale one from
+                // a round whose last participant died releases nobody new.
+                let released = round.readies.last().copied().unwrap_or(-1);
+                let pending: Vec<&Member> = round
+                    .participants
+                    .iter()
+                    .filter(|m| m.seq > released)
+                    .collect();
+                if pending.len() >= self.count {
+                    let x = pending.last().map_or(seq, |m| m.seq.max(seq));
+                    create_if_absent(&self.zk, &self.ready_path(x), b"", &self.nodes, deadline)
+                        .map(|()| Some(x))
+                } else {
+                    Ok(None)
+                }
+            };
+            match decided {
+                Ok(Some(x)) => {
+                    unwatch(&self.zk, &watch);
+                    // Released: tidying up leftovers must not undo that.
+                    if let Err(error) = self.clear_stale(&round, deadline) {
+                        log::debug!("recipes: double barrier: clearing stale ready nodes: {error}");
+                    }
+                    return Ok(x);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    unwatch(&self.zk, &watch);
+                    return Err(error);
+                }
+            }
+            if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+                return Err(RecipeError::Timeout);
+            }
+        }
+    }
+
     /// Leaves: deletes this participant's node and blocks until the node of every
-    /// participant of its round is gone. The last one out also deletes the `ready`
-    /// node, so the directory can serve a next round. Leaving without having entered is
-    /// an `InvalidArgument` error. After a timeout this participant has usually left
-    /// already (unless it was the lowest, which leaves last); calling `leave` again
-    /// resumes.
+    /// participant of its round is gone; whoever finds the round empty deletes its
+    /// `ready` node (so a dead last participant leaves nothing that releases anyone).
+    /// Leaving without having entered is an `InvalidArgument` error. After a timeout
+    /// this participant has usually left already (unless it was the lowest, which leaves
+    /// last); calling `leave` again resumes.
     pub fn leave(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         let mut entered = self.entered.lock();
@@ -256,21 +446,26 @@ impl DoubleBarrier {
                 "this participant has not entered",
             ));
         };
-        let my_path = format!("{}/{name}", self.dir);
-        let ready = format!("{}/{READY}", self.dir);
+        let my_path = self.child(&name);
+        let ready = self.ready_path(round_max);
         let outcome = (|| loop {
-            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir))?;
+            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir));
+            let children = match children {
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
+                other => other?,
+            };
             let mut list = members(children, &[PARTICIPANT]);
-            list.retain(|m| m.seq <= round_max);
+            list.retain(|m| m.in_range() && m.seq <= round_max);
             let Some(lowest) = list.first() else {
-                return Ok(());
+                // Everyone of the round is gone (the last one may have died): clear its
+                // `ready` node.
+                return delete_node(&self.zk, &ready, deadline);
             };
             let me = list.iter().position(|m| m.name == name);
             if list.len() == 1 && me == Some(0) {
-                // Last one out: clear `ready` first, so no new entrant sees a stale one.
+                // Last one out: clear `ready` first, then leave.
                 delete_node(&self.zk, &ready, deadline)?;
-                delete_node(&self.zk, &my_path, deadline)?;
-                return Ok(());
+                return delete_node(&self.zk, &my_path, deadline);
             }
             let target = if me == Some(0) {
                 // Lowest: wait for the highest to go (the others wait on us).
@@ -281,10 +476,12 @@ impl DoubleBarrier {
                 }
                 lowest.name.clone()
             };
-            let target_path = format!("{}/{target}", self.dir);
+            let target_path = self.child(&target);
             let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&target_path))?;
-            if stat.is_some() {
-                wait_watch(&watch, deadline)?;
+            if stat.is_none() {
+                unwatch(&self.zk, &watch);
+            } else if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+                return Err(RecipeError::Timeout);
             }
         })();
         if outcome.is_ok() {
@@ -298,10 +495,96 @@ impl Drop for DoubleBarrier {
     /// A participant dropped while entered withdraws its node (best effort).
     fn drop(&mut self) {
         if let Some(entered) = self.entered.get_mut().take() {
-            let path = format!("{}/{}", self.dir, entered.name);
+            let path = self.child(&entered.name);
             if let Err(error) = delete_node(&self.zk, &path, op_deadline(&self.zk)) {
                 log::debug!("recipes: double barrier: withdrawing {path}: {error}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_names() {
+        assert_eq!(ready_threshold("ready-0000000042"), Some(42));
+        assert_eq!(ready_threshold("ready"), None);
+        assert_eq!(ready_threshold("ready-42"), None);
+        assert_eq!(ready_threshold("p-x-0000000042"), None);
+    }
+
+    #[test]
+    fn rounds_ignore_participants_past_the_end() {
+        let round = Round::of(vec![
+            "p-a-0000000003".to_string(),
+            "p-b-2147483647".to_string(),
+            "p-c--2147483648".to_string(),
+            "ready-0000000001".to_string(),
+            "ready-0000000009".to_string(),
+        ]);
+        let seqs: Vec<i32> = round.participants.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs, [3]);
+        assert_eq!(round.readies, [1, 9]);
+        assert_eq!(round.stale_readies(), [1]);
+        assert_eq!(round.count, 5);
+    }
+
+    /// On a real server: at the counter's end a participant restarts the directory once
+    /// only leftover `ready` nodes remain, and gives up with `SequenceExhausted` (leaving
+    /// no watch) while a participant of another round holds it.
+    #[test]
+    fn restart_waits_for_the_directory_to_empty() {
+        use zookeeper::{Acl, CreateMode};
+        let hosts = zk_harness::shared_test_connect_string();
+        let zk = ZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+        let dir = format!("/recipes-unit/double-end-{}", guid());
+        let barrier = DoubleBarrier::new(&zk, &dir, 2).unwrap();
+        crate::util::ensure_path(&zk, &dir).unwrap();
+        let open = Acl::open_unsafe();
+        let peer = ZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+        let other = peer
+            .create(
+                &format!("{dir}/p-x-"),
+                b"",
+                &open,
+                CreateMode::EphemeralSequential,
+            )
+            .unwrap();
+        zk.create(
+            &format!("{dir}/ready-0000000000"),
+            b"",
+            &open,
+            CreateMode::Persistent,
+        )
+        .unwrap();
+        let short = Deadline::after(Duration::from_millis(300));
+        assert_eq!(
+            barrier.restart_when_empty(short),
+            Err(RecipeError::SequenceExhausted { dir: dir.clone() })
+        );
+        assert!(zk.exists(&other).unwrap().is_some());
+        zk.exists("/").unwrap();
+        assert_eq!(zk.live_contexts(), 0, "a watch was left behind");
+
+        // The other round's participant goes: the leftover `ready` (releasing nobody) is
+        // cleared and the counter restarts.
+        peer.close().unwrap();
+        barrier
+            .restart_when_empty(Deadline::after(Duration::from_secs(10)))
+            .unwrap();
+        assert!(zk.get_children(&dir).unwrap().is_empty());
+        let fresh = zk
+            .create(
+                &format!("{dir}/p-y-"),
+                b"",
+                &open,
+                CreateMode::EphemeralSequential,
+            )
+            .unwrap();
+        assert_eq!(sequence_of(&fresh), Some(0), "the counter did not restart");
+        drop(barrier);
+        zk.close().unwrap();
     }
 }

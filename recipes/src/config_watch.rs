@@ -1,11 +1,11 @@
-//! Config watch: follow one znode and receive each new value on a channel (the next
-//! step seed 003 announces: workers reloading their configuration when it changes).
+//! Config watch: follow one znode and receive its newest state (the next step seed 003
+//! announces: workers reloading their configuration when it changes).
 //!
-//! [`ConfigWatch::start`] reads the node once (delivering its current state first),
-//! then a background thread waits on a one-shot watch and, after every event, re-reads
-//! the node *with a new watch* (`get_watch`, or `exists_watch` while the node is absent).
-//! Because the watch is re-armed by the same read that fetches the value, no change made
-//! after a read can go unnoticed.
+//! [`ConfigWatch::start`] reads the node once (its current state is the first state
+//! every receiver sees), then a background thread waits on a one-shot watch and, after
+//! every event, re-reads the node *with a new watch* (`get_watch`, or `exists_watch`
+//! while the node is absent). Because the watch is re-armed by the same read that
+//! fetches the value, no change made after a read can go unnoticed.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -24,32 +24,42 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 //!
-//! # What is delivered, exactly
-//! - The first event is the node's state at `start` (`Value`, or `Deleted` if absent).
+//! # Receivers: the newest state, for each of them
+//! The watch keeps one state: the newest. Each [`ConfigReceiver`] (from
+//! [`ConfigWatch::receiver`], or a clone of one) receives the newest state it has not
+//! seen yet. A slow reader therefore skips intermediate states instead of queueing them
+//! (memory stays one value however large and busy the node), and no receiver takes a
+//! state away from another: every receiver sees the final state.
+//!
+//! # What is delivered, exactly (to each receiver)
+//! - The first state is the newest one when it first receives (the state at `start`,
+//!   for a receiver that starts reading at once): `Value`, or `Deleted` if absent.
 //! - Values arrive in strictly increasing modification order (`stat.mzxid`, which also
 //!   orders a node's re-creation after its deletion); a value is never delivered twice
 //!   (duplicates are skipped by `mzxid`), and `Deleted` is never sent twice in a row.
-//! - The latest value is always delivered: once updates stop, the last event received
-//!   is the node's final state.
+//! - The latest value is always delivered: once updates stop, the last state every
+//!   receiver gets is the node's final state.
 //! - Intermediate values may be **coalesced**: ZooKeeper watches are one-shot, and a
 //!   value written and overwritten between an event and the re-read is never seen
-//!   (`stat.version` may jump). A deletion followed quickly by a re-creation may arrive
-//!   as just the new `Value` (its `stat.czxid` differs from the previous value's).
+//!   (`stat.version` may jump); a receiver that reads slower than the node changes sees
+//!   fewer still. A deletion followed quickly by a re-creation may arrive as just the new
+//!   `Value` (its `stat.czxid` differs from the previous value's).
 //!
 //! # Stopping
-//! The thread stops, and the channel disconnects (after delivering what it has),
-//! when the `ConfigWatch` is dropped or [`stop`](ConfigWatch::stop)ped, or when the
-//! session ends (expired,
+//! The thread stops, and receivers end (after the final state), when the `ConfigWatch`
+//! is dropped or [`stop`](ConfigWatch::stop)ped, or when the session ends (expired,
 //! auth failed, closed); [`ConfigWatch::end_reason`] then tells why. A connection loss
 //! does not stop it: the watch survives reconnection and the thread re-reads once
 //! connected again.
 
 use crate::support::{await_reconnect, check_event, op_deadline, session_error};
 use crate::{RecipeError, Result};
-use crossbeam_channel::{select, Receiver, Sender};
-use parking_lot::Mutex;
+use crossbeam_channel::{select, Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use zookeeper::{Error, Stat, Watch, ZooKeeper};
 
 /// One state of the watched node.
@@ -84,12 +94,150 @@ impl ConfigEvent {
     }
 }
 
+/// The latest state, shared by the background thread and every receiver.
+#[derive(Debug, Default)]
+struct Latest {
+    /// Number of states delivered so far (0: none yet).
+    count: u64,
+    /// The newest one.
+    event: Option<ConfigEvent>,
+    /// The watch has stopped: no state will follow `event`.
+    ended: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    latest: Mutex<Latest>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn publish(&self, event: ConfigEvent) {
+        let mut latest = self.latest.lock();
+        latest.count += 1;
+        latest.event = Some(event);
+        self.changed.notify_all();
+    }
+
+    fn end(&self) {
+        self.latest.lock().ended = true;
+        self.changed.notify_all();
+    }
+}
+
+/// A receiver of a [`ConfigWatch`]'s states: each receiver gets the newest state it has
+/// not seen yet, so a slow reader skips intermediate states rather than queueing them
+/// (memory stays one value however busy the node is), and every receiver sees the final
+/// state. A clone is an independent receiver that has seen what this one has.
+///
+/// Iterating blocks for each next state and ends once the watch has stopped and its
+/// final state was received.
+#[derive(Debug)]
+pub struct ConfigReceiver {
+    shared: Arc<Shared>,
+    /// The count of the last state this receiver returned.
+    seen: AtomicU64,
+}
+
+impl Clone for ConfigReceiver {
+    fn clone(&self) -> ConfigReceiver {
+        ConfigReceiver {
+            shared: Arc::clone(&self.shared),
+            seen: AtomicU64::new(self.seen.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl ConfigReceiver {
+    fn new(shared: Arc<Shared>) -> ConfigReceiver {
+        ConfigReceiver {
+            shared,
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes the newest unseen state if there is one; `Err(true)`: the watch ended
+    /// (and everything was seen), `Err(false)`: nothing new yet.
+    fn take(&self, latest: &Latest) -> std::result::Result<ConfigEvent, bool> {
+        if latest.count > self.seen.load(Ordering::Relaxed) {
+            if let Some(event) = &latest.event {
+                self.seen.store(latest.count, Ordering::Relaxed);
+                return Ok(event.clone());
+            }
+        }
+        Err(latest.ended)
+    }
+
+    /// Blocks until a state this receiver has not seen arrives (the newest one), or the
+    /// watch has stopped and its final state was received (`Err`).
+    pub fn recv(&self) -> std::result::Result<ConfigEvent, RecvError> {
+        let mut latest = self.shared.latest.lock();
+        loop {
+            match self.take(&latest) {
+                Ok(event) => return Ok(event),
+                Err(true) => return Err(RecvError),
+                Err(false) => self.shared.changed.wait(&mut latest),
+            }
+        }
+    }
+
+    /// [`recv`](Self::recv), waiting at most `timeout`.
+    pub fn recv_timeout(
+        &self,
+        timeout: Duration,
+    ) -> std::result::Result<ConfigEvent, RecvTimeoutError> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut latest = self.shared.latest.lock();
+        loop {
+            match self.take(&latest) {
+                Ok(event) => return Ok(event),
+                Err(true) => return Err(RecvTimeoutError::Disconnected),
+                Err(false) => match deadline {
+                    None => self.shared.changed.wait(&mut latest),
+                    Some(at) => {
+                        if self.shared.changed.wait_until(&mut latest, at).timed_out() {
+                            return self.take(&latest).map_err(|ended| {
+                                if ended {
+                                    RecvTimeoutError::Disconnected
+                                } else {
+                                    RecvTimeoutError::Timeout
+                                }
+                            });
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// The newest unseen state, without blocking.
+    pub fn try_recv(&self) -> std::result::Result<ConfigEvent, TryRecvError> {
+        self.take(&self.shared.latest.lock()).map_err(|ended| {
+            if ended {
+                TryRecvError::Disconnected
+            } else {
+                TryRecvError::Empty
+            }
+        })
+    }
+}
+
+impl Iterator for ConfigReceiver {
+    type Item = ConfigEvent;
+
+    fn next(&mut self) -> Option<ConfigEvent> {
+        self.recv().ok()
+    }
+}
+
 /// A running watch on one znode (see the [module docs](self)). Dropping it stops the
 /// background thread and waits for it to finish.
 #[derive(Debug)]
 pub struct ConfigWatch {
     path: String,
-    receiver: Receiver<ConfigEvent>,
+    shared: Arc<Shared>,
+    /// The watch's own receiver, behind `recv_timeout` and `latest`.
+    own: ConfigReceiver,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
     end: Arc<Mutex<Option<RecipeError>>>,
@@ -98,14 +246,14 @@ pub struct ConfigWatch {
 impl ConfigWatch {
     /// Starts watching `path`. The node's current state is read before this returns
     /// (errors such as an invalid path or a closed session are reported here) and is the
-    /// first event on the channel.
+    /// first state every receiver sees.
     pub fn start(zk: &ZooKeeper, path: &str) -> Result<ConfigWatch> {
-        let (events, receiver) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared::default());
         let (stop, stop_rx) = crossbeam_channel::bounded(0);
         let mut follower = Follower {
             zk: zk.clone(),
             path: path.to_string(),
-            events,
+            shared: Arc::clone(&shared),
             stop: stop_rx,
             session: zk.session_events(),
             last: Last::Nothing,
@@ -132,11 +280,13 @@ impl ConfigWatch {
                     log::debug!("recipes: config watch on {}: {reason}", follower.path);
                     *end_slot.lock() = Some(reason);
                 }
+                // `follower` drops here: receivers learn that the watch has ended.
             })
             .map_err(|_| RecipeError::Lost("could not start the config watch thread"))?;
         Ok(ConfigWatch {
             path: path.to_string(),
-            receiver,
+            own: ConfigReceiver::new(Arc::clone(&shared)),
+            shared,
             stop: Some(stop),
             thread: Some(thread),
             end,
@@ -148,27 +298,31 @@ impl ConfigWatch {
         &self.path
     }
 
-    /// A receiver of the node's states (clones share one queue: each event goes to one
-    /// of them). It disconnects once the watch has stopped and its events are drained.
-    pub fn receiver(&self) -> Receiver<ConfigEvent> {
-        self.receiver.clone()
+    /// A new receiver of the node's states, independent of every other: it first gets
+    /// the current state, then each newer one it is there to take (a slow receiver skips
+    /// to the newest), and always the final one. It ends once the watch has stopped and
+    /// that final state was received.
+    pub fn receiver(&self) -> ConfigReceiver {
+        ConfigReceiver::new(Arc::clone(&self.shared))
     }
 
-    /// Waits up to `timeout` for the next event; `Ok(None)` on timeout,
-    /// `Err(Lost)` if the watch has stopped and every event was received.
-    pub fn recv_timeout(&self, timeout: std::time::Duration) -> Result<Option<ConfigEvent>> {
-        match self.receiver.recv_timeout(timeout) {
+    /// Waits up to `timeout` for a state newer than the last one this method (or
+    /// [`latest`](Self::latest)) returned; `Ok(None)` on timeout, `Err(Lost)` (or the
+    /// session error) if the watch has stopped and its final state was returned.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<ConfigEvent>> {
+        match self.own.recv_timeout(timeout) {
             Ok(event) => Ok(Some(event)),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(None),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(self
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(self
                 .end_reason()
                 .unwrap_or(RecipeError::Lost("config watch stopped"))),
         }
     }
 
-    /// The newest event already queued (draining the queue), if any.
+    /// The newest state not yet returned by [`recv_timeout`](Self::recv_timeout) or
+    /// this method, if any (without blocking).
     pub fn latest(&self) -> Option<ConfigEvent> {
-        self.receiver.try_iter().last()
+        self.own.try_recv().ok()
     }
 
     /// Whether the background thread still runs.
@@ -182,7 +336,7 @@ impl ConfigWatch {
         self.end.lock().clone()
     }
 
-    /// Stops the watch and waits for its thread. Events already queued stay readable
+    /// Stops the watch and waits for its thread. The final state stays readable
     /// through receivers obtained earlier.
     pub fn stop(mut self) {
         self.shutdown();
@@ -194,6 +348,7 @@ impl ConfigWatch {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        self.shared.end();
     }
 }
 
@@ -215,10 +370,16 @@ enum Last {
 struct Follower {
     zk: ZooKeeper,
     path: String,
-    events: Sender<ConfigEvent>,
+    shared: Arc<Shared>,
     stop: Receiver<()>,
     session: Receiver<zookeeper::WatchedEvent>,
     last: Last,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.shared.end();
+    }
 }
 
 /// Why `run` returns: `None` for a requested stop.
@@ -258,9 +419,7 @@ impl Follower {
             },
         };
         self.last = next;
-        // A send fails only when every receiver is gone, i.e. the `ConfigWatch` was
-        // dropped, which also stops `run`.
-        let _ = self.events.send(event);
+        self.shared.publish(event);
     }
 
     fn run(&mut self, mut watch: Watch) -> EndReason {

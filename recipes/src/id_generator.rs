@@ -6,9 +6,12 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use recipes::id_generator::IdGenerator;
+//! use recipes::NodeOptions;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! // Once, when the counter is set up (generators never create it):
+//! IdGenerator::create_counter(&zk, "/app/item-ids", &NodeOptions::default())?;
 //! let ids = IdGenerator::with_batch(&zk, "/app/item-ids", 50)?; // one CAS per 50 ids
 //! let first = ids.next_id()?;
 //! let second = ids.next_id()?; // served from the local batch
@@ -24,26 +27,49 @@
 //! A reservation of `n` ids moves the value from `h` to `h + n` and yields
 //! `h + 1 ..= h + n`; ids start at 1 on a new counter.
 //!
+//! The counter is created once, by [`IdGenerator::create_counter`]; generators only open
+//! it. A generator that finds it missing (never created, or deleted, by hand or with its
+//! parent) fails with [`RecipeError::Lost`]: recreating it at 0 would hand out every id
+//! again, and a missing node cannot tell "first use" from "deleted".
+//!
 //! # Connection loss during the CAS (the hard case)
 //! After `ConnectionLoss` on the `set`, the write may or may not have been applied. With
 //! a plain counter one cannot tell one's own write from another client's that wrote the
 //! same number, so this recipe writes a token unique to each CAS attempt next to the
-//! number, re-reads after reconnecting, and decides:
+//! number, re-reads after reconnecting (after a `sync`, so the server it reconnected to
+//! has applied the write if the old one did), and decides:
 //!
 //! | re-read shows | meaning | action |
 //! |---|---|---|
 //! | our token | our write applied | keep the range (counted as `recovered`) |
-//! | the version we wrote against | not applied (yet) | re-send the *identical* CAS: at most one of the two can apply, both carry our token |
-//! | that version + 1, another token | another client's write took the version: ours can never apply | conflict: retry from the new value |
+//! | the state we wrote against (version and `mzxid`) | not applied (yet) | re-send the *identical* CAS: at most one of the two can apply, both carry our token |
+//! | the version our write would have made, another token | another client's write took the version: ours can never apply | conflict: retry from the new value |
 //! | a later version, another token | unknown: ours may have applied and been built upon | **discard** the range (counted in `discarded_*`) and retry |
 //!
 //! The token turns most connection losses into either "kept" or "retry" with no gap;
 //! only the last, rare case leaves a gap, and a gap is safe: ids are never handed out
 //! twice, because every other writer reserves strictly above any value it read.
 //!
+//! # The data version's end
+//! The version is a signed 32-bit number that wraps after 2^31 writes, and the server
+//! takes an expected version of -1 as "any version" (ZOOKEEPER-4743): a CAS against -1
+//! checks nothing, so every writer would succeed and ids would repeat. So no CAS ever
+//! relies on -1:
+//! - from version -2, the write is two sets in one `multi`, at -2 (the check) and at -1
+//!   (which inside the multi can only follow the first): the node goes from -2 to 0 and
+//!   is never seen at -1 by anyone;
+//! - a node found at -1 (left there by a writer outside this protocol) is written with
+//!   a `multi` that also creates the marker child `wrap-<mzxid>` of that exact state:
+//!   only one writer can create it, so only one write follows the state, and every
+//!   other writer's multi fails and retries from the new value. The marker stays (one
+//!   per 2^32 writes), with the ACL of [`IdGenerator::with_node_options`].
+//!
 //! # Guarantees
 //! - Unique ids across threads, processes and sessions, as long as every writer of the
-//!   counter uses this CAS protocol and nobody lowers or deletes the counter.
+//!   counter uses this CAS protocol and nobody lowers the counter, also across the
+//!   data version's wrap.
+//! - A deleted counter stops every generator with [`RecipeError::Lost`]; it is never
+//!   recreated behind the user's back.
 //! - Each generator hands out increasing ids; ids reserved by one CAS are contiguous.
 //!
 //! # Non-guarantees
@@ -52,6 +78,8 @@
 //!   and an ambiguous connection loss (last table row) or a timeout skips a range.
 //! - A timeout (`Err(Timeout)`) after a connection loss leaves the outcome of the last
 //!   CAS unknown; its range is never used.
+//! - Ids already reserved into a generator's local batch are still handed out after the
+//!   counter was deleted (they were reserved before).
 
 use crate::support::{await_reconnect, create_if_absent, op_deadline, retry, Deadline};
 use crate::util::guid;
@@ -62,7 +90,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::{Error, Stat, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, Stat, ZooKeeper};
 
 /// Default time `next_id` may take (retries on conflicts and connection loss included).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -125,6 +153,11 @@ struct Counters {
 
 /// What a generator reports once its counter node is gone.
 const COUNTER_DELETED: &str = "the id counter node was deleted";
+/// What opening a counter that does not exist reports.
+const COUNTER_MISSING: &str =
+    "the id counter node does not exist (never created with IdGenerator::create_counter, or deleted)";
+/// Name prefix of the marker child a write at data version -1 creates (see the module docs).
+const WRAP_MARKER: &str = "wrap-";
 
 fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
@@ -139,6 +172,8 @@ pub struct IdGenerator {
     path: String,
     batch: u64,
     timeout: Duration,
+    /// ACL of the nodes this generator creates.
+    nodes: NodeOptions,
     /// Reserved ids not yet handed out.
     local: Mutex<Range<u64>>,
     /// Unique per generator; with a per-attempt counter it makes each CAS recognizable.
@@ -148,31 +183,56 @@ pub struct IdGenerator {
 }
 
 impl IdGenerator {
-    /// A generator reserving one id per CAS (the seed's behaviour). Creates the counter
-    /// node (and its parents) at 0 if missing.
+    /// Creates the counter node `path` at 0 (and missing parents) with `nodes`' ACL, if
+    /// it does not exist; an existing counter is left as it is.
+    ///
+    /// Call it once, when the counter is set up, not on every start: generators never
+    /// create their counter, so one that vanished (deleted by hand, or with its parent)
+    /// is an error ([`RecipeError::Lost`]) instead of a silent restart at 0 that would
+    /// hand out every id again.
+    pub fn create_counter(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> Result<()> {
+        crate::support::check_base_path(path)?;
+        create_if_absent(zk, path, b"0", nodes, op_deadline(zk))
+    }
+
+    /// A generator reserving one id per CAS (the seed's behaviour), on the existing
+    /// counter `path` (see [`create_counter`](Self::create_counter)).
     pub fn new(zk: &ZooKeeper, path: &str) -> Result<IdGenerator> {
         IdGenerator::with_batch(zk, path, 1)
     }
 
-    /// A generator reserving `batch` ids per CAS and serving them locally. `batch` must
-    /// be at least 1.
+    /// A generator reserving `batch` ids per CAS and serving them locally, on the
+    /// existing counter `path`. `batch` must be at least 1. A missing counter is
+    /// [`RecipeError::Lost`]: it is never created here (see
+    /// [`create_counter`](Self::create_counter)).
     pub fn with_batch(zk: &ZooKeeper, path: &str, batch: u64) -> Result<IdGenerator> {
         if batch == 0 {
             return Err(RecipeError::InvalidArgument(
                 "the batch size must be at least 1",
             ));
         }
-        create_if_absent(zk, path, b"0", &NodeOptions::default(), op_deadline(zk))?;
+        crate::support::check_base_path(path)?;
+        if retry(zk, op_deadline(zk), || zk.exists(path))?.is_none() {
+            return Err(RecipeError::Lost(COUNTER_MISSING));
+        }
         Ok(IdGenerator {
             zk: zk.clone(),
             path: path.to_string(),
             batch,
             timeout: DEFAULT_TIMEOUT,
+            nodes: NodeOptions::default(),
             local: Mutex::new(0..0),
             owner: guid(),
             attempt: AtomicU64::new(0),
             counters: Counters::default(),
         })
+    }
+
+    /// The ACL of the marker child a write at data version -1 creates (see the module
+    /// docs). Default: open.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> IdGenerator {
+        self.nodes = nodes;
+        self
     }
 
     /// Sets how long [`next_id`](Self::next_id) may take (default [`DEFAULT_TIMEOUT`]).
@@ -284,8 +344,12 @@ impl IdGenerator {
                 self.owner,
                 self.attempt.fetch_add(1, Ordering::Relaxed)
             );
-            let payload = format!("{new_high} {token}");
-            let version = stat.version;
+            let cas = Cas {
+                payload: format!("{new_high} {token}"),
+                token,
+                version: stat.version,
+                mzxid: stat.mzxid,
+            };
             let range = high + 1..new_high + 1;
             // Send the CAS; re-send the identical one while its outcome is "not yet".
             // `uncertain`: an earlier send of this payload lost its reply, so it may
@@ -294,64 +358,180 @@ impl IdGenerator {
             let mut losses = 0;
             loop {
                 bump(&counters.cas_attempts, 1);
-                match self.zk.set(&self.path, payload.as_bytes(), Some(version)) {
-                    Ok(_) => {
+                let error = match self.send(&cas) {
+                    Sent::Applied => {
                         bump(&counters.reservations, 1);
                         return Ok(range);
                     }
-                    Err(Error::BadVersion) if !uncertain => {
+                    Sent::Refused if !uncertain => {
                         bump(&counters.conflicts, 1);
                         break;
                     }
-                    Err(Error::NoNode) => return Err(RecipeError::Lost(COUNTER_DELETED)),
-                    Err(error) if error.is_retryable() || error == Error::BadVersion => {
-                        let outcome = if error.is_retryable() {
-                            bump(&counters.connection_losses, 1);
-                            uncertain = true;
-                            losses += 1;
-                            await_reconnect(&self.zk, deadline, losses)
-                                .and_then(|()| self.read(deadline))
-                        } else {
-                            self.read(deadline)
-                        };
-                        let (data, stat) = match outcome {
-                            Ok(read) => read,
-                            Err(error) => {
-                                // Unknown outcome and no time left: the range is abandoned.
-                                bump(&counters.discarded_ranges, 1);
-                                bump(&counters.discarded_ids, n);
-                                return Err(error);
-                            }
-                        };
-                        match resolve(&data, &stat, &token, version) {
-                            Resolution::Applied => {
-                                bump(&counters.recovered, 1);
-                                bump(&counters.reservations, 1);
-                                return Ok(range);
-                            }
-                            Resolution::NotYet => continue,
-                            Resolution::Superseded => {
-                                bump(&counters.conflicts, 1);
-                                fresh = Some((data, stat));
-                                break;
-                            }
-                            Resolution::Unknown => {
-                                log::debug!(
-                                    "recipes: id generator: outcome of reserving {range:?} \
-                                     unknown after connection loss; skipping it"
-                                );
-                                bump(&counters.discarded_ranges, 1);
-                                bump(&counters.discarded_ids, n);
-                                fresh = Some((data, stat));
-                                break;
-                            }
-                        }
+                    Sent::Refused => None,
+                    Sent::Failed(error) if error.is_retryable() => Some(error),
+                    Sent::Failed(Error::NoNode) => return Err(RecipeError::Lost(COUNTER_DELETED)),
+                    Sent::Failed(error) => return Err(error.into()),
+                };
+                let outcome = match error {
+                    Some(_) => {
+                        bump(&counters.connection_losses, 1);
+                        uncertain = true;
+                        losses += 1;
+                        // `read` syncs first: the server we reconnected to may not have
+                        // applied our write yet.
+                        await_reconnect(&self.zk, deadline, losses)
+                            .and_then(|()| self.read_synced(deadline))
                     }
-                    Err(error) => return Err(error.into()),
+                    None => self.read_synced(deadline),
+                };
+                let (data, stat) = match outcome {
+                    Ok(read) => read,
+                    Err(error) => {
+                        // Unknown outcome and no time left: the range is abandoned.
+                        bump(&counters.discarded_ranges, 1);
+                        bump(&counters.discarded_ids, n);
+                        return Err(error);
+                    }
+                };
+                match resolve(&data, &stat, &cas) {
+                    Resolution::Applied => {
+                        bump(&counters.recovered, 1);
+                        bump(&counters.reservations, 1);
+                        return Ok(range);
+                    }
+                    Resolution::NotYet => continue,
+                    Resolution::Superseded => {
+                        bump(&counters.conflicts, 1);
+                        fresh = Some((data, stat));
+                        break;
+                    }
+                    Resolution::Unknown => {
+                        log::debug!(
+                            "recipes: id generator: outcome of reserving {range:?} \
+                             unknown after connection loss; skipping it"
+                        );
+                        bump(&counters.discarded_ranges, 1);
+                        bump(&counters.discarded_ids, n);
+                        fresh = Some((data, stat));
+                        break;
+                    }
                 }
             }
         }
     }
+
+    /// [`read`](Self::read) after a `sync`, for deciding whether a write applied.
+    fn read_synced(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
+        retry(&self.zk, deadline, || self.zk.sync(&self.path))?;
+        self.read(deadline)
+    }
+
+    /// Sends one CAS the way its read version requires (see [`CasPlan`]).
+    fn send(&self, cas: &Cas) -> Sent {
+        let data = cas.payload.as_bytes();
+        let result = match CasPlan::for_version(cas.version) {
+            CasPlan::Set => self.zk.set(&self.path, data, Some(cas.version)).map(drop),
+            CasPlan::SkipMinusOne => self
+                .zk
+                .multi(&skip_ops(&self.path, data, cas.version))
+                .map(drop),
+            CasPlan::Marker => {
+                let acl = self.nodes.acl_list();
+                self.zk
+                    .multi(&marker_ops(&self.path, data, cas.mzxid, acl))
+                    .map(drop)
+            }
+        };
+        match result {
+            Ok(()) => Sent::Applied,
+            Err(Error::BadVersion) => Sent::Refused,
+            Err(Error::MultiFailed { error, .. })
+                if matches!(*error, Error::BadVersion | Error::NodeExists) =>
+            {
+                Sent::Refused
+            }
+            Err(Error::MultiFailed { error, .. }) => Sent::Failed(*error),
+            Err(error) => Sent::Failed(error),
+        }
+    }
+}
+
+/// How a CAS from a counter read at a given data version is sent. The data version is
+/// a signed 32-bit number that wraps, and the server reads an expected version of -1 as
+/// "any version" (ZOOKEEPER-4743), so a plain CAS against -1 would check nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CasPlan {
+    /// `set` at the read version (the next version is one higher).
+    Set,
+    /// The read version is -2: a plain CAS would leave the node at -1, where the next
+    /// writer's CAS could not be checked. The write is two sets in one multi, at -2 (the
+    /// check) and at -1 (inside the multi it can only follow the first), so the node
+    /// goes from -2 to 0 and is never seen at -1.
+    SkipMinusOne,
+    /// The read version is -1 (left there by a writer not using this protocol): no
+    /// expected version can check it. The write goes with the creation of the marker
+    /// child `wrap-<mzxid of that state>` in one multi: only one writer can create it,
+    /// so at most one write follows that state, and every other writer's multi fails.
+    Marker,
+}
+
+impl CasPlan {
+    fn for_version(version: i32) -> CasPlan {
+        match version {
+            -2 => CasPlan::SkipMinusOne,
+            -1 => CasPlan::Marker,
+            _ => CasPlan::Set,
+        }
+    }
+
+    /// The data version a write of this plan from `version` leaves the node at.
+    fn version_after(version: i32) -> i32 {
+        match CasPlan::for_version(version) {
+            CasPlan::Set => version.wrapping_add(1),
+            CasPlan::SkipMinusOne | CasPlan::Marker => 0,
+        }
+    }
+}
+
+/// The multi of [`CasPlan::SkipMinusOne`]: set at `version` (the check), then again at
+/// -1 (no check: it follows the first inside the multi). The version moves by two.
+fn skip_ops(path: &str, data: &[u8], version: i32) -> Vec<Op> {
+    vec![
+        Op::set_data(path, data, version),
+        Op::set_data(path, data, -1),
+    ]
+}
+
+/// The multi of [`CasPlan::Marker`]: create the marker of the state last modified at
+/// `mzxid` with the write; only the first such multi applies.
+fn marker_ops(path: &str, data: &[u8], mzxid: i64, acl: &[zookeeper::Acl]) -> Vec<Op> {
+    vec![
+        Op::Create {
+            path: format!("{path}/{WRAP_MARKER}{mzxid}"),
+            data: Vec::new(),
+            acl: acl.to_vec(),
+            mode: CreateMode::Persistent,
+        },
+        Op::set_data(path, data, -1),
+    ]
+}
+
+/// One CAS: what it writes and the state it was read from.
+#[derive(Debug)]
+struct Cas {
+    payload: String,
+    token: String,
+    version: i32,
+    mzxid: i64,
+}
+
+/// How a CAS send ended.
+#[derive(Debug)]
+enum Sent {
+    Applied,
+    /// The version moved on (or another writer took the -1 state's marker).
+    Refused,
+    Failed(Error),
 }
 
 /// What a re-read after a lost CAS reply says about that CAS.
@@ -359,21 +539,21 @@ impl IdGenerator {
 enum Resolution {
     /// The node carries our token: our write is the current value.
     Applied,
-    /// Still at the version we wrote against: not applied (yet); re-send it.
+    /// Still in the state we wrote against: not applied (yet); re-send it.
     NotYet,
-    /// Another write took the version after ours: ours can never apply.
+    /// Another write took the state after ours: ours can never apply.
     Superseded,
     /// Later writes hide whether ours applied.
     Unknown,
 }
 
-fn resolve(data: &[u8], stat: &Stat, token: &str, version: i32) -> Resolution {
+fn resolve(data: &[u8], stat: &Stat, cas: &Cas) -> Resolution {
     let current_token = parse_counter(data).ok().and_then(|(_, t)| t);
-    if current_token.as_deref() == Some(token) {
+    if current_token.as_deref() == Some(cas.token.as_str()) {
         Resolution::Applied
-    } else if stat.version == version {
+    } else if stat.version == cas.version && stat.mzxid == cas.mzxid {
         Resolution::NotYet
-    } else if stat.version == version.wrapping_add(1) {
+    } else if stat.version == CasPlan::version_after(cas.version) {
         Resolution::Superseded
     } else {
         Resolution::Unknown
@@ -416,27 +596,119 @@ mod tests {
         assert!(parse_counter(&[0, 0, 0, 0, 0, 0, 0, 1]).is_err());
     }
 
+    fn cas(token: &str, version: i32, mzxid: i64) -> Cas {
+        Cas {
+            payload: format!("10 {token}"),
+            token: token.to_string(),
+            version,
+            mzxid,
+        }
+    }
+
+    fn stat(version: i32, mzxid: i64) -> Stat {
+        Stat {
+            version,
+            mzxid,
+            ..Stat::default()
+        }
+    }
+
     #[test]
     fn resolutions() {
-        let stat = |version| Stat {
-            version,
-            ..Stat::default()
-        };
+        let mine = cas("me-1", 3, 100);
         assert_eq!(
-            resolve(b"10 me-1", &stat(4), "me-1", 3),
+            resolve(b"10 me-1", &stat(4, 101), &mine),
             Resolution::Applied
         );
         assert_eq!(
-            resolve(b"5 other-1", &stat(3), "me-1", 3),
+            resolve(b"5 other-1", &stat(3, 100), &mine),
             Resolution::NotYet
         );
         assert_eq!(
-            resolve(b"10 other-1", &stat(4), "me-1", 3),
+            resolve(b"10 other-1", &stat(4, 101), &mine),
             Resolution::Superseded
         );
         assert_eq!(
-            resolve(b"20 other-2", &stat(5), "me-1", 3),
+            resolve(b"20 other-2", &stat(5, 102), &mine),
             Resolution::Unknown
         );
+    }
+
+    /// No CAS is ever sent with expected version -1 on its own (ZOOKEEPER-4743: "any
+    /// version"), and none leaves the counter at -1 for the next writer.
+    #[test]
+    fn cas_never_relies_on_version_minus_one() {
+        for version in [i32::MIN, -3, 0, 1, i32::MAX] {
+            assert_eq!(CasPlan::for_version(version), CasPlan::Set);
+            assert_ne!(CasPlan::version_after(version), -1, "from {version}");
+        }
+        assert_eq!(CasPlan::version_after(i32::MAX), i32::MIN);
+        assert_eq!(CasPlan::version_after(-3), -2);
+        assert_eq!(CasPlan::for_version(-2), CasPlan::SkipMinusOne);
+        assert_eq!(CasPlan::version_after(-2), 0);
+        assert_eq!(CasPlan::for_version(-1), CasPlan::Marker);
+        assert_eq!(CasPlan::version_after(-1), 0);
+    }
+
+    /// Around -1 the outcome of a lost reply is still judged right: a write from -2 or
+    /// -1 lands at 0; another writer at 0 superseded ours; a state at -1 that is not the
+    /// one we read (another mzxid) is not "not yet".
+    #[test]
+    fn resolutions_around_minus_one() {
+        let from_minus_two = cas("me-1", -2, 100);
+        assert_eq!(
+            resolve(b"10 other", &stat(0, 101), &from_minus_two),
+            Resolution::Superseded
+        );
+        assert_eq!(
+            resolve(b"10 me-1", &stat(0, 101), &from_minus_two),
+            Resolution::Applied
+        );
+        let from_minus_one = cas("me-1", -1, 100);
+        assert_eq!(
+            resolve(b"5 x", &stat(-1, 100), &from_minus_one),
+            Resolution::NotYet
+        );
+        assert_eq!(
+            resolve(b"5 x", &stat(-1, 999), &from_minus_one),
+            Resolution::Unknown
+        );
+        assert_eq!(
+            resolve(b"10 other", &stat(0, 101), &from_minus_one),
+            Resolution::Superseded
+        );
+    }
+
+    /// The multis sent around -1, on a real server: the skip moves the version by two
+    /// and checks the first set; the marker lets only the first writer of a state through.
+    #[test]
+    fn wrap_multis_on_a_server() {
+        let zk = ZooKeeper::connect(
+            &zk_harness::shared_test_connect_string(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let path = format!("/recipes-unit/id-wrap-{}", guid());
+        IdGenerator::create_counter(&zk, &path, &NodeOptions::default()).unwrap();
+        for i in 0..5 {
+            zk.set(&path, i.to_string().as_bytes(), None).unwrap();
+        }
+        let (_, before) = zk.get(&path).unwrap();
+        assert_eq!(before.version, 5);
+        // A stale skip changes nothing.
+        let stale = zk.multi(&skip_ops(&path, b"9 stale", 4));
+        assert!(matches!(stale, Err(Error::MultiFailed { index: 0, .. })));
+        zk.multi(&skip_ops(&path, b"10 me", 5)).unwrap();
+        let (data, after) = zk.get(&path).unwrap();
+        assert_eq!((data.as_slice(), after.version), (&b"10 me"[..], 7));
+        // Two writers of the same state: one gets through.
+        let acl = zookeeper::Acl::open_unsafe();
+        zk.multi(&marker_ops(&path, b"11 a", after.mzxid, &acl))
+            .unwrap();
+        let second = zk.multi(&marker_ops(&path, b"11 b", after.mzxid, &acl));
+        assert!(matches!(second, Err(Error::MultiFailed { index: 0, .. })));
+        let (data, last) = zk.get(&path).unwrap();
+        assert_eq!((data.as_slice(), last.version), (&b"11 a"[..], 8));
+        zk.close().unwrap();
     }
 }

@@ -27,6 +27,7 @@ pub mod lifecycle;
 pub mod lock;
 mod nodes;
 pub mod queue;
+mod recovery;
 pub mod rwlock;
 pub mod semaphore;
 pub(crate) mod support;

@@ -11,8 +11,8 @@
 //! # How it works
 //! - [`put`](Queue::put) runs one `multi`: create the item (persistent sequential, named
 //!   with a fresh guid) **and** an ephemeral receipt named by the same guid. If the reply
-//!   is lost (`CONNECTIONLOSS`), the receipt answers "was it applied?" after reconnecting,
-//!   even if a consumer already took the item (the weakness of the plain
+//!   is lost (`CONNECTIONLOSS`), the receipt answers "was it applied?" after reconnecting
+//!   (and a `sync`), even if a consumer already took the item (the weakness of the plain
 //!   "look for my guid among the children" check the post describes). The receipt is
 //!   deleted right after (pipelined, so a put costs one round trip).
 //! - Consumers list the children, order them by sequence suffix, and claim the first by
@@ -21,7 +21,27 @@
 //! - [`take`](Queue::take) registers a child watch *before* the listing it decides on, and
 //!   sleeps on a condition variable until that watch fires: the post's Condition pattern,
 //!   without its lost wake-up. One child watch at a time per `Queue` value serves every
-//!   thread blocked in it (no watch per call, so nothing leaks when takes time out).
+//!   thread blocked in it (no watch per call, so nothing leaks when takes time out); no
+//!   lock is held while that watch is registered, so a thread riding out a lost
+//!   connection there holds up no other thread past its own deadline.
+//! - Nodes are created when first needed, with the ACL and directory kind of
+//!   [`with_node_options`](Queue::with_node_options); a missing queue or receipts node
+//!   (an empty container the server removed, or a restarted counter) is recreated.
+//!
+//! # The end of the sequence counter
+//! Sequence numbers are the queue node's signed 32-bit child counter; near its end the
+//! 3.8 server repeats 2147483647 and wraps to negative numbers, where order by number
+//! breaks. Items numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! negative) never take part: consumers neither deliver nor count them. The `put` that
+//! created one removes it (before its receipt) and restarts the counter by deleting the
+//! queue and receipts nodes in one multi, which the server applies only if both are
+//! empty, then puts again. If the queue is not empty the put fails with
+//! [`SequenceExhausted`](crate::RecipeError::SequenceExhausted), enqueuing nothing; it
+//! does not wait, since consumers may never come. Restarting is safe because no item
+//! can be in the queue at that moment: nothing acknowledged is reordered or lost. An
+//! item past the end whose receipt is gone belongs to a put whose session ended before
+//! it could remove it (that put never returned `Ok`); consumers remove such orphans.
+//! A queue node that is a container restarts by itself once it empties.
 //!
 //! # Guarantees
 //! - FIFO by server sequence number: items are handed out in enqueue order (the order
@@ -32,11 +52,18 @@
 //!   cannot tell whether its delete or another consumer's won; it returns the item
 //!   (at-least-once). Use [`WorkQueue`](crate::work_queue::WorkQueue) when items must be
 //!   acknowledged after processing.
+//! - An item whose `delete` this consumer sent is never lost: after a lost reply the
+//!   consumer reconnects (within the reconnect timeout, even past a `take_timeout`
+//!   deadline), `sync`s and looks; the item is either still in the queue (then the take
+//!   goes on, or leaves it there at its deadline) or returned. If the outcome cannot be
+//!   learnt (reconnect timeout, session over) the item is returned too.
 //! - `put` returning `Ok` means the item is in the queue exactly once, also when the
 //!   connection dropped mid-put (the receipt check). A `put` that fails with
 //!   `SessionExpired` or a connection loss that outlasts the reconnect timeout may or may
 //!   not have enqueued the item (never twice).
 //! - A blocked `take` wakes for every change after it last listed the queue.
+//! - With [`NodeOptions`] carrying an ACL, clients without the credentials can neither
+//!   read, add nor remove items.
 //!
 //! # Non-guarantees
 //! - No priorities, no peeking without taking, no bound on the queue length.
@@ -44,6 +71,8 @@
 //!   [`WorkQueue`](crate::work_queue::WorkQueue).
 //! - Every blocked consumer holds a child watch on the queue node, so each put wakes all
 //!   blocked consumers (one per `Queue` value); the work queue avoids that herd.
+//! - At the counter's end, puts fail with `SequenceExhausted` until the queue has been
+//!   empty once (see above).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -60,12 +89,13 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 
+use crate::recovery::{children_or_none, name_in_range, restart_dir, Restart};
 use crate::support::{
     await_reconnect, check_base_path, check_event, counted_wait, default_reconnect_timeout,
-    members, retry, wait_until, Deadline, Patience,
+    ensure_dir, members, retry, wait_until, Deadline, Patience,
 };
-use crate::util::{ensure_path, guid};
-use crate::{RecipeError, Result};
+use crate::util::guid;
+use crate::{NodeOptions, RecipeError, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,76 +106,213 @@ use zookeeper::{CreateMode, Error, Op, OpResult, Watch, WatchedEvent, ZooKeeper}
 pub(crate) const ITEM_PREFIX: &str = "item";
 /// Child holding the put receipts.
 pub(crate) const RECEIPTS: &str = "receipts";
+/// How many times one put may find its item past the counter's end and restart the
+/// directory before it gives up with `SequenceExhausted` (a restarted directory hands out
+/// small numbers again, so a second rejection means peers keep it busy).
+const PUT_RESTARTS: usize = 3;
 
 // ---------------------------------------------------------------------------------------
 // The item protocol, shared with the work queue.
 // ---------------------------------------------------------------------------------------
 
-/// The item names among `children` (`item…` with a sequence suffix), ordered by sequence
-/// number.
-pub(crate) fn sorted_items(children: Vec<String>) -> Vec<String> {
-    let items = members(children, &[ITEM_PREFIX]);
-    items.into_iter().map(|item| item.name).collect()
+/// The item names among `children` (`item…` with a sequence suffix): those whose number
+/// may be ordered by, in sequence order, and the others (created past the directory
+/// counter's end: they take no part; see [`ItemStore::remove_orphans`]).
+pub(crate) fn split_items(children: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let (in_range, past_end): (Vec<_>, Vec<_>) = members(children, &[ITEM_PREFIX])
+        .into_iter()
+        .partition(|item| item.in_range());
+    (
+        in_range.into_iter().map(|item| item.name).collect(),
+        past_end.into_iter().map(|item| item.name).collect(),
+    )
 }
 
-/// Enqueues `data` as `<items_dir>/item-<guid>-<seq>` with lost-create protection:
-/// the item and an ephemeral receipt `<receipts_dir>/<guid>` are created by one multi;
-/// after a connection loss the receipt says whether it was applied (it cannot have been
-/// consumed: only this session deletes it). Returns the item's path, or an empty string
-/// if it was applied but already consumed by the time this put could look.
-pub(crate) fn put_item(
-    zk: &ZooKeeper,
-    items_dir: &str,
-    receipts_dir: &str,
-    data: &[u8],
-    patience: Patience,
-) -> Result<String> {
-    let id = guid();
-    let item_prefix = format!("{items_dir}/{ITEM_PREFIX}-{id}-");
-    let receipt = format!("{receipts_dir}/{id}");
-    let ops = [
-        Op::create(&item_prefix, data, CreateMode::PersistentSequential),
-        Op::create(&receipt, b"", CreateMode::Ephemeral),
-    ];
-    let mut attempt = 0;
-    loop {
-        match zk.multi(&ops) {
-            Ok(results) => {
-                // Pipelined: the reply is not awaited (dropping the future does not cancel
-                // the request). If it is lost, the receipt stays until the session ends.
-                drop(zk.delete_async(&receipt, None));
-                return Ok(match results.first() {
-                    Some(OpResult::Created(path)) => path.clone(),
-                    _ => String::new(),
-                });
-            }
-            Err(error) if error.is_connection_loss() => {
-                attempt += 1;
-                await_reconnect(zk, patience, attempt)?;
-                // Let this server catch up with everything the old connection sent.
-                retry(zk, patience, || zk.sync(receipts_dir))?;
-                if retry(zk, patience, || zk.exists(&receipt))?.is_some() {
-                    let children = retry(zk, patience, || zk.get_children(items_dir))?;
-                    let path = children
-                        .into_iter()
-                        .find(|name| name.contains(&id))
-                        .map(|name| format!("{items_dir}/{name}"))
-                        .unwrap_or_default();
-                    match retry(zk, patience, || zk.delete(&receipt, None)) {
-                        Ok(()) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
-                        Err(e) => return Err(e),
+/// The put guid in an item's name (`item-<32 hex digits>-<seq>`), if it has one.
+fn guid_of(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(ITEM_PREFIX)?.strip_prefix('-')?;
+    let id = rest.get(..32)?;
+    (id.bytes().all(|b| b.is_ascii_hexdigit()) && rest[32..].starts_with('-')).then_some(id)
+}
+
+/// Where a queue keeps its items and put receipts, and how it makes its nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct ItemStore {
+    /// The directory of the item nodes.
+    pub(crate) items: String,
+    /// The directory of the put receipts.
+    pub(crate) receipts: String,
+    /// Whether `receipts` is a child of `items` (the queue) rather than a sibling (the
+    /// work queue): restarting the item counter then removes it too.
+    pub(crate) receipts_inside: bool,
+    /// ACL and directory kind.
+    pub(crate) nodes: NodeOptions,
+}
+
+impl ItemStore {
+    fn receipt(&self, id: &str) -> String {
+        format!("{}/{id}", self.receipts)
+    }
+
+    /// Creates the directories if missing (also after a restart or the removal of an
+    /// empty container directory).
+    pub(crate) fn ensure(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
+        ensure_dir(zk, &self.items, &self.nodes, patience)?;
+        ensure_dir(zk, &self.receipts, &self.nodes, patience)
+    }
+
+    /// Enqueues `data` as `<items>/item-<guid>-<seq>`, exactly once on `Ok`.
+    ///
+    /// Lost-create protection: the item and an ephemeral receipt `<receipts>/<guid>` are
+    /// created by one multi; after a connection loss the receipt says whether it was
+    /// applied (it cannot have been consumed: only this session deletes it).
+    ///
+    /// The counter's end: an item whose number is out of range is removed again (before
+    /// its receipt, so an out-of-range item without a receipt is known to be an orphan of
+    /// a dead session), and the directory is restarted if it is empty; if it is not, the
+    /// put fails with `SequenceExhausted` instead of waiting for consumers that may never
+    /// come. Nothing is left behind then, and no acknowledged item is ever reordered.
+    pub(crate) fn put(&self, zk: &ZooKeeper, data: &[u8], patience: Patience) -> Result<()> {
+        let mut not_empty = 0;
+        for _ in 0..PUT_RESTARTS {
+            let id = guid();
+            let Some(name) = self.put_once(zk, &id, data, patience)? else {
+                // Applied and already consumed: it was in range.
+                return Ok(());
+            };
+            match self.settle(zk, &id, &name, patience)? {
+                None => return Ok(()),
+                Some(Restart::Restarted) => {}
+                Some(Restart::NotEmpty) => {
+                    // A peer may have restarted it a moment ago and put a fresh item: try
+                    // once more; a second refusal is final.
+                    not_empty += 1;
+                    if not_empty == 2 {
+                        break;
                     }
-                    return Ok(path);
                 }
-                // Not applied: send it again (same guid, so a retry is still recognisable).
             }
-            Err(Error::MultiFailed { index: 1, error }) if *error == Error::NodeExists => {
-                // Our receipt already exists: an earlier attempt of this very put was
-                // applied after all (the check raced it). Nothing to add.
-                drop(zk.delete_async(&receipt, None));
-                return Ok(String::new());
+        }
+        Err(RecipeError::SequenceExhausted {
+            dir: self.items.clone(),
+        })
+    }
+
+    /// After put `id` created item `name`: `None` if its number is in range (the put is
+    /// done; its receipt goes). Otherwise the item must not take part: it is removed
+    /// before its receipt (see [`put`](Self::put)), a restart of the counter is tried,
+    /// and its outcome returned.
+    fn settle(
+        &self,
+        zk: &ZooKeeper,
+        id: &str,
+        name: &str,
+        patience: Patience,
+    ) -> Result<Option<Restart>> {
+        let receipt = self.receipt(id);
+        if name_in_range(name) {
+            // Pipelined: the reply is not awaited (dropping the future does not cancel
+            // the request). If it is lost, the receipt stays until the session ends.
+            drop(zk.delete_async(&receipt, None));
+            return Ok(None);
+        }
+        log::debug!("queue: {name} in {} is past the counter's end", self.items);
+        crate::support::delete_node(zk, &format!("{}/{name}", self.items), patience)?;
+        crate::support::delete_node(zk, &receipt, patience)?;
+        let inner: &[&str] = if self.receipts_inside {
+            &[&self.receipts]
+        } else {
+            &[]
+        };
+        restart_dir(zk, &self.items, inner, &self.nodes, patience).map(Some)
+    }
+
+    /// One put attempt (sent again after connection loss until its outcome is known):
+    /// the created item's name, or `None` if it was applied but consumed before this put
+    /// could look.
+    fn put_once(
+        &self,
+        zk: &ZooKeeper,
+        id: &str,
+        data: &[u8],
+        patience: Patience,
+    ) -> Result<Option<String>> {
+        let receipt = self.receipt(id);
+        let ops = [
+            Op::Create {
+                path: format!("{}/{ITEM_PREFIX}-{id}-", self.items),
+                data: data.to_vec(),
+                acl: self.nodes.acl_list().to_vec(),
+                mode: CreateMode::PersistentSequential,
+            },
+            Op::Create {
+                path: receipt.clone(),
+                data: Vec::new(),
+                acl: self.nodes.acl_list().to_vec(),
+                mode: CreateMode::Ephemeral,
+            },
+        ];
+        let mut attempt = 0;
+        loop {
+            match zk.multi(&ops) {
+                Ok(results) => {
+                    return Ok(match results.first() {
+                        Some(OpResult::Created(path)) => {
+                            path.rsplit('/').next().map(str::to_string)
+                        }
+                        _ => None,
+                    })
+                }
+                Err(error) if error.is_connection_loss() => {
+                    attempt += 1;
+                    await_reconnect(zk, patience, attempt)?;
+                    // Let this server catch up with everything the old connection sent.
+                    retry(zk, patience, || zk.sync(&self.items))?;
+                    match retry(zk, patience, || zk.exists(&receipt)) {
+                        Ok(Some(_)) => return self.find(zk, id, patience),
+                        Ok(None) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
+                        Err(error) => return Err(error),
+                    }
+                    // Not applied: send it again (same guid, so a retry is still
+                    // recognisable).
+                }
+                Err(Error::MultiFailed { index: 1, error }) if *error == Error::NodeExists => {
+                    // Our receipt already exists: an earlier attempt of this very put was
+                    // applied after all (the check raced it).
+                    return self.find(zk, id, patience);
+                }
+                Err(Error::MultiFailed { error, .. }) if *error == Error::NoNode => {
+                    // A directory is missing: not created yet, restarted by a peer, or an
+                    // empty container the server removed.
+                    self.ensure(zk, patience)?;
+                }
+                Err(error) => return Err(error.into()),
             }
-            Err(error) => return Err(error.into()),
+        }
+    }
+
+    /// The item of the applied put `id`, found by its guid (`None`: consumed already).
+    fn find(&self, zk: &ZooKeeper, id: &str, patience: Patience) -> Result<Option<String>> {
+        let children = children_or_none(zk, &self.items, patience)?;
+        Ok(children.into_iter().find(|name| guid_of(name) == Some(id)))
+    }
+
+    /// Removes items past the counter's end whose put receipt is gone: their put's
+    /// session ended before it could remove them (the put never returned `Ok`), so
+    /// nobody else will. Best effort; an item whose receipt exists belongs to a put in
+    /// progress, which removes it itself. (The item and receipt are created atomically
+    /// and reads on one server move forward, so a receipt missing after the listing that
+    /// showed the item is gone for good.)
+    pub(crate) fn remove_orphans(&self, zk: &ZooKeeper, past_end: &[String]) {
+        for name in past_end {
+            let Some(id) = guid_of(name) else { continue };
+            if let Ok(None) = zk.exists(&self.receipt(id)) {
+                let item = format!("{}/{name}", self.items);
+                match zk.delete(&item, None) {
+                    Ok(()) | Err(Error::NoNode) => log::debug!("queue: removed orphan {item}"),
+                    Err(error) => log::debug!("queue: removing orphan {item}: {error}"),
+                }
+            }
         }
     }
 }
@@ -157,6 +324,8 @@ pub(crate) fn put_item(
 struct WatchState {
     /// A child watch is registered (possibly being waited on by a thread: `slot` empty).
     armed: bool,
+    /// A thread is registering one (outside the lock: that can take a reconnection).
+    arming: bool,
     /// The armed watch, when no thread is waiting on it.
     slot: Option<Watch>,
     /// Bumped each time the armed watch fires.
@@ -168,9 +337,12 @@ struct WatchState {
 /// later than the listing, and then waits with [`wait_change`](Self::wait_change) for any
 /// change after it. One waiting thread receives from the watch; the others sleep on a
 /// condition variable; whoever leaves hands the watch to the next. No wake-up can be lost
-/// and no watch is registered twice.
+/// and no watch is registered twice. The lock is never held across a request, so a
+/// thread riding out a lost connection blocks nobody past their own deadline.
 struct ChildWatcher {
     path: String,
+    /// For recreating the directory when it is missing.
+    nodes: NodeOptions,
     state: Mutex<WatchState>,
     changed: Condvar,
     events: AtomicU64,
@@ -181,8 +353,10 @@ impl ChildWatcher {
     fn new(path: &str) -> ChildWatcher {
         ChildWatcher {
             path: path.to_string(),
+            nodes: NodeOptions::default(),
             state: Mutex::new(WatchState {
                 armed: false,
+                arming: false,
                 slot: None,
                 epoch: 0,
             }),
@@ -222,29 +396,69 @@ impl ChildWatcher {
 
     /// Lists the children; a child watch registered no later than this listing is armed
     /// when it returns. Returns the children and the epoch to pass to `wait_change`.
-    fn list(&self, zk: &ZooKeeper, patience: Patience) -> Result<(Vec<String>, u64)> {
+    /// `Err(Timeout)` if `deadline` passes while another thread is registering the watch.
+    fn list(
+        &self,
+        zk: &ZooKeeper,
+        patience: Patience,
+        deadline: Deadline,
+    ) -> Result<(Vec<String>, u64)> {
         let mut state = self.state.lock();
-        if let Some(watch) = &state.slot {
-            match watch.try_get() {
-                Ok(Some(event)) => self.fired(&mut state, Ok(event))?,
-                Ok(None) => {}
-                Err(error) => self.fired(&mut state, Err(error))?,
+        loop {
+            if let Some(watch) = &state.slot {
+                match watch.try_get() {
+                    Ok(Some(event)) => self.fired(&mut state, Ok(event))?,
+                    Ok(None) => {}
+                    Err(error) => self.fired(&mut state, Err(error))?,
+                }
+            }
+            if state.armed {
+                // Still armed and not fired as far as anyone has seen, or being received
+                // by a waiting thread, which bumps the epoch when it fires: either way a
+                // change after this listing is noticed.
+                let epoch = state.epoch;
+                drop(state);
+                let children = children_or_none(zk, &self.path, patience)?;
+                return Ok((children, epoch));
+            }
+            if !state.arming {
+                break;
+            }
+            // Another thread is registering the watch: wait for it (without the lock
+            // held across its request), then look again.
+            match deadline.instant() {
+                None => self.changed.wait(&mut state),
+                Some(at) => {
+                    if self.changed.wait_until(&mut state, at).timed_out() {
+                        return Err(RecipeError::Timeout);
+                    }
+                }
             }
         }
-        if state.armed {
-            // Still armed and not fired as far as anyone has seen, or being received by a
-            // waiting thread, which bumps the epoch when it fires: either way a change
-            // after this listing is noticed.
-            let epoch = state.epoch;
-            drop(state);
-            let children = retry(zk, patience, || zk.get_children(&self.path))?;
-            return Ok((children, epoch));
-        }
-        // Arm while holding the lock, so no two threads register a watch at once.
-        let (children, watch) = retry(zk, patience, || zk.get_children_watch(&self.path))?;
+        // Register it ourselves; `arming` keeps a second registration out meanwhile.
+        state.arming = true;
+        drop(state);
+        let listed = self.arm(zk, patience);
+        let mut state = self.state.lock();
+        state.arming = false;
+        self.changed.notify_all();
+        let (children, watch) = listed?;
         state.slot = Some(watch);
         state.armed = true;
         Ok((children, state.epoch))
+    }
+
+    /// Lists with a new child watch, recreating the directory if it is missing (a child
+    /// watch needs the node; an empty directory costs nothing).
+    fn arm(&self, zk: &ZooKeeper, patience: Patience) -> Result<(Vec<String>, Watch)> {
+        loop {
+            match retry(zk, patience, || zk.get_children_watch(&self.path)) {
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => {
+                    ensure_dir(zk, &self.path, &self.nodes, patience)?
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Waits until the watch armed at `epoch` fires (`Ok(true)`) or `deadline` passes
@@ -310,7 +524,7 @@ impl ChildWatcher {
 pub struct Queue {
     zk: ZooKeeper,
     path: String,
-    receipts: String,
+    store: ItemStore,
     patience: Patience,
     /// Item names from the last listing not yet tried, in sequence order.
     cache: Mutex<VecDeque<String>>,
@@ -329,16 +543,30 @@ impl Drop for Queue {
     }
 }
 
+/// What became of an item whose delete this consumer sent.
+enum Claimed {
+    /// Ours: deliver it.
+    Taken(Vec<u8>),
+    /// Someone else's (or gone): try another.
+    Missed,
+    /// Our delete provably did not apply and the item is still there: try it again.
+    Again,
+}
+
 impl Queue {
-    /// Opens the queue at `path`, creating the node (and its parents) if missing.
+    /// The queue at `path`. Its nodes are created when first needed, with the
+    /// [`NodeOptions`] given to [`with_node_options`](Self::with_node_options).
     pub fn new(zk: &ZooKeeper, path: &str) -> Result<Queue> {
         check_base_path(path)?;
-        let receipts = format!("{path}/{RECEIPTS}");
-        ensure_path(zk, &receipts)?;
         Ok(Queue {
             zk: zk.clone(),
             path: path.to_string(),
-            receipts,
+            store: ItemStore {
+                items: path.to_string(),
+                receipts: format!("{path}/{RECEIPTS}"),
+                receipts_inside: true,
+                nodes: NodeOptions::default(),
+            },
             patience: Patience::reconnect(default_reconnect_timeout(zk)),
             cache: Mutex::new(VecDeque::new()),
             watcher: ChildWatcher::new(path),
@@ -352,15 +580,26 @@ impl Queue {
         self
     }
 
+    /// The ACL of every node the queue creates (queue node, receipts node, items,
+    /// receipts) and whether the queue and receipts nodes are containers (removed by the
+    /// server once empty, recreated on the next put). Default: open ACL, persistent.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> Queue {
+        self.watcher.nodes = nodes.clone();
+        self.store.nodes = nodes;
+        self
+    }
+
     /// The queue node's path.
     pub fn path(&self) -> &str {
         &self.path
     }
 
     /// Enqueues `data` (at most [`zookeeper::MAX_DATA_LEN`] bytes). Survives connection
-    /// loss without duplicating the item (see the module docs).
+    /// loss without duplicating the item (see the module docs). At the end of the queue
+    /// node's sequence counter it restarts the counter if the queue is empty, and fails
+    /// with [`RecipeError::SequenceExhausted`] (enqueuing nothing) if it is not.
     pub fn put(&self, data: &[u8]) -> Result<()> {
-        put_item(&self.zk, &self.path, &self.receipts, data, self.patience).map(drop)
+        self.store.put(&self.zk, data, self.patience)
     }
 
     /// Takes the head item without blocking: `None` if the queue is empty.
@@ -369,8 +608,8 @@ impl Queue {
             if let Some(data) = self.claim_cached(Deadline::never())? {
                 return Ok(Some(data));
             }
-            let children = retry(&self.zk, self.patience, || self.zk.get_children(&self.path))?;
-            let items = sorted_items(children);
+            let children = children_or_none(&self.zk, &self.path, self.patience)?;
+            let items = self.sorted(children);
             if items.is_empty() {
                 return Ok(None);
             }
@@ -387,15 +626,17 @@ impl Queue {
         }
     }
 
-    /// Takes the head item, blocking at most `timeout`: `None` if none came.
+    /// Takes the head item, blocking at most `timeout`: `None` if none came. An item
+    /// whose delete was sent before the deadline is returned even if confirming it takes
+    /// longer (see the module docs).
     pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
         self.take_until(Deadline::after(timeout))
     }
 
     /// The number of items in the queue now.
     pub fn len(&self) -> Result<usize> {
-        let children = retry(&self.zk, self.patience, || self.zk.get_children(&self.path))?;
-        Ok(sorted_items(children).len())
+        let children = children_or_none(&self.zk, &self.path, self.patience)?;
+        Ok(split_items(children).0.len())
     }
 
     /// Whether the queue is empty now.
@@ -415,15 +656,29 @@ impl Queue {
         self.watcher.waiting() as usize
     }
 
+    /// The items of a listing in order, after removing orphans past the counter's end.
+    fn sorted(&self, children: Vec<String>) -> Vec<String> {
+        let (items, past_end) = split_items(children);
+        self.store.remove_orphans(&self.zk, &past_end);
+        items
+    }
+
     fn take_until(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+        match self.take_inner(deadline) {
+            Err(RecipeError::Timeout) if deadline.expired() => Ok(None),
+            other => other,
+        }
+    }
+
+    fn take_inner(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
         loop {
             if let Some(data) = self.claim_cached(deadline)? {
                 return Ok(Some(data));
             }
             // The cached list is used up: list again, with a watch registered first.
             let patience = self.patience.before(deadline);
-            let (children, epoch) = self.watcher.list(&self.zk, patience)?;
-            *self.cache.lock() = sorted_items(children).into();
+            let (children, epoch) = self.watcher.list(&self.zk, patience, deadline)?;
+            *self.cache.lock() = self.sorted(children).into();
             if let Some(data) = self.claim_cached(deadline)? {
                 return Ok(Some(data));
             }
@@ -442,39 +697,67 @@ impl Queue {
             let Some(name) = self.cache.lock().pop_front() else {
                 return Ok(None);
             };
-            if let Some(data) = self.claim(&name, deadline)? {
-                return Ok(Some(data));
+            loop {
+                match self.claim(&name, deadline)? {
+                    Claimed::Taken(data) => return Ok(Some(data)),
+                    Claimed::Missed => break,
+                    Claimed::Again if deadline.expired() => {
+                        // Provably still in the queue: leave it for the next take.
+                        self.cache.lock().push_front(name);
+                        return Ok(None);
+                    }
+                    Claimed::Again => {}
+                }
             }
         }
     }
 
-    /// `get` then `delete` one item; `None` if another consumer took it first.
-    fn claim(&self, name: &str, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+    /// `get` then `delete` one item.
+    fn claim(&self, name: &str, deadline: Deadline) -> Result<Claimed> {
         let path = format!("{}/{name}", self.path);
         let patience = self.patience.before(deadline);
-        let mut attempt = 0;
         loop {
             let (data, stat) = match retry(&self.zk, patience, || self.zk.get(&path)) {
                 Ok(found) => found,
-                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(None),
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claimed::Missed),
                 Err(e) => return Err(e),
             };
             match self.zk.delete(&path, Some(stat.version)) {
-                Ok(()) => return Ok(Some(data)),
-                Err(Error::NoNode) => return Ok(None),
+                Ok(()) => return Ok(Claimed::Taken(data)),
+                Err(Error::NoNode) => return Ok(Claimed::Missed),
                 Err(Error::BadVersion) => continue, // rewritten meanwhile: read it again
                 Err(error) if error.is_connection_loss() => {
-                    attempt += 1;
-                    await_reconnect(&self.zk, patience, attempt)?;
-                    let exists = retry(&self.zk, patience, || self.zk.exists(&path))?;
-                    if exists.is_none() {
-                        // Our delete or another consumer's: cannot tell; deliver it
-                        // (at-least-once, see the module docs).
-                        log::debug!("queue: delete of {path} lost with the connection");
-                        return Ok(Some(data));
-                    }
+                    return Ok(self.resolve_lost_delete(&path, data))
                 }
                 Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// Our delete of `path` was sent and its reply lost; `data` is the item. It is never
+    /// dropped: either the item is provably still in the queue (`Again`), or it is
+    /// delivered. The call's deadline does not apply here (the item may be ours already);
+    /// the reconnect timeout does. `sync` first, so a server we reconnected to has
+    /// applied everything the old connection sent before we look.
+    fn resolve_lost_delete(&self, path: &str, data: Vec<u8>) -> Claimed {
+        let look = (|| {
+            await_reconnect(&self.zk, self.patience, 1)?;
+            retry(&self.zk, self.patience, || self.zk.sync(path))?;
+            retry(&self.zk, self.patience, || self.zk.exists(path))
+        })();
+        match look {
+            Ok(Some(_)) => Claimed::Again,
+            Ok(None) => {
+                // Our delete or another consumer's: cannot tell; deliver it
+                // (at-least-once, see the module docs).
+                log::debug!("queue: delete of {path} lost with the connection");
+                Claimed::Taken(data)
+            }
+            Err(error) => {
+                // Cannot find out (reconnect timeout, session over): the item may be ours
+                // and gone from the queue, so it is delivered rather than lost.
+                log::debug!("queue: outcome of deleting {path} unknown ({error})");
+                Claimed::Taken(data)
             }
         }
     }
@@ -494,8 +777,9 @@ mod tests {
             "item0000000002".to_string(),
             "other-0000000000".to_string(),
         ];
+        let (items, past_end) = split_items(children);
         assert_eq!(
-            sorted_items(children),
+            items,
             [
                 "item-aaaa-0000000001",
                 "item0000000002",
@@ -503,5 +787,113 @@ mod tests {
                 "item-0000-0000000010"
             ]
         );
+        assert!(past_end.is_empty());
+    }
+
+    #[test]
+    fn items_past_the_counters_end_take_no_part() {
+        let children = vec![
+            "item-b-2147483647".to_string(),
+            "item-c--2147483648".to_string(),
+            "item-a-0000000005".to_string(),
+            "item-d--000000003".to_string(),
+        ];
+        let (items, mut past_end) = split_items(children);
+        assert_eq!(items, ["item-a-0000000005"]);
+        past_end.sort();
+        assert_eq!(
+            past_end,
+            [
+                "item-b-2147483647",
+                "item-c--2147483648",
+                "item-d--000000003"
+            ]
+        );
+    }
+
+    #[test]
+    fn put_guid_from_an_item_name() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(guid_of(&format!("item-{id}-0000000001")), Some(id));
+        assert_eq!(guid_of(&format!("item-{id}--2147483648")), Some(id));
+        assert_eq!(guid_of("item0000000002"), None);
+        assert_eq!(guid_of("item-short-0000000002"), None);
+        assert_eq!(guid_of(&format!("item-{id}x0000000001")), None);
+    }
+
+    /// An item created past the counter's end is removed with its receipt; the queue
+    /// node (with its receipts node) restarts only once empty, and then hands out small
+    /// numbers again. On a real server, with the end simulated by a crafted name.
+    #[test]
+    fn a_put_past_the_counters_end_restarts_an_empty_queue_only() {
+        let zk = ZooKeeper::connect(
+            &zk_harness::shared_test_connect_string(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let path = format!("/recipes-unit/queue-end-{}", guid());
+        let store = ItemStore {
+            items: path.clone(),
+            receipts: format!("{path}/{RECEIPTS}"),
+            receipts_inside: true,
+            nodes: NodeOptions::default(),
+        };
+        let patience = Patience::reconnect(Duration::from_secs(10));
+        let queue = Queue::new(&zk, &path).unwrap();
+        queue.put(b"waiting").unwrap();
+        queue.put(b"also waiting").unwrap();
+        let wrapped = |id: &str| {
+            let name = format!("{ITEM_PREFIX}-{id}-2147483647");
+            let open = zookeeper::Acl::open_unsafe();
+            zk.create(
+                &format!("{path}/{name}"),
+                b"late",
+                &open,
+                CreateMode::Persistent,
+            )
+            .unwrap();
+            zk.create(&store.receipt(id), b"", &open, CreateMode::Ephemeral)
+                .unwrap();
+            name
+        };
+        let id = guid();
+        let name = wrapped(&id);
+        assert_eq!(
+            store.settle(&zk, &id, &name, patience).unwrap(),
+            Some(Restart::NotEmpty)
+        );
+        assert!(zk.exists(&format!("{path}/{name}")).unwrap().is_none());
+        assert!(zk.exists(&store.receipt(&id)).unwrap().is_none());
+        assert_eq!(queue.len().unwrap(), 2, "the waiting items are kept");
+
+        assert!(queue.get().unwrap().is_some());
+        assert!(queue.get().unwrap().is_some());
+        let id = guid();
+        let name = wrapped(&id);
+        assert_eq!(
+            store.settle(&zk, &id, &name, patience).unwrap(),
+            Some(Restart::Restarted)
+        );
+        assert_eq!(zk.get_children(&path).unwrap(), [RECEIPTS]);
+        queue.put(b"fresh").unwrap();
+        let (items, _) = split_items(zk.get_children(&path).unwrap());
+        // The restarted counter: `receipts` took 0, the item 1.
+        assert_eq!(crate::util::sequence_of(&items[0]), Some(1));
+        assert_eq!(queue.get().unwrap().as_deref(), Some(&b"fresh"[..]));
+        let id = guid();
+        assert_eq!(
+            store
+                .settle(
+                    &zk,
+                    &id,
+                    &format!("{ITEM_PREFIX}-{id}-0000000005"),
+                    patience
+                )
+                .unwrap(),
+            None,
+            "an in-range item is accepted"
+        );
+        drop(queue);
+        zk.close().unwrap();
     }
 }

@@ -12,13 +12,25 @@
 //! ```
 //!
 //! # Taking an item
-//! - **Claim**: read the item (`data`, `version v`), then one `multi`: create the lock
-//!   node *and* rewrite the item's data unchanged at version `v`. The multi fails as a
-//!   whole if the item is locked, completed or claimed meanwhile, so no orphan lock is
-//!   ever left behind; and the item's new version `v+1` is this claim's *ownership
-//!   token*: any later claim of the same item bumps it again.
-//! - **Fast path**: list items and locks (one pipelined round trip) and claim the first
-//!   unlocked item in sequence order. Under a backlog consumers never wait or watch.
+//! - **Claim**: read the item (`data`, `version v`) and whether it is locked (one
+//!   pipelined round trip), then one `multi`: create the lock node *and* rewrite the
+//!   item's data unchanged at version `v`. The multi fails as a whole if the item is
+//!   locked, completed or claimed meanwhile, so no orphan lock is ever left behind; and
+//!   the item's new version `v+1` is this claim's *ownership token*: any later claim of
+//!   the same item bumps it again. If the multi's reply is lost, the consumer
+//!   reconnects, `sync`s and reads its lock node (which carries the claim's id).
+//! - **Fast path, cost independent of the backlog**: a `WorkQueue` value keeps the names
+//!   of its last listing of `items` and claims from them; it lists again only when they
+//!   are used up. Each name is tried at most once per listing, so draining N items costs
+//!   O(N) names listed (one listing), not O(N²) (a listing of every item and lock per
+//!   take): a take costs the same few hundred bytes and four requests (claim check,
+//!   claim, completion) at 10 or 100,000 items; only a consumer's first take lists the
+//!   whole backlog. Under a backlog consumers never wait or watch.
+//! - **No race for the head**: a claim starts at the first known item while claims
+//!   succeed (FIFO); after a claim lost to another consumer it starts at a random one of
+//!   the first few (the window doubles per lost race, up to 32, and halves per success),
+//!   so competing consumers spread over the head of the queue instead of all trying its
+//!   first item.
 //! - **Waiting without a herd**: a consumer that finds nothing joins a line of waiters
 //!   (an ephemeral sequential node, like a lock). Only the *head* of the line watches the
 //!   queue (a child watch on `items`, for puts, and one on `locks`, for releases and
@@ -35,19 +47,40 @@
 //!   succeeds only while this claim still owns the item: if the lock vanished (session
 //!   expired) or someone else re-claimed it, it fails with [`RecipeError::Lost`] and
 //!   changes nothing.
-//! - [`WorkItem::release`] (also on drop): `multi(check item at version token, delete
-//!   lock)`: the item becomes available again, to the head of the line.
+//! - [`WorkItem::release`]: `multi(check item at version token, delete lock)`: the item
+//!   becomes available again, to the head of the line. Dropping an unfinished item
+//!   releases it on a cleanup thread, so a drop never waits for the server.
+//! - A lost reply is resolved by reading the lock (and item) again after a `sync`, so a
+//!   member that has not applied the multi yet cannot make an applied completion look
+//!   lost, or leave the lock behind.
+//!
+//! # The end of the sequence counters
+//! Items and waiters are numbered by their directories' signed 32-bit child counters;
+//! near their end the 3.8 server repeats 2147483647 and wraps to negative numbers.
+//! Nodes numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! negative) never take part. An item put past the end is removed again and the `items`
+//! directory restarted if it is empty; otherwise the put fails with
+//! [`SequenceExhausted`](crate::RecipeError::SequenceExhausted), adding nothing (as for
+//! the [queue](crate::queue), which describes the receipts and orphans). A waiter node
+//! past the end is removed at once and the `waiters` directory restarted if it is
+//! empty; otherwise that consumer waits without a place in line, as an extra head:
+//! more wake-ups, the same exclusivity (the line only spares wake-ups; claims are what
+//! make an item one consumer's).
 //!
 //! # Guarantees
 //! - An item is held by at most one consumer at a time (while sessions live); it is
 //!   removed only by a `complete` of its current holder; a holder whose session ends
 //!   (crash, kill, expiry) gives the item back after the session timeout.
-//! - Items are claimed in FIFO order of their puts, skipping items in progress.
+//! - A single consumer claims items in FIFO order of their puts, skipping items in
+//!   progress. Competing consumers claim from the head of the queue, FIFO only roughly
+//!   (see above); a released item is offered again from each consumer's next listing.
 //! - `put` is exactly-once on `Ok`, also across connection loss (see
 //!   [`queue`](crate::queue)).
 //! - Per put, at most a small constant number of consumers is woken (the head, its
 //!   successor, and the head again on completion), independent of the number of idle
 //!   consumers. [`WorkQueue::stats`] counts them.
+//! - With [`NodeOptions`] carrying an ACL, clients without the credentials can neither
+//!   read nor change items, locks or waiters.
 //!
 //! # Non-guarantees
 //! - Processing is at-least-once: a consumer that crashes after doing the work but before
@@ -56,6 +89,8 @@
 //!   is handed to someone else; only its `complete` is refused.
 //! - Claiming rewrites the item's data once (that is what bumps the version), so large
 //!   items cost their size again per claim.
+//! - A consumer's first take, and each listing after its cached names are used up, costs
+//!   the size of the backlog (about 50 bytes per item).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -72,26 +107,31 @@
 //! # Ok::<(), recipes::RecipeError>(())
 //! ```
 
-use crate::queue::{put_item, sorted_items, RECEIPTS};
+use crate::queue::{split_items, ItemStore, RECEIPTS};
+use crate::recovery::{children_or_none, name_in_range, random_below, restart_dir, Restart};
 use crate::support::{
     await_reconnect, check_base_path, check_event, counted_wait, create_sequential,
-    default_reconnect_timeout, delete_eventually, finish_in_background, members, retry,
-    wait_for_change, Deadline, NodeWait, Patience, ANY_NAME,
+    default_reconnect_timeout, delete_eventually, delete_node, ensure_dir, finish_in_background,
+    members, retry, wait_for_change, Deadline, NodeWait, Patience, ANY_NAME,
 };
-use crate::util::{ensure_path, guid};
+use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use crossbeam_channel::Select;
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use zookeeper::{CreateMode, Error, Op, Watch, WatchedEvent, ZooKeeper};
 
 /// Largest item [`WorkQueue::put`] accepts: the client's data limit less room for the
 /// lock node a claim creates in the same multi.
 pub const MAX_ITEM_LEN: usize = zookeeper::MAX_DATA_LEN - 256;
+
+/// Widest spread of claim starting points (see the module docs): a claim starts at one of
+/// the first `MAX_SPREAD + 1` free items a consumer knows of.
+const MAX_SPREAD: usize = 31;
 
 /// Counters of one [`WorkQueue`] value (one consumer when each worker has its own).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,16 +170,22 @@ struct HeadWatches {
 /// A locking work queue (see the [module docs](self)).
 ///
 /// `Send + Sync`. Give each worker its own value to get per-worker [`stats`](Self::stats);
-/// threads sharing a value are separate consumers in the waiting line all the same.
+/// threads sharing a value are separate consumers in the waiting line all the same (and
+/// share one cached listing).
 pub struct WorkQueue {
     zk: ZooKeeper,
     path: String,
-    items: String,
+    /// Items, receipts and the node options.
+    store: ItemStore,
     locks: String,
     waiters: String,
-    receipts: String,
     patience: Patience,
     head: Mutex<HeadWatches>,
+    /// Item names from the last listing not yet tried, in sequence order.
+    cache: Mutex<VecDeque<String>>,
+    /// How far past the first known item a claim may start: grows when claims collide
+    /// with other consumers', shrinks when they succeed.
+    spread: AtomicUsize,
     counters: Counters,
     waiting: AtomicU64,
 }
@@ -155,7 +201,9 @@ impl fmt::Debug for WorkQueue {
 /// What a claim attempt found.
 enum Claim {
     Taken(WorkItem),
-    /// Locked, completed or re-claimed by someone else meanwhile.
+    /// In progress (locked) when looked at.
+    Locked,
+    /// Completed, or claimed by someone else meanwhile.
     Missed,
 }
 
@@ -171,25 +219,28 @@ impl Drop for WorkQueue {
 }
 
 impl WorkQueue {
-    /// Opens the work queue at `path`, creating its nodes if missing.
+    /// The work queue at `path`. Its nodes are created when first needed, with the
+    /// [`NodeOptions`] given to [`with_node_options`](Self::with_node_options).
     pub fn new(zk: &ZooKeeper, path: &str) -> Result<WorkQueue> {
         check_base_path(path)?;
-        let queue = WorkQueue {
+        Ok(WorkQueue {
             zk: zk.clone(),
             path: path.to_string(),
-            items: format!("{path}/items"),
+            store: ItemStore {
+                items: format!("{path}/items"),
+                receipts: format!("{path}/{RECEIPTS}"),
+                receipts_inside: false,
+                nodes: NodeOptions::default(),
+            },
             locks: format!("{path}/locks"),
             waiters: format!("{path}/waiters"),
-            receipts: format!("{path}/{RECEIPTS}"),
             patience: Patience::reconnect(default_reconnect_timeout(zk)),
             head: Mutex::new(HeadWatches::default()),
+            cache: Mutex::new(VecDeque::new()),
+            spread: AtomicUsize::new(0),
             counters: Counters::default(),
             waiting: AtomicU64::new(0),
-        };
-        for dir in [&queue.items, &queue.locks, &queue.waiters, &queue.receipts] {
-            ensure_path(zk, dir)?;
-        }
-        Ok(queue)
+        })
     }
 
     /// How long an operation waits for a dropped connection to come back before it
@@ -199,25 +250,36 @@ impl WorkQueue {
         self
     }
 
+    /// The ACL of every node the work queue creates (its directories, items, receipts,
+    /// locks, waiters) and whether its four directories are containers (removed by the
+    /// server once empty, recreated when next needed). Default: open ACL, persistent.
+    pub fn with_node_options(mut self, nodes: NodeOptions) -> WorkQueue {
+        self.store.nodes = nodes;
+        self
+    }
+
     /// The work queue's base path.
     pub fn path(&self) -> &str {
         &self.path
     }
 
     /// Adds an item (exactly once on `Ok`, also across connection loss). At most
-    /// [`MAX_ITEM_LEN`] bytes: a claim sends the data again along with its lock.
+    /// [`MAX_ITEM_LEN`] bytes: a claim sends the data again along with its lock. At the
+    /// end of the item directory's sequence counter it restarts the counter if the queue
+    /// is empty, and fails with [`RecipeError::SequenceExhausted`] (adding nothing) if
+    /// it is not.
     pub fn put(&self, data: &[u8]) -> Result<()> {
         if data.len() > MAX_ITEM_LEN {
             return Err(RecipeError::InvalidArgument(
                 "work item larger than MAX_ITEM_LEN",
             ));
         }
-        put_item(&self.zk, &self.items, &self.receipts, data, self.patience).map(drop)
+        self.store.put(&self.zk, data, self.patience)
     }
 
     /// Claims the first available item without waiting.
     pub fn try_take(&self) -> Result<Option<WorkItem>> {
-        self.claim_any(Deadline::never())
+        self.claim_any(Deadline::never(), false)
     }
 
     /// Claims an item, waiting as long as it takes.
@@ -236,10 +298,8 @@ impl WorkQueue {
 
     /// Items in the queue now, in progress or not.
     pub fn len(&self) -> Result<usize> {
-        let children = retry(&self.zk, self.patience, || {
-            self.zk.get_children(&self.items)
-        })?;
-        Ok(sorted_items(children).len())
+        let children = children_or_none(&self.zk, &self.store.items, self.patience)?;
+        Ok(split_items(children).0.len())
     }
 
     /// Whether the queue holds no items now.
@@ -249,18 +309,12 @@ impl WorkQueue {
 
     /// Items being worked on now (locked).
     pub fn in_progress(&self) -> Result<usize> {
-        retry(&self.zk, self.patience, || {
-            self.zk.get_children(&self.locks)
-        })
-        .map(|locks| locks.len())
+        children_or_none(&self.zk, &self.locks, self.patience).map(|locks| locks.len())
     }
 
     /// Consumers waiting in line now (all values, all processes), from the server.
     pub fn waiters_in_line(&self) -> Result<usize> {
-        retry(&self.zk, self.patience, || {
-            self.zk.get_children(&self.waiters)
-        })
-        .map(|waiters| waiters.len())
+        children_or_none(&self.zk, &self.waiters, self.patience).map(|waiters| waiters.len())
     }
 
     /// Threads of this value blocked right now on a watch in `take` (as head of the line
@@ -281,22 +335,17 @@ impl WorkQueue {
     }
 
     fn take_until(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
-        if let Some(item) = self.claim_any(deadline)? {
+        if let Some(item) = self.claim_any(deadline, false)? {
             return Ok(Some(item));
         }
         if deadline.expired() {
             return Ok(None);
         }
-        // Join the line of idle consumers (found again by its guid if the reply is lost).
-        let tag = format!("{}-w-", guid());
-        let waiter = create_sequential(
-            &self.zk,
-            &self.waiters,
-            &tag,
-            b"",
-            &NodeOptions::default(),
-            self.patience,
-        )?;
+        let Some(waiter) = self.join_line()? else {
+            // No place in line (its counter is at its end and peers keep it busy): wait as
+            // an extra head instead. More wake-ups, same exclusivity.
+            return self.head_turn(deadline);
+        };
         let result = self.wait_in_line(&waiter, deadline);
         // Leaving the line wakes our successor (only it).
         let path = format!("{}/{waiter}", self.waiters);
@@ -306,66 +355,173 @@ impl WorkQueue {
         result
     }
 
-    /// The fast path: list items and locks, claim the first unlocked item.
-    fn claim_any(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
-        let (items, locks) = retry(&self.zk, self.patience.before(deadline), || {
-            let items = self.zk.get_children_async(&self.items);
-            let locks = self.zk.get_children_async(&self.locks);
-            Ok((items.wait()?, locks.wait()?))
-        })?;
-        self.claim_first(items, locks, deadline)
-    }
-
-    fn claim_first(
-        &self,
-        items: Vec<String>,
-        locks: Vec<String>,
-        deadline: Deadline,
-    ) -> Result<Option<WorkItem>> {
-        let locked: HashSet<String> = locks.into_iter().collect();
-        for name in sorted_items(items) {
-            if locked.contains(&name) {
-                continue;
+    /// Joins the line of idle consumers (found again by its guid if the reply is lost).
+    /// `None` if the line's counter is at its end and the line could not be restarted
+    /// (peers are in it): a waiter node past the end is removed at once, it takes no part.
+    fn join_line(&self) -> Result<Option<String>> {
+        for _ in 0..2 {
+            let tag = format!("{}-w-", guid());
+            let waiter = create_sequential(
+                &self.zk,
+                &self.waiters,
+                &tag,
+                b"",
+                &self.store.nodes,
+                self.patience,
+            )?;
+            if name_in_range(&waiter) {
+                return Ok(Some(waiter));
             }
-            match self.claim(&name, deadline)? {
-                Claim::Taken(item) => return Ok(Some(item)),
-                Claim::Missed => bump(&self.counters.races_lost),
+            let path = format!("{}/{waiter}", self.waiters);
+            delete_node(&self.zk, &path, self.patience)?;
+            let restart = restart_dir(
+                &self.zk,
+                &self.waiters,
+                &[],
+                &self.store.nodes,
+                self.patience,
+            )?;
+            if restart == Restart::NotEmpty {
+                break;
             }
         }
         Ok(None)
     }
 
+    /// The item names of a listing in order, after removing orphans past the counter's
+    /// end.
+    fn sorted(&self, children: Vec<String>) -> VecDeque<String> {
+        let (items, past_end) = split_items(children);
+        self.store.remove_orphans(&self.zk, &past_end);
+        items.into()
+    }
+
+    /// The fast path: claim from the cached listing; list again (once per call) when it
+    /// is used up. `listed`: the cache was just filled from a listing made after the
+    /// caller's watches were armed, so no second listing is needed.
+    ///
+    /// Each item name comes from one listing and is tried at most once per listing, so
+    /// draining N items costs O(N) names listed, not O(N²).
+    fn claim_any(&self, deadline: Deadline, mut listed: bool) -> Result<Option<WorkItem>> {
+        loop {
+            if let Some(item) = self.claim_cached(deadline)? {
+                return Ok(Some(item));
+            }
+            if listed {
+                return Ok(None);
+            }
+            let patience = self.patience.before(deadline);
+            let children = children_or_none(&self.zk, &self.store.items, patience)?;
+            *self.cache.lock() = self.sorted(children);
+            listed = true;
+        }
+    }
+
+    /// Tries cached names until one is claimed or the cache is empty. A claim starts at a
+    /// random one of the first `spread + 1` names: 0 while claims do not collide (FIFO),
+    /// wider while they do, so competing consumers spread over the head of the queue
+    /// instead of all racing for its first item.
+    fn claim_cached(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
+        loop {
+            let name = {
+                let mut cache = self.cache.lock();
+                if cache.is_empty() {
+                    return Ok(None);
+                }
+                let spread = self.spread.load(Ordering::Relaxed);
+                let at = random_below(cache.len().min(spread + 1));
+                cache.remove(at).unwrap_or_default()
+            };
+            match self.claim(&name, deadline)? {
+                Claim::Taken(item) => {
+                    let _ = self
+                        .spread
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(s / 2));
+                    return Ok(Some(item));
+                }
+                Claim::Missed => {
+                    bump(&self.counters.races_lost);
+                    let _ = self
+                        .spread
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                            Some((s * 2 + 1).min(MAX_SPREAD))
+                        });
+                }
+                Claim::Locked => {}
+            }
+        }
+    }
+
     fn claim(&self, name: &str, deadline: Deadline) -> Result<Claim> {
-        let item_path = format!("{}/{name}", self.items);
+        let item_path = format!("{}/{name}", self.store.items);
         let lock_path = format!("{}/{name}", self.locks);
         let patience = self.patience.before(deadline);
-        let (data, stat) = match retry(&self.zk, patience, || self.zk.get(&item_path)) {
-            Ok(found) => found,
-            Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claim::Missed),
-            Err(e) => return Err(e),
+        // One round trip: the item (data and version) and whether it is locked.
+        let (item, locked) = retry(&self.zk, patience, || {
+            let item = self.zk.get_async(&item_path);
+            let lock = self.zk.exists_async(&lock_path);
+            let (item, lock) = (item.wait(), lock.wait());
+            let locked = match lock {
+                Ok(stat) => stat.is_some(),
+                Err(Error::NoNode) => false,
+                Err(error) => return Err(error),
+            };
+            match item {
+                Ok(found) => Ok((Some(found), locked)),
+                Err(Error::NoNode) => Ok((None, locked)),
+                Err(error) => Err(error),
+            }
+        })?;
+        let Some((data, stat)) = item else {
+            return Ok(Claim::Missed);
         };
+        if locked {
+            return Ok(Claim::Locked);
+        }
         let claim_id = guid();
         let ops = [
-            Op::create(&lock_path, claim_id.as_bytes(), CreateMode::Ephemeral),
+            Op::Create {
+                path: lock_path.clone(),
+                data: claim_id.as_bytes().to_vec(),
+                acl: self.store.nodes.acl_list().to_vec(),
+                mode: CreateMode::Ephemeral,
+            },
             Op::set_data(&item_path, &data, stat.version),
         ];
-        let taken = match self.zk.multi(&ops) {
-            Ok(_) => true,
-            Err(Error::MultiFailed { index, error }) => match (index, *error) {
-                (0, Error::NodeExists) | (1, Error::NoNode) | (1, Error::BadVersion) => false,
-                (_, error) => return Err(error.into()),
-            },
-            Err(error) if error.is_connection_loss() => {
-                // Applied or not? Our lock node carries this claim's id. (No deadline
-                // here: an applied claim must be found, not left locked.)
-                await_reconnect(&self.zk, self.patience, 1)?;
-                match retry(&self.zk, self.patience, || self.zk.get(&lock_path)) {
-                    Ok((owner, _)) => owner == claim_id.as_bytes(),
-                    Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
-                    Err(e) => return Err(e),
+        let taken = loop {
+            match self.zk.multi(&ops) {
+                Ok(_) => break true,
+                Err(Error::MultiFailed { index, error }) => match (index, *error) {
+                    (0, Error::NodeExists) | (1, Error::NoNode) | (1, Error::BadVersion) => {
+                        break false
+                    }
+                    // The lock directory is missing (not created yet, or an empty
+                    // container the server removed).
+                    (0, Error::NoNode) => {
+                        ensure_dir(&self.zk, &self.locks, &self.store.nodes, patience)?
+                    }
+                    (_, error) => return Err(error.into()),
+                },
+                Err(error) if error.is_connection_loss() => {
+                    // Applied or not? Our lock node carries this claim's id. (No deadline
+                    // here: an applied claim must be found, not left locked.) `sync` first:
+                    // the server we reconnected to may not have applied it yet.
+                    let looked = await_reconnect(&self.zk, self.patience, 1)
+                        .and_then(|()| retry(&self.zk, self.patience, || self.zk.sync(&lock_path)))
+                        .and_then(|_| retry(&self.zk, self.patience, || self.zk.get(&lock_path)));
+                    break match looked {
+                        Ok((owner, _)) => owner == claim_id.as_bytes(),
+                        Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
+                        Err(e) => {
+                            // The claim may have applied: its lock must not stay behind
+                            // while the session lives.
+                            drop_lock_later(&self.zk, &lock_path, &claim_id);
+                            return Err(e);
+                        }
+                    };
                 }
+                Err(error) => return Err(error.into()),
             }
-            Err(error) => return Err(error.into()),
         };
         if !taken {
             return Ok(Claim::Missed);
@@ -385,12 +541,14 @@ impl WorkQueue {
     }
 
     /// Waits in line until this waiter is the head, then watches the queue as the head
-    /// until it claims an item or the deadline passes.
+    /// until it claims an item or the deadline passes. Waiters past the line counter's
+    /// end take no part (their owners remove them).
     fn wait_in_line(&self, waiter: &str, deadline: Deadline) -> Result<Option<WorkItem>> {
         let patience = self.patience.before(deadline);
         loop {
             let children = retry(&self.zk, patience, || self.zk.get_children(&self.waiters))?;
-            let line = members(children, ANY_NAME);
+            let mut line = members(children, ANY_NAME);
+            line.retain(|w| w.in_range());
             let Some(position) = line.iter().position(|w| w.name == waiter) else {
                 return Err(RecipeError::Lost(
                     "the waiter node vanished (session expired or node deleted)",
@@ -430,36 +588,85 @@ impl WorkQueue {
         Ok(())
     }
 
-    /// The head's turn: watch items and locks (armed before listing), claim what is
+    /// Arms the head's missing watches: a child watch on the items (puts) and one on the
+    /// locks (releases, completions, crashed holders), both requests pipelined. Returns
+    /// the items listing if the items watch was armed now (a fresh listing made after
+    /// both watches were registered).
+    fn arm(&self, head: &mut HeadWatches, deadline: Deadline) -> Result<Option<Vec<String>>> {
+        let patience = self.patience.before(deadline);
+        let mut fresh = None;
+        let mut attempt = 0;
+        loop {
+            let items = head
+                .items
+                .is_none()
+                .then(|| self.zk.get_children_watch_async(&self.store.items));
+            let locks = head
+                .locks
+                .is_none()
+                .then(|| self.zk.get_children_watch_async(&self.locks));
+            let mut failure = None;
+            if let Some(listing) = items {
+                match listing.wait() {
+                    Ok((names, watch)) => {
+                        head.items = Some(watch);
+                        fresh = Some(names);
+                    }
+                    Err(error) => failure = Some(error),
+                }
+            }
+            if let Some(listing) = locks {
+                match listing.wait() {
+                    Ok((_, watch)) => head.locks = Some(watch),
+                    Err(error) => failure = failure.or(Some(error)),
+                }
+            }
+            match failure {
+                None => return Ok(fresh),
+                Some(Error::NoNode) => {
+                    // A directory is missing: a child watch needs the node.
+                    ensure_dir(&self.zk, &self.store.items, &self.store.nodes, patience)?;
+                    ensure_dir(&self.zk, &self.locks, &self.store.nodes, patience)?;
+                }
+                Some(error) if error.is_retryable() => {
+                    attempt += 1;
+                    await_reconnect(&self.zk, patience, attempt)?;
+                }
+                Some(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// The head's turn: watch items and locks (armed before looking), claim what is
     /// free, sleep until either changes.
     fn head_turn(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
-        let mut head = self.head.lock();
+        // Another thread of this value may be head already (a consumer without a place
+        // in line waits as one too): wait for it no longer than our own deadline.
+        let mut head = match deadline.instant() {
+            None => self.head.lock(),
+            Some(at) => match self.head.try_lock_until(at) {
+                Some(head) => head,
+                None => return Ok(None),
+            },
+        };
         loop {
             let HeadWatches { items, locks } = &mut *head;
             self.drain(items)?;
             self.drain(locks)?;
-            let (item_names, lock_names) = retry(&self.zk, self.patience.before(deadline), || {
-                // Both requests are pipelined; a kept (unfired) watch needs no new one.
-                let item_list = if items.is_none() {
-                    Listing::Watched(self.zk.get_children_watch_async(&self.items))
-                } else {
-                    Listing::Plain(self.zk.get_children_async(&self.items))
-                };
-                let lock_list = if locks.is_none() {
-                    Listing::Watched(self.zk.get_children_watch_async(&self.locks))
-                } else {
-                    Listing::Plain(self.zk.get_children_async(&self.locks))
-                };
-                let item_names = item_list.wait(items);
-                let lock_names = lock_list.wait(locks);
-                Ok((item_names?, lock_names?))
-            })?;
-            if let Some(item) = self.claim_first(item_names, lock_names, deadline)? {
+            let listed = match self.arm(&mut head, deadline)? {
+                Some(children) => {
+                    *self.cache.lock() = self.sorted(children);
+                    true
+                }
+                None => false,
+            };
+            if let Some(item) = self.claim_any(deadline, listed)? {
                 return Ok(Some(item));
             }
             if deadline.expired() {
                 return Ok(None);
             }
+            let HeadWatches { items, locks } = &mut *head;
             match counted_wait(&self.waiting, || wait_any(items, locks, deadline)) {
                 None => return Ok(None),
                 Some((fired, event)) => {
@@ -473,24 +680,25 @@ impl WorkQueue {
     }
 }
 
-/// A pending child listing, with or without a new watch.
-enum Listing {
-    Watched(zookeeper::ZkFuture<(Vec<String>, Watch)>),
-    Plain(zookeeper::ZkFuture<Vec<String>>),
-}
-
-impl Listing {
-    /// Waits for the listing; a new watch goes into `slot`.
-    fn wait(self, slot: &mut Option<Watch>) -> zookeeper::Result<Vec<String>> {
-        match self {
-            Listing::Plain(future) => future.wait(),
-            Listing::Watched(future) => {
-                let (children, watch) = future.wait()?;
-                *slot = Some(watch);
-                Ok(children)
+/// Deletes the lock `lock` on a cleanup thread if it is the one claim `claim_id` created
+/// (after a `sync`), once the server is reachable; for a claim whose outcome could not be
+/// learnt.
+fn drop_lock_later(zk: &ZooKeeper, lock: &str, claim_id: &str) {
+    let (lock, claim_id) = (lock.to_string(), claim_id.to_string());
+    let what = format!("removing the lock {lock} of an unresolved claim");
+    finish_in_background(zk.clone(), what, move |zk| {
+        zk.sync(&lock)?;
+        match zk.get(&lock) {
+            Ok((owner, stat)) if owner == claim_id.as_bytes() => {
+                match zk.delete(&lock, Some(stat.version)) {
+                    Ok(()) | Err(Error::NoNode) => Ok(()),
+                    Err(error) => Err(error),
+                }
             }
+            Ok(_) | Err(Error::NoNode) => Ok(()),
+            Err(error) => Err(error),
         }
-    }
+    });
 }
 
 /// Waits for the first of the two watches to fire; returns its slot and event, or `None`
@@ -527,7 +735,8 @@ fn wait_any<'a>(
 }
 
 /// An item claimed from a [`WorkQueue`]: finish it with [`complete`](Self::complete) or
-/// give it back with [`release`](Self::release). Dropping it releases it.
+/// give it back with [`release`](Self::release). Dropping it releases it in the
+/// background (the drop itself never waits for the server).
 pub struct WorkItem {
     zk: ZooKeeper,
     name: String,
@@ -607,23 +816,30 @@ impl WorkItem {
         ]
     }
 
+    /// Releases on a cleanup thread until applied, refused (the claim is no longer ours)
+    /// or the session ends. A release sent again after a lost reply is harmless: if the
+    /// first applied, the second is refused.
+    fn release_in_background(&self) {
+        let ops = self.release_ops();
+        let what = format!("releasing {}", self.name);
+        finish_in_background(self.zk.clone(), what, move |zk| match zk.multi(&ops) {
+            Ok(_) | Err(Error::MultiFailed { .. }) => Ok(()),
+            Err(error) => Err(error),
+        });
+    }
+
     /// The server could not be reached: make sure our lock goes eventually (it is
     /// ephemeral, but the session may well survive), with the ownership check.
     fn release_later_if_unreachable(&self, result: &Result<()>) {
         if let Err(RecipeError::ZooKeeper(error)) = result {
             if error.is_connection_loss() {
-                // Applied, or refused (the claim is no longer ours): nothing left to do.
-                let ops = self.release_ops();
-                let what = format!("releasing {}", self.name);
-                finish_in_background(self.zk.clone(), what, move |zk| match zk.multi(&ops) {
-                    Ok(_) | Err(Error::MultiFailed { .. }) => Ok(()),
-                    Err(error) => Err(error),
-                });
+                self.release_in_background();
             }
         }
     }
 
-    /// Runs a completing or releasing multi, resolving a lost reply by looking.
+    /// Runs a completing or releasing multi, resolving a lost reply by looking (after a
+    /// `sync`, so the server we reconnected to has applied what the old connection sent).
     fn finish(&self, ops: &[Op], completing: bool) -> Result<()> {
         let mut attempt = 0;
         loop {
@@ -637,6 +853,7 @@ impl WorkItem {
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
                     await_reconnect(&self.zk, self.patience, attempt)?;
+                    retry(&self.zk, self.patience, || self.zk.sync(&self.lock_path))?;
                     let lock = retry(&self.zk, self.patience, || self.zk.get(&self.lock_path));
                     let ours = match lock {
                         Ok((owner, _)) => owner == self.claim_id.as_bytes(),
@@ -669,15 +886,13 @@ impl WorkItem {
 }
 
 impl Drop for WorkItem {
+    /// Gives an unfinished item back without waiting: the release runs on a cleanup
+    /// thread, so dropping never blocks (it used to wait out a lost connection).
     fn drop(&mut self) {
         if self.finished {
             return;
         }
         self.finished = true;
-        let result = self.finish(&self.release_ops(), false);
-        self.release_later_if_unreachable(&result);
-        if let Err(error) = result {
-            log::debug!("work queue: release of {} on drop: {error}", self.name);
-        }
+        self.release_in_background();
     }
 }

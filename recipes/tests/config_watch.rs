@@ -208,3 +208,61 @@ fn invalid_path_is_reported_at_start() {
         Err(RecipeError::ZooKeeper(Error::InvalidPath { .. }))
     ));
 }
+
+/// Writes `v1..=count` and waits (on the watch's own receiver) until it has seen the
+/// final value.
+fn write_burst(watch: &ConfigWatch, path: &str, count: i32) {
+    let writer = connect();
+    for i in 1..=count {
+        writer.set(path, format!("v{i}").as_bytes(), None).unwrap();
+    }
+    while value_of(&next(watch)).1 != count {}
+}
+
+/// A reader that does not read while the node changes 300 times holds only the newest
+/// value, not a backlog: its first receive is the final value (it used to be the first
+/// of hundreds queued, growing without bound for a large, busy config).
+#[test]
+fn a_slow_reader_gets_the_latest_value_not_a_backlog() {
+    let zk = connect();
+    let path = unique_path("slow-reader");
+    create(&zk, &path, b"v0");
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let slow = watch.receiver();
+    write_burst(&watch, &path, 300);
+    assert_eq!(
+        value_of(&slow.recv_timeout(WAIT).unwrap()),
+        ("v300".to_string(), 300)
+    );
+    assert!(
+        slow.try_recv().is_err(),
+        "more than the latest value was kept"
+    );
+}
+
+/// Every receiver (each `receiver()` and each clone) sees the final value: clones used
+/// to share one queue, each event going to one of them.
+#[test]
+fn every_receiver_sees_the_final_value() {
+    let zk = connect();
+    let path = unique_path("receivers");
+    create(&zk, &path, b"v0");
+    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let first = watch.receiver();
+    let receivers = vec![first.clone(), first, watch.receiver()];
+    let readers: Vec<_> = receivers
+        .into_iter()
+        .map(|receiver| {
+            thread::spawn(move || loop {
+                let (_, version) = value_of(&receiver.recv_timeout(WAIT).expect("final value"));
+                if version == 100 {
+                    return;
+                }
+            })
+        })
+        .collect();
+    write_burst(&watch, &path, 100);
+    for reader in readers {
+        reader.join().expect("a receiver missed the final value");
+    }
+}

@@ -5,15 +5,23 @@ mod common;
 
 use common::{child_test, connect, connect_to, unique_path};
 use recipes::id_generator::{IdGenerator, IdStats};
-use recipes::RecipeError;
+use recipes::{NodeOptions, RecipeError};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
+use zookeeper::ZooKeeper;
 
 /// Child mode of this test binary: `path,count,batch` in this variable.
 const CHILD_ENV: &str = "RECIPES_ID_GENERATOR_CHILD";
+
+/// A fresh counter at `unique_path(name)`, created once (generators never create it).
+fn counter(zk: &ZooKeeper, name: &str) -> String {
+    let path = unique_path(name);
+    IdGenerator::create_counter(zk, &path, &NodeOptions::default()).unwrap();
+    path
+}
 
 fn assert_unique(ids: &[u64]) {
     let mut seen = HashSet::with_capacity(ids.len());
@@ -39,7 +47,7 @@ fn sum(stats: &[IdStats]) -> IdStats {
 #[test]
 fn ids_start_at_one_and_increase() {
     let zk = connect();
-    let path = unique_path("simple");
+    let path = counter(&zk, "simple");
     let ids = IdGenerator::new(&zk, &path).unwrap();
     assert_eq!(ids.next_id().unwrap(), 1);
     assert_eq!(ids.next_id().unwrap(), 2);
@@ -59,7 +67,7 @@ fn ids_start_at_one_and_increase() {
 #[test]
 fn seeded_and_corrupt_counters() {
     let zk = connect();
-    let path = unique_path("seeded");
+    let path = counter(&zk, "seeded");
     let ids = IdGenerator::new(&zk, &path).unwrap();
     zk.set(&path, b"1000", None).unwrap();
     assert_eq!(ids.next_id().unwrap(), 1001);
@@ -80,9 +88,9 @@ fn seeded_and_corrupt_counters() {
 /// sharing one batched generator.
 #[test]
 fn unique_across_eight_threads() {
-    let path = unique_path("threads");
     let hosts = zk_harness::shared_test_connect_string();
     let shared_zk = connect_to(&hosts);
+    let path = counter(&shared_zk, "threads");
     let shared = Arc::new(IdGenerator::with_batch(&shared_zk, &path, 7).unwrap());
     let per_thread = 150;
     let workers: Vec<_> = (0..8)
@@ -162,8 +170,8 @@ fn child_process_entry() {
 
 #[test]
 fn unique_across_processes() {
-    let path = unique_path("processes");
     let hosts = zk_harness::shared_test_connect_string();
+    let path = counter(&connect_to(&hosts), "processes");
     let children: Vec<_> = [(200, 1), (200, 3), (200, 10), (200, 1)]
         .iter()
         .map(|(count, batch)| {
@@ -225,8 +233,9 @@ fn run_workers(hosts: &str, path: &str, workers: usize, per_worker: usize, batch
 fn batches_cut_cas_round_trips() {
     let hosts = zk_harness::shared_test_connect_string();
     let (workers, per_worker) = (4, 100);
-    let naive = run_workers(&hosts, &unique_path("naive"), workers, per_worker, 1);
-    let batched = run_workers(&hosts, &unique_path("batched"), workers, per_worker, 50);
+    let zk = connect_to(&hosts);
+    let naive = run_workers(&hosts, &counter(&zk, "naive"), workers, per_worker, 1);
+    let batched = run_workers(&hosts, &counter(&zk, "batched"), workers, per_worker, 50);
     println!("naive   (batch 1):  {naive}");
     println!("batched (batch 50): {batched}");
     let total = (workers * per_worker) as u64;
@@ -246,7 +255,7 @@ fn unique_across_server_restart() {
         return;
     };
     let connect_string = hosts.connect_string();
-    let path = unique_path("restart");
+    let path = counter(&connect_to(&connect_string), "restart");
     let stop = Arc::new(AtomicBool::new(false));
     let (sender, received) = crossbeam_channel::unbounded();
     let workers: Vec<_> = (0..4)
@@ -296,4 +305,42 @@ fn unique_across_server_restart() {
     let total = sum(&stats);
     println!("across a restart: {total}");
     assert_unique(&all);
+}
+
+/// A counter that existed and vanished is an error for every generator, including a new
+/// one: it used to be re-created at 0, handing out every id again. Nothing is created.
+#[test]
+fn a_deleted_counter_is_an_error_not_a_restart() {
+    let zk = connect();
+    let never = unique_path("never-created");
+    assert!(matches!(
+        IdGenerator::new(&zk, &never),
+        Err(RecipeError::Lost(_))
+    ));
+    assert!(zk.exists(&never).unwrap().is_none());
+
+    let path = counter(&zk, "deleted");
+    let ids = IdGenerator::with_batch(&zk, &path, 3).unwrap();
+    let drawn: Vec<u64> = (0..6).map(|_| ids.next_id().unwrap()).collect();
+    assert_eq!(drawn, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(ids.remaining_in_batch(), 0);
+    zk.delete(&path, None).unwrap();
+    assert!(matches!(ids.next_id(), Err(RecipeError::Lost(_))));
+    // A generator opened afterwards (another process, a restart) must not start over.
+    assert!(matches!(
+        IdGenerator::with_batch(&zk, &path, 3),
+        Err(RecipeError::Lost(_))
+    ));
+    assert!(
+        zk.exists(&path).unwrap().is_none(),
+        "the counter was re-created"
+    );
+    // Creating it again is an explicit act.
+    IdGenerator::create_counter(&zk, &path, &NodeOptions::default()).unwrap();
+    zk.set(&path, b"6", None).unwrap();
+    assert_eq!(IdGenerator::new(&zk, &path).unwrap().next_id().unwrap(), 7);
+    assert!(matches!(
+        IdGenerator::create_counter(&zk, "no-slash", &NodeOptions::default()),
+        Err(RecipeError::ZooKeeper(_))
+    ));
 }

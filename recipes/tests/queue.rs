@@ -3,13 +3,17 @@
 
 mod common;
 
-use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, wait_until};
+use common::{
+    assert_no_leftover_contexts, connect, connect_to, opcode, opcodes_on, unique_path, wait_until,
+    FaultProxy,
+};
 use recipes::queue::Queue;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use zookeeper::{Acl, CreateMode};
 
 /// Waits until `n` threads are blocked in `take` on `queue`.
 fn wait_until_blocked(queue: &Queue, n: usize) {
@@ -265,4 +269,159 @@ fn puts_survive_a_server_kill_without_duplicates_or_losses() {
         outcomes.len(),
         seen.len()
     );
+}
+
+/// Items numbered past the queue node's counter end take no part: a peer's put in
+/// progress (its receipt exists) is skipped, never delivered (it would break FIFO: the
+/// server repeats 2147483647 and wraps to -2147483648 there); once that peer's session
+/// is gone (receipts with it) a consumer removes the orphans.
+#[test]
+fn items_past_the_counters_end_are_never_delivered() {
+    let zk = connect();
+    let path = unique_path("counter-end");
+    let queue = Queue::new(&zk, &path).unwrap();
+    queue.put(b"first").unwrap();
+    // A peer whose puts got numbers past the end (names are just strings: crafted).
+    let peer = connect();
+    let ids = [recipes::util::guid(), recipes::util::guid()];
+    let crafted = [
+        format!("{path}/item-{}-2147483647", ids[0]),
+        format!("{path}/item-{}--2147483648", ids[1]),
+    ];
+    for (id, item) in ids.iter().zip(&crafted) {
+        peer.create(
+            item,
+            b"wrapped",
+            &Acl::open_unsafe(),
+            CreateMode::Persistent,
+        )
+        .unwrap();
+        let receipt = format!("{path}/receipts/{id}");
+        peer.create(&receipt, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+            .unwrap();
+    }
+    queue.put(b"second").unwrap();
+    assert_eq!(queue.len().unwrap(), 2, "only in-range items count");
+    assert_eq!(queue.get().unwrap().as_deref(), Some(&b"first"[..]));
+    assert_eq!(
+        queue
+            .take_timeout(Duration::from_secs(5))
+            .unwrap()
+            .as_deref(),
+        Some(&b"second"[..])
+    );
+    assert_eq!(queue.get().unwrap(), None, "a wrapped item was delivered");
+    for item in &crafted {
+        assert!(
+            zk.exists(item).unwrap().is_some(),
+            "a put in progress keeps it"
+        );
+    }
+    // The peer dies: its receipts go, the next listing removes the orphans.
+    peer.close().unwrap();
+    assert_eq!(queue.get().unwrap(), None);
+    for item in &crafted {
+        assert!(zk.exists(item).unwrap().is_none(), "orphan {item} left");
+    }
+    drop(queue);
+    assert_no_leftover_contexts(&zk);
+}
+
+/// The reply to a take's delete is lost and the connection stays down past the take's
+/// deadline: the item is returned all the same once the outcome is known (it used to be
+/// dropped with `Err`, gone from the queue: lost).
+#[test]
+fn an_item_whose_delete_was_sent_is_never_lost() {
+    let server = zk_harness::shared_test_connect_string();
+    let proxy = FaultProxy::start(&server);
+    let consumer_zk = connect_to(&proxy.addr);
+    let path = unique_path("lost-delete");
+    let consumer = Queue::new(&consumer_zk, &path).unwrap();
+    let producer = Queue::new(&connect(), &path).unwrap();
+    producer.put(b"precious").unwrap();
+
+    proxy.cut_after(opcode::DELETE);
+    let (done_tx, done) = mpsc::channel();
+    let taker = thread::spawn(move || {
+        let got = consumer.take_timeout(Duration::from_millis(300));
+        done_tx.send(()).unwrap();
+        got
+    });
+    wait_until("the delete was forwarded and cut", || proxy.has_cut());
+    // Keep it down well past the take's deadline.
+    proxy.cut();
+    assert!(
+        done.recv_timeout(Duration::from_secs(2)).is_err(),
+        "the take gave up while the outcome of its delete was unknown"
+    );
+    proxy.restore();
+    let got = taker.join().unwrap().unwrap();
+    assert_eq!(got.as_deref(), Some(&b"precious"[..]), "the item was lost");
+    assert!(producer.is_empty().unwrap());
+}
+
+/// After a lost delete reply the consumer reads again only after a `sync`, so a member
+/// that has not applied the delete yet cannot make it conclude wrongly.
+#[test]
+fn the_recovery_read_after_a_lost_delete_is_synced() {
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let consumer_zk = connect_to(&proxy.addr);
+    let path = unique_path("synced");
+    let consumer = Queue::new(&consumer_zk, &path).unwrap();
+    // Put on another session: this one's pipelined receipt delete must not take the cut.
+    Queue::new(&connect(), &path).unwrap().put(b"item").unwrap();
+    proxy.cut_after(opcode::DELETE);
+    assert_eq!(consumer.get().unwrap().as_deref(), Some(&b"item"[..]));
+    assert!(proxy.has_cut());
+    let requests = proxy.requests();
+    let last = requests.iter().map(|r| r.connection).max().unwrap();
+    let after = opcodes_on(&requests, last);
+    let sync = after.iter().position(|op| *op == opcode::SYNC);
+    let read = after
+        .iter()
+        .position(|op| [opcode::EXISTS, opcode::GET_DATA].contains(op));
+    assert!(
+        sync.is_some() && sync < read,
+        "no sync before the recovery read: {after:?} (all: {requests:?})"
+    );
+    assert_eq!(consumer.get().unwrap(), None, "delivered once");
+}
+
+/// A thread riding out a lost connection while registering the queue's watch must not
+/// hold the watch's lock: another thread's `take_timeout` returns at its own deadline
+/// (it used to wait for the first thread's reconnect timeout).
+#[test]
+fn a_take_riding_out_a_reconnect_blocks_no_other_take() {
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let consumer_zk = connect_to(&proxy.addr);
+    let path = unique_path("no-lock-across-reconnect");
+    let queue = Arc::new(
+        Queue::new(&consumer_zk, &path)
+            .unwrap()
+            .with_reconnect_timeout(Duration::from_secs(60)),
+    );
+    queue.get().unwrap(); // creates nothing, but proves the session works
+    proxy.cut();
+    let patient = {
+        let queue = Arc::clone(&queue);
+        thread::spawn(move || queue.take())
+    };
+    // Let the patient take reach its watch registration (nothing signals it; if it has
+    // not, the other take registers instead and the test proves less, never fails).
+    thread::sleep(Duration::from_millis(200));
+    let (done_tx, done) = mpsc::channel();
+    let impatient = {
+        let queue = Arc::clone(&queue);
+        thread::spawn(move || {
+            let got = queue.take_timeout(Duration::from_millis(300));
+            done_tx.send(()).unwrap();
+            got
+        })
+    };
+    done.recv_timeout(Duration::from_secs(15))
+        .expect("take_timeout blocked behind another thread's reconnect");
+    assert!(matches!(impatient.join().unwrap(), Ok(None)));
+    proxy.restore();
+    Queue::new(&connect(), &path).unwrap().put(b"late").unwrap();
+    assert_eq!(patient.join().unwrap().unwrap(), b"late");
 }

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    assert_no_leftover_contexts, child_session, connect, report_and_hang, unique_path, wait_until,
-    Child,
+    assert_no_leftover_contexts, child_session, connect, connect_to, opcode, opcodes_on,
+    report_and_hang, unique_path, wait_until, Child, FaultProxy,
 };
 use recipes::work_queue::WorkQueue;
 use recipes::RecipeError;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-use zookeeper::ZooKeeper;
+use zookeeper::{Acl, CreateMode, ZooKeeper};
 
 /// Set in a child process started by `consumer_killed_mid_item_gives_it_back`.
 const CHILD_ENV: &str = "RECIPES_WORK_QUEUE_TEST_CHILD";
@@ -272,4 +272,117 @@ fn child_consumer() {
     let queue = WorkQueue::new(&zk, &path).unwrap();
     let item = queue.take().unwrap();
     report_and_hang(&format!("TOOK {}", String::from_utf8_lossy(item.data())));
+}
+
+/// Items numbered past the item directory's counter end take no part: never claimed
+/// while their put is in progress (receipt present), removed once it is an orphan.
+#[test]
+fn items_past_the_counters_end_take_no_part() {
+    let zk = connect();
+    let path = unique_path("counter-end");
+    let queue = WorkQueue::new(&zk, &path).unwrap();
+    queue.put(b"in range").unwrap();
+    let peer = connect();
+    let id = recipes::util::guid();
+    let crafted = format!("{path}/items/item-{id}--2147483648");
+    peer.create(
+        &crafted,
+        b"wrapped",
+        &Acl::open_unsafe(),
+        CreateMode::Persistent,
+    )
+    .unwrap();
+    let receipt = format!("{path}/receipts/{id}");
+    peer.create(&receipt, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+        .unwrap();
+    assert_eq!(queue.len().unwrap(), 1);
+    let item = queue.try_take().unwrap().expect("the in-range item");
+    assert_eq!(item.data(), b"in range");
+    item.complete().unwrap();
+    assert!(
+        queue.try_take().unwrap().is_none(),
+        "a wrapped item was claimed"
+    );
+    assert!(zk.exists(&crafted).unwrap().is_some());
+    peer.close().unwrap();
+    assert!(queue.try_take().unwrap().is_none());
+    assert!(zk.exists(&crafted).unwrap().is_none(), "orphan left behind");
+}
+
+/// Lost replies of a claim, a completion and a release are resolved by reading again
+/// only after a `sync`, so a member that has not applied the write yet cannot mislead
+/// the consumer (an orphan lock, or a completion reported lost).
+#[test]
+fn lost_replies_are_resolved_after_a_sync() {
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let consumer_zk = connect_to(&proxy.addr);
+    let path = unique_path("synced");
+    let consumer = WorkQueue::new(&consumer_zk, &path).unwrap();
+    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    producer.put(b"one").unwrap();
+    producer.put(b"two").unwrap();
+    // Sync before the read that decides, on the connection after each cut.
+    let check = |what: &str| {
+        assert!(proxy.has_cut(), "{what}: no cut");
+        let requests = proxy.requests();
+        let last = requests.iter().map(|r| r.connection).max().unwrap();
+        let after = opcodes_on(&requests, last);
+        let sync = after.iter().position(|op| *op == opcode::SYNC);
+        let read = after.iter().position(|op| *op == opcode::GET_DATA);
+        assert!(
+            sync.is_some() && sync < read,
+            "{what}: no sync before the recovery read: {after:?}"
+        );
+    };
+
+    proxy.cut_after(opcode::MULTI);
+    let first = consumer.try_take().unwrap().expect("claimed");
+    check("claim");
+    assert!(first.is_held().unwrap());
+    proxy.cut_after(opcode::MULTI);
+    first
+        .complete()
+        .expect("the applied completion is recognised");
+    check("complete");
+
+    let second = consumer.try_take().unwrap().expect("claimed");
+    proxy.cut_after(opcode::MULTI);
+    second.release().expect("the applied release is recognised");
+    check("release");
+    assert_eq!(producer.len().unwrap(), 1);
+    assert_eq!(producer.in_progress().unwrap(), 0, "no orphan lock");
+}
+
+/// Dropping an unfinished item while the server is unreachable returns at once (it
+/// used to wait out the reconnect timeout, twice the session timeout); the item is
+/// released once the connection is back.
+#[test]
+fn dropping_an_item_does_not_wait_for_the_server() {
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let consumer_zk = connect_to(&proxy.addr);
+    let path = unique_path("cheap-drop");
+    let consumer = WorkQueue::new(&consumer_zk, &path).unwrap();
+    let other = WorkQueue::new(&connect(), &path).unwrap();
+    other.put(b"half done").unwrap();
+    let item = consumer.try_take().unwrap().expect("claimed");
+    proxy.cut();
+    let (dropped_tx, dropped) = mpsc::channel();
+    thread::spawn(move || {
+        drop(item);
+        dropped_tx.send(()).unwrap();
+    });
+    dropped
+        .recv_timeout(Duration::from_secs(5))
+        .expect("dropping the item blocked on the server");
+    assert!(
+        other.try_take().unwrap().is_none(),
+        "still locked meanwhile"
+    );
+    proxy.restore();
+    let item = other
+        .take_timeout(Duration::from_secs(30))
+        .unwrap()
+        .expect("released after the reconnection");
+    assert_eq!(item.data(), b"half done");
+    item.complete().unwrap();
 }

@@ -1,0 +1,101 @@
+//! What one work-queue take costs at 10 and at 100,000 items: bytes the server sends and
+//! requests the consumer makes per take, measured on the wire by a proxy. A take that
+//! listed every item (and every lock) cost O(N) bytes, so draining N items cost O(N²).
+
+mod common;
+
+use common::{connect, connect_to, unique_path, FaultProxy};
+use recipes::work_queue::WorkQueue;
+use std::time::Instant;
+use zookeeper::{CreateMode, Op, ZooKeeper};
+
+/// Takes measured per backlog (after one warm-up take).
+const TAKES: usize = 40;
+
+/// Fills `<path>/items` with `n` items named as `put` names them, 1,000 per multi, one
+/// multi at a time (many large ones in flight delay the session's pings past its
+/// timeout on a loaded machine).
+fn fill(zk: &ZooKeeper, path: &str, n: usize) {
+    recipes::util::ensure_path(zk, &format!("{path}/items")).unwrap();
+    for batch in 0..n.div_ceil(1000) {
+        let ops: Vec<Op> = (batch * 1000..n.min((batch + 1) * 1000))
+            .map(|_| {
+                let name = format!("{path}/items/item-{}-", recipes::util::guid());
+                Op::create(&name, b"x", CreateMode::PersistentSequential)
+            })
+            .collect();
+        zk.multi(&ops).unwrap();
+    }
+}
+
+/// Per take (take + complete, the backlog topped up by another session): bytes to the
+/// consumer and requests from it; and the first take's bytes (its first listing).
+struct Cost {
+    bytes_per_take: f64,
+    requests_per_take: f64,
+    first_take_bytes: u64,
+}
+
+fn measure(backlog: usize) -> Cost {
+    let producer_zk = connect();
+    let path = unique_path(&format!("backlog-{backlog}"));
+    let started = Instant::now();
+    fill(&producer_zk, &path, backlog);
+    eprintln!("{backlog} items put in {:?}", started.elapsed());
+    let producer = WorkQueue::new(&producer_zk, &path).unwrap();
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let consumer_zk = connect_to(&proxy.addr);
+    let consumer = WorkQueue::new(&consumer_zk, &path).unwrap();
+
+    let before = proxy.bytes_to_client();
+    consumer
+        .try_take()
+        .unwrap()
+        .expect("an item")
+        .complete()
+        .unwrap();
+    producer.put(b"x").unwrap();
+    let first_take_bytes = proxy.bytes_to_client() - before;
+
+    let (bytes, requests) = (proxy.bytes_to_client(), proxy.request_count());
+    for _ in 0..TAKES {
+        let item = consumer.try_take().unwrap().expect("an item");
+        item.complete().unwrap();
+        producer.put(b"x").unwrap();
+    }
+    let takes = TAKES as f64;
+    Cost {
+        bytes_per_take: (proxy.bytes_to_client() - bytes) as f64 / takes,
+        requests_per_take: (proxy.request_count() - requests) as f64 / takes,
+        first_take_bytes,
+    }
+}
+
+/// Whether this process runs under valgrind (its preload library is mapped).
+fn under_valgrind() -> bool {
+    std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("vgpreload"))
+}
+
+#[test]
+fn a_take_costs_the_same_at_ten_or_a_hundred_thousand_items() {
+    if under_valgrind() {
+        // 100,000 nodes cost minutes under memcheck; the same code runs in work_queue.rs.
+        eprintln!("skipped under valgrind");
+        return;
+    }
+    let small = measure(10);
+    let large = measure(100_000);
+    for (n, cost) in [(10, &small), (100_000, &large)] {
+        println!(
+            "backlog {n:>6}: {:>7.1} bytes and {:.2} requests per take; first take {} bytes",
+            cost.bytes_per_take, cost.requests_per_take, cost.first_take_bytes
+        );
+    }
+    assert!(
+        large.bytes_per_take <= 2.0 * small.bytes_per_take + 200.0,
+        "a take costs {} bytes at 100,000 items, {} at 10",
+        large.bytes_per_take,
+        small.bytes_per_take
+    );
+    assert!(large.requests_per_take <= small.requests_per_take + 0.5);
+}
