@@ -354,16 +354,6 @@ pub(crate) fn wait_until(
     }
 }
 
-/// Waits for `watch` to fire and returns its node event: `Err(Timeout)` once `deadline`
-/// passes; the end of the session is its error.
-pub(crate) fn wait_watch(watch: &Watch, deadline: Deadline) -> Result<WatchedEvent> {
-    deadline.check()?;
-    match wait_until(watch, deadline)? {
-        None => Err(RecipeError::Timeout),
-        Some(event) => check_event(event),
-    }
-}
-
 /// Runs the blocking `wait` counted in `waiting` (a recipe's "threads blocked now" gauge).
 pub(crate) fn counted_wait<T>(waiting: &AtomicU64, wait: impl FnOnce() -> T) -> T {
     waiting.fetch_add(1, Ordering::Relaxed);
