@@ -15,8 +15,13 @@
 //! - lock and election: no two confirmed holders at once, fencing tokens (czxid)
 //!   increasing (`check_lock`);
 //! - semaphore: at most 2 confirmed holders (`check_semaphore`);
-//! - queue: no acknowledged put lost, nothing delivered twice (`check_queue`);
-//! - work queue: each acknowledged item completed exactly once (`check_work_queue`);
+//! - queue: no acknowledged put lost, nothing delivered twice (`check_queue`), except
+//!   the queue's documented at-least-once case: a consumer whose connection dropped
+//!   during its delete and finds the item gone returns it. A duplicate is excused only
+//!   if one of its takes spans a disturbance of that consumer's session (counted);
+//! - work queue: each acknowledged item completed exactly once (`check_work_queue`); an
+//!   item whose `complete` failed without a verdict (session expired mid-multi) may
+//!   have been completed unseen, so its absence is counted, not a violation;
 //! - ids: all unique (`check_unique_ids`);
 //! - config watch: mzxid never going back, every watcher ending at the final value
 //!   (`check_config_watch`).
@@ -29,6 +34,7 @@
 //! The seed comes from `ZK_FAULT_SEED` (decimal or `0x` hex; else random) and is printed
 //! with the schedule; the same seed replays the same schedule. CI runs a short schedule;
 //! `ZK_SOAK=1` runs a long one (`ZK_SOAK_SECS`, default 300 s; `scripts/soak.sh`).
+//! `ZK_KEEP_HISTORY=1` keeps the history file (its path is printed) for a closer look.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -134,7 +140,11 @@ struct TempDir(PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if std::env::var("ZK_KEEP_HISTORY").is_ok_and(|v| v == "1") {
+            println!("history kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -525,14 +535,17 @@ fn judge(history: &Path, summaries: &[String]) -> Verdict {
     });
     if let Err(found) = &work_check {
         for violation in &found.list {
-            if let Violation::Lost { put } = violation {
-                let about: Vec<String> = events
-                    .iter()
-                    .filter(|e| e.get("item") == Some(put.item.as_str()))
-                    .map(|e| e.to_line())
-                    .collect();
-                println!("lost work item {}: {about:#?}", put.item);
-            }
+            let item = match violation {
+                Violation::Lost { put } => &put.item,
+                Violation::Duplicated { item, .. } => item,
+                _ => continue,
+            };
+            let about: Vec<String> = events
+                .iter()
+                .filter(|e| e.get("item") == Some(item.as_str()))
+                .map(|e| e.to_line())
+                .collect();
+            println!("work item {item}: {about:#?}");
         }
     }
     v.counts.insert("work_completions_outcome_unknown", unknown);
