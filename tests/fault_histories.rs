@@ -31,7 +31,8 @@
 //! meanwhile may *believe* it held the lock; the recipes document that a hold is only
 //! as good as the session, so such a section is counted as unconfirmed, not checked.
 //!
-//! The seed comes from `ZK_FAULT_SEED` (decimal or `0x` hex; else random) and is printed
+//! The seed comes from `ZK_FAULT_SEED` (decimal or `0x` hex; else a fixed one for the short
+//! run and a random one for the soak) and is printed
 //! with the schedule; the same seed replays the same schedule. CI runs a short schedule;
 //! `ZK_SOAK=1` runs a long one (`ZK_SOAK_SECS`, default 300 s; `scripts/soak.sh`).
 //! `ZK_KEEP_HISTORY=1` keeps the history file (its path is printed) for a closer look.
@@ -150,13 +151,22 @@ impl Drop for TempDir {
 
 // ================================================================ parent
 
+/// The schedule the short CI run replays.
+const CI_SEED: u64 = 4179953654763439302;
+
 #[test]
 fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     if child_role().is_some() {
         return;
     }
-    let seed = Seed::from_env_or_random("ZK_FAULT_SEED").expect("ZK_FAULT_SEED");
     let soak = std::env::var("ZK_SOAK").is_ok_and(|v| v == "1");
+    // The short CI run replays one fixed schedule (the clients' interleaving still varies
+    // from run to run); the soak explores random seeds. ZK_FAULT_SEED overrides both.
+    let seed = if std::env::var_os("ZK_FAULT_SEED").is_none() && !soak {
+        Seed::new(CI_SEED)
+    } else {
+        Seed::from_env_or_random("ZK_FAULT_SEED").expect("ZK_FAULT_SEED")
+    };
     let duration = if soak {
         let secs = std::env::var("ZK_SOAK_SECS")
             .ok()
