@@ -14,6 +14,7 @@
 //! | semaphore | [`semaphore`] | ZooKeeper recipes |
 //! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
 //! | node, children and tree caches | [`cache`] | Curator |
+//! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
 #![warn(missing_docs)]
 
 pub mod barrier;
@@ -29,6 +30,7 @@ mod nodes;
 pub mod queue;
 pub mod rwlock;
 pub mod semaphore;
+pub mod shared_value;
 pub(crate) mod support;
 pub mod util;
 pub mod work_queue;

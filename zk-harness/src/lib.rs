@@ -53,6 +53,7 @@ mod hosts;
 pub mod lag;
 mod options;
 mod schedule;
+pub mod peers;
 mod security;
 mod server;
 mod spawner;
