@@ -15,6 +15,8 @@
 //! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
 //! | node, children and tree caches | [`cache`] | Curator |
 //! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
+//! | leader latch (leadership guard, events, run while leader) | [`leader_latch`] | Curator, kazoo |
+//! | persistent ephemeral node, group membership | [`membership`] | Curator, kazoo |
 #![warn(missing_docs)]
 
 pub mod barrier;
@@ -24,8 +26,10 @@ pub mod election;
 pub mod error;
 pub mod events;
 pub mod id_generator;
+pub mod leader_latch;
 pub mod lifecycle;
 pub mod lock;
+pub mod membership;
 mod nodes;
 pub mod queue;
 pub mod rwlock;
