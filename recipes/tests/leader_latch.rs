@@ -544,8 +544,9 @@ fn at_the_counters_end_the_directory_restarts() {
 
 /// Three latches on managed clients, each behind its own fault proxy; a seeded schedule
 /// cuts connections, isolates clients for a while, loses create replies and expires
-/// sessions. Holders hold until leadership is lost or a short while has passed. At no
-/// instant do two sections overlap, tokens grow, and leadership keeps moving.
+/// sessions. Holders hold until leadership is lost or a while (40 ms, every third term
+/// 1 s) has passed. At no instant do two sections overlap, tokens grow, and leadership
+/// keeps moving.
 #[test]
 fn seeded_faults_never_make_two_leaders() {
     let seed = Seed::from_env_or_random("LATCH_FAULT_SEED").unwrap();
@@ -573,10 +574,14 @@ fn seeded_faults_never_make_two_leaders() {
         for latch in &latches {
             let (sections, done) = (&sections, &done);
             scope.spawn(move || {
+                let mut terms = 0;
                 while !done.load(Ordering::SeqCst) {
                     match latch.await_leadership(Duration::from_millis(500)) {
                         Ok(guard) => {
-                            let section = hold(latch.id(), &guard, Duration::from_millis(40));
+                            // Every third term is long, so that faults hit terms.
+                            terms += 1;
+                            let length = if terms % 3 == 0 { 1000 } else { 40 };
+                            let section = hold(latch.id(), &guard, Duration::from_millis(length));
                             sections.lock().unwrap().push(section);
                             let _ = guard.relinquish();
                         }
