@@ -12,7 +12,7 @@ use recipes::leader_latch::{
     TermEnd,
 };
 use recipes::lifecycle::ManagedZooKeeper;
-use recipes::RecipeError;
+use recipes::{NodeOptions, RecipeError};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use zk_harness::history::{check_lock, monotonic_nanos, CriticalSection};
 use zk_harness::testing::Seed;
 use zk_harness::{Crafted, FaultProxy, OpCode, Server};
-use zookeeper::ZooKeeper;
+use zookeeper::{Acl, Perms, ZooKeeper};
 
 /// Generous: the machine is shared and loaded.
 const T: Duration = Duration::from_secs(60);
@@ -641,4 +641,33 @@ fn seeded_faults_never_make_two_leaders() {
     wait_until("every node is gone", || {
         admin.get_children(&path).map_or(true, |c| c.is_empty())
     });
+}
+
+#[test]
+fn nodes_get_the_acl_asked_for() {
+    let path = unique_path("acl");
+    let zk = connect();
+    zk.add_auth("digest", b"latch:secret").unwrap();
+    let only_us = NodeOptions::default().acl(vec![Acl::new(Perms::ALL, "auth", "")]);
+    let latch = LeaderLatch::builder(&path)
+        .node_options(only_us)
+        .start(&zk)
+        .unwrap();
+    let guard = latch.await_leadership(T).unwrap();
+    let (acl, _) = zk.get_acl(guard.node()).unwrap();
+    assert_eq!(
+        (acl[0].scheme.as_str(), acl[0].perms),
+        ("digest", Perms::ALL)
+    );
+    let stranger = connect();
+    assert_eq!(
+        stranger.delete(guard.node(), None),
+        Err(zookeeper::Error::NoAuth),
+        "an unauthenticated client cannot delete the leader's node"
+    );
+    // The latch itself still hands over (deleting its own node) and leads again.
+    assert!(guard.relinquish().unwrap());
+    assert_eq!(latch.await_leadership(T).unwrap().term(), 2);
+    latch.close();
+    assert!(zk.get_children(&path).unwrap().is_empty());
 }

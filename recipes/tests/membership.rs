@@ -375,3 +375,26 @@ fn a_managed_member_rejoins_after_expiry_and_observers_end_on_it() {
     member.leave();
     wait_until("gone", || observer.ids().is_empty());
 }
+
+#[test]
+fn nodes_get_the_acl_asked_for() {
+    let parent = unique_path("acl");
+    let path = format!("{parent}/me");
+    let zk = connect();
+    zk.add_auth("digest", b"member:secret").unwrap();
+    let only_us =
+        recipes::NodeOptions::default().acl(vec![Acl::new(zookeeper::Perms::ALL, "auth", "")]);
+    let node = PersistentNode::builder(&path)
+        .node_options(only_us)
+        .start(&zk)
+        .unwrap();
+    node.wait_created(T).unwrap();
+    let (acl, _) = zk.get_acl(&path).unwrap();
+    assert_eq!(acl[0].scheme, "digest");
+    let (parent_acl, _) = zk.get_acl(&parent).unwrap();
+    assert_eq!(parent_acl[0].scheme, "digest");
+    let stranger = connect();
+    assert_eq!(stranger.delete(&path, None), Err(zookeeper::Error::NoAuth));
+    node.close();
+    assert!(zk.get_children(&parent).unwrap().is_empty());
+}
