@@ -1253,6 +1253,11 @@ impl Worker {
                 if session.generation <= self.generation {
                     return Flow::Go;
                 }
+                // Normally done on `Lost` already: the old session's nodes are gone.
+                self.lose(LeadershipLost::SessionExpired, false);
+                self.node = None;
+                self.creating = None;
+                self.stale.clear();
                 self.forget_watch();
                 self.zk = session.zk;
                 self.generation = session.generation;

@@ -80,6 +80,8 @@
 //! # Non-guarantees
 //! - That a member is alive: an ephemeral node outlives a hung or partitioned process
 //!   until its session expires.
+//! - That the node keeps its data against other writers: data someone else writes to
+//!   the node stays until the next [`set_data`](PersistentNode::set_data) or creation.
 //! - Every intermediate membership (a member that joins and leaves between two reads of
 //!   the cache may not be reported).
 
@@ -625,6 +627,10 @@ impl NodeWorker {
                 if session.generation <= self.generation {
                     return Flow::Go;
                 }
+                // Normally done on `Lost` already: the old session's node is gone.
+                self.node = None;
+                self.conflict = false;
+                self.creating = None;
                 self.forget_watch();
                 self.zk = session.zk;
                 self.generation = session.generation;

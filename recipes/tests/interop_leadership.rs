@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{connect, unique_path, wait_until};
+use common::{connect, unique_path};
 use recipes::leader_latch::{LatchLayout, LeaderLatch};
 use recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
 use recipes::RecipeError;
@@ -16,6 +16,19 @@ use std::time::Duration;
 use zk_harness::peers::{max_overlap, monotonic_ns, sections_at, Participant, Peer, Section};
 
 const T: Duration = Duration::from_secs(120);
+
+/// Polls `condition` until it holds; fails the test after a minute (generous: sessions
+/// are renewed and servers answer slowly on a loaded machine or under valgrind).
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
 /// Terms per participant.
 const ROUNDS: u32 = 10;
 const HOLD: Duration = Duration::from_millis(2);

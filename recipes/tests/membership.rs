@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, wait_until, Proxy};
+use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, Proxy};
 use recipes::lifecycle::ManagedZooKeeper;
 use recipes::membership::{
     Group, GroupEvent, GroupLayout, GroupMember, NodeMode, NodeStatus, PersistentNode,
@@ -20,6 +20,19 @@ use zk_harness::{Crafted, FaultProxy, OpCode, Server};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
 
 const T: Duration = Duration::from_secs(60);
+
+/// Polls `condition` until it holds; fails the test after a minute (generous: sessions
+/// are renewed and servers answer slowly on a loaded machine or under valgrind).
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
 
 fn expire(zk: &ZooKeeper) {
     let id = zk.client_id().unwrap();
