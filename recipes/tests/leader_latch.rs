@@ -21,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::history::{check_lock, monotonic_nanos, CriticalSection};
 use zk_harness::testing::Seed;
-use zk_harness::{Crafted, FaultProxy, OpCode, Server};
+use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, Perms, ZooKeeper};
 
 /// Generous: the machine is shared and loaded.
@@ -686,4 +686,57 @@ fn nodes_get_the_acl_asked_for() {
     assert_eq!(latch.await_leadership(T).unwrap().term(), 2);
     latch.close();
     assert!(zk.get_children(&path).unwrap().is_empty());
+}
+
+/// The first request of the latch after it reconnected through `proxy` (session upkeep
+/// excluded), once it came.
+fn first_request_after_reconnect(
+    proxy: &FaultProxy,
+    mark: zk_harness::fault_proxy::RequestMark,
+) -> OpCode {
+    let upkeep = [OpCode::SET_WATCHES, OpCode::SET_WATCHES2, OpCode::AUTH];
+    let mut first = None;
+    wait_until("the latch's first request after reconnecting", || {
+        first = proxy
+            .requests_since(mark)
+            .into_iter()
+            .find(|r| r.connection >= 1 && !upkeep.contains(&r.op))
+            .map(|r| r.op);
+        first.is_some()
+    });
+    first.unwrap()
+}
+
+/// A create whose reply is lost on member A, the client then moved to member B, which
+/// lags behind: a listing on B does not show the node yet. The latch `sync`s before it
+/// looks for its node, so it finds it; without the sync it would create a second node
+/// and wait behind its own orphan until its session ended.
+#[test]
+fn a_lost_create_is_found_on_a_lagging_member_after_sync() {
+    let ens = LaggingEnsemble::start(&ServerOptions::for_tests()).unwrap();
+    let followers = ens.followers();
+    let (a, b) = (followers[0], followers[1]);
+    let path = unique_path("lagging");
+    let admin = connect_to(&ens.member(a).connect_string());
+    recipes::util::ensure_path(&admin, &path).unwrap();
+    ens.stall_member(b).unwrap(); // (waits for B to have the directory first)
+    let proxy = ens.proxy(a);
+    let zk = connect_to(&ens.connect_string(a));
+    let mark = proxy.mark();
+    proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE2);
+    proxy.redirect(ens.member(b).connect_string()).unwrap();
+    let latch = LeaderLatch::builder(&path).start(&zk).unwrap();
+    let fired = proxy.wait_for_fired(1, T).unwrap();
+    assert_eq!(fired[0].reply.map(|r| r.err), Some(0), "the create applied");
+    // Reconnected to B, the latch first catches B up with the leader.
+    assert_eq!(first_request_after_reconnect(proxy, mark), OpCode::SYNC);
+    ens.resume_member(b);
+    wait_until("the latch has a place", || {
+        matches!(latch.status(), LatchStatus::Leading | LatchStatus::Waiting)
+    });
+    let children = admin.get_children(&path).unwrap();
+    assert_eq!(children.len(), 1, "one node, not two: {children:?}");
+    let guard = latch.await_leadership(T).unwrap();
+    assert_eq!(guard.node(), format!("{path}/{}", children[0]));
+    latch.close();
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake};
 use std::thread;
 use std::time::{Duration, Instant};
-use zk_harness::{Crafted, FaultProxy, OpCode, Server};
+use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
 
 const T: Duration = Duration::from_secs(60);
@@ -410,4 +410,47 @@ fn nodes_get_the_acl_asked_for() {
     assert_eq!(stranger.delete(&path, None), Err(zookeeper::Error::NoAuth));
     node.close();
     assert!(zk.get_children(&parent).unwrap().is_empty());
+}
+
+/// A protected sequential create whose reply is lost on member A, the client then moved
+/// to member B, which lags: the node `sync`s before it looks for its uuid, so it adopts
+/// its node instead of creating a second one.
+#[test]
+fn a_lost_protected_create_is_found_on_a_lagging_member_after_sync() {
+    let ens = LaggingEnsemble::start(&ServerOptions::for_tests()).unwrap();
+    let followers = ens.followers();
+    let (a, b) = (followers[0], followers[1]);
+    let parent = unique_path("lagging");
+    let admin = connect_to(&ens.member(a).connect_string());
+    recipes::util::ensure_path(&admin, &parent).unwrap();
+    ens.stall_member(b).unwrap();
+    let proxy = ens.proxy(a);
+    let zk = connect_to(&ens.connect_string(a));
+    let mark = proxy.mark();
+    proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE);
+    proxy.redirect(ens.member(b).connect_string()).unwrap();
+    let node = PersistentNode::builder(&format!("{parent}/member-"))
+        .mode(NodeMode::ProtectedSequential)
+        .start(&zk)
+        .unwrap();
+    let fired = proxy.wait_for_fired(1, T).unwrap();
+    assert_eq!(fired[0].reply.map(|r| r.err), Some(0), "the create applied");
+    let upkeep = [OpCode::SET_WATCHES, OpCode::SET_WATCHES2, OpCode::AUTH];
+    let mut first = None;
+    wait_until("the node's first request after reconnecting", || {
+        first = proxy
+            .requests_since(mark)
+            .into_iter()
+            .find(|r| r.connection >= 1 && !upkeep.contains(&r.op))
+            .map(|r| r.op);
+        first.is_some()
+    });
+    assert_eq!(first, Some(OpCode::SYNC), "it catches B up before looking");
+    ens.resume_member(b);
+    let actual = node.wait_created(T).unwrap();
+    let children = admin.get_children(&parent).unwrap();
+    assert_eq!(children.len(), 1, "one node, not two: {children:?}");
+    assert_eq!(actual, format!("{parent}/{}", children[0]));
+    assert_eq!(node.creations(), 1);
+    node.close();
 }
