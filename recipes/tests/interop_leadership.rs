@@ -2,12 +2,14 @@
 //! same paths: our latch in Curator's `LeaderLatch` layout with Curator latches, in
 //! kazoo's `Election` layout with kazoo elections (at most one leader at any instant,
 //! by `CLOCK_MONOTONIC` sections of every participant; leadership passes both ways), and
-//! our group member in kazoo's `Party` layout with kazoo parties (each side sees the
-//! other's members join and leave).
+//! our group member in kazoo's `Party` layout with kazoo parties and in Curator's
+//! `GroupMember` layout with Curator group members (each side sees the other's members
+//! join and leave).
 
 mod common;
 
 use common::{connect, unique_path};
+
 use recipes::leader_latch::{LatchLayout, LeaderLatch};
 use recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
 use recipes::RecipeError;
@@ -52,8 +54,13 @@ fn ready(peers: &mut [Peer]) {
 fn leadership_passes_both_ways(peer: &mut Peer, latch: &LeaderLatch) {
     let ours = latch.await_leadership(T).unwrap();
     peer.send_acquire().unwrap();
+    // The peer's node is in line behind ours before ours hands over (a JVM may take a
+    // while to create it).
+    wait_until("the peer's node is in line", || {
+        latch.participants().unwrap().iter().any(|p| p.id == "peer")
+    });
     assert!(
-        !peer.answered_within(Duration::from_millis(500)).unwrap(),
+        !peer.answered_within(Duration::from_millis(200)).unwrap(),
         "{} became leader while ours leads",
         peer.label()
     );
@@ -268,4 +275,60 @@ fn wait_for_event(group: &Group, wanted: impl Fn(&GroupEvent) -> bool) {
             return;
         }
     }
+}
+
+/// Polls `peer`'s `MEMBERS` until it answers `want` (Curator's GroupMember reads from a
+/// cache that follows the group a moment behind).
+fn wait_for_peer_members(peer: &mut Peer, want: &[&str]) {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let members = peer.members(T).unwrap();
+        if members == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} sees {members:?}, not {want:?}",
+            peer.label()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn curator_group_member_and_ours_see_each_others_members() {
+    let path = unique_path("curator-group");
+    let mut curator = spawn(Participant::CuratorGroupMember, &path, "java-1");
+    ready(std::slice::from_mut(&mut curator));
+    let zk = connect();
+    let member = GroupMember::join(&zk, &path, "rust-1", b"rust payload").unwrap();
+    member.node().wait_created(T).unwrap();
+    let group = member.group();
+    group.wait_initialized(T).unwrap();
+    // Ours sees Curator's join, with Curator's payload...
+    curator.join(T).unwrap();
+    wait_for_event(
+        group,
+        |e| matches!(e, GroupEvent::Joined(m) if m.id == "java-1"),
+    );
+    let java = group
+        .members()
+        .into_iter()
+        .find(|m| m.id == "java-1")
+        .unwrap();
+    assert_eq!(java.data, b"java-1");
+    // ... and Curator sees ours.
+    wait_for_peer_members(&mut curator, &["java-1", "rust-1"]);
+    // Departures, both ways.
+    curator.leave(T).unwrap();
+    wait_for_event(
+        group,
+        |e| matches!(e, GroupEvent::Left(m) if m.id == "java-1"),
+    );
+    assert_eq!(group.ids(), ["rust-1"]);
+    curator.join(T).unwrap();
+    wait_for_peer_members(&mut curator, &["java-1", "rust-1"]);
+    member.leave();
+    wait_for_peer_members(&mut curator, &["java-1"]);
+    curator.quit(T).unwrap();
 }
