@@ -107,9 +107,10 @@
 //! fails once with `NoNodeError`.
 //!
 //! # Cost
-//! Joining is two requests (create, list), plus one `get` with a watch per wait. Each
-//! departure wakes the one participant behind it, and each join or departure wakes the
-//! leader (its child watch; one listing). One watch is armed per latch at any time
+//! Joining is two requests (create, list); a waiting latch adds one `get` with a watch,
+//! a new leader one listing with a child watch. Each departure wakes the one participant
+//! behind it, and each join or departure wakes the leader (its child watch; one
+//! listing). One watch is armed per latch at any time
 //! ([`LeaderLatch::armed_watches`]); closing removes it and the node.
 //!
 //! # Guarantees

@@ -58,7 +58,7 @@
 //!
 //! | layout | member node | id | data | same group as |
 //! |---|---|---|---|---|
-//! | [`CuratorGroupMember`](GroupLayout::CuratorGroupMember) | `<path>/<id>` (ephemeral) | the node's name | the member's payload | Curator 5.x `GroupMember` |
+//! | [`CuratorGroupMember`](GroupLayout::CuratorGroupMember) | `<path>/<id>` (ephemeral) | the node's name | the member's payload | Curator 5.x `GroupMember` (its `PersistentNode` without protection) |
 //! | [`KazooParty`](GroupLayout::KazooParty) | `<path>/<hex uuid>__party__` (ephemeral) | the node's data (UTF-8) | the id | kazoo 2.x `Party` |
 //!
 //! In the kazoo layout only children whose name contains `__party__` are members (as
