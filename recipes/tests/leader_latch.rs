@@ -128,6 +128,16 @@ fn one_leader_at_a_time_and_leadership_passes() {
     let sections = sections.lock().unwrap().clone();
     assert_eq!(sections.len(), 20);
     check_lock(&sections).unwrap_or_else(|v| panic!("{v}"));
+    // How long leadership took to pass (one term's end to the next one's start).
+    let mut sorted = sections.clone();
+    sorted.sort_by_key(|s| s.start);
+    let mut gaps: Vec<u64> = sorted.windows(2).map(|w| w[1].start - w[0].end).collect();
+    gaps.sort_unstable();
+    eprintln!(
+        "hand-over between 4 latches: median {} µs, max {} µs",
+        gaps[gaps.len() / 2] / 1000,
+        gaps[gaps.len() - 1] / 1000
+    );
     let admin = connect();
     assert!(admin.get_children(&path).unwrap().is_empty());
 }
