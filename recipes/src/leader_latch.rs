@@ -114,13 +114,16 @@
 //! ([`LeaderLatch::armed_watches`]); closing removes it and the node.
 //!
 //! # Guarantees
-//! - At most one participant leads at a time among participants of one layout whose
-//!   clients see a consistent server, and a leader knows it has lost leadership as soon
-//!   as its client hears of the cause (expiry, deletion, preemption) or the disconnect
-//!   grace has passed: sections from `await_leadership` to the loss (or relinquish) of
-//!   different participants do not overlap.
-//! - Fencing tokens (`czxid` of the term's node) strictly increase from term to term,
-//!   across participants, sessions and reconnections.
+//! - At most one participant leads at a time among participants of one layout: a term
+//!   runs from the moment the latch finds itself first to the moment it ends the term
+//!   ([`LeadershipGuard::ended_at`]), which is as soon as its client hears of a cause
+//!   (expiry, deletion, preemption) or the disconnect grace has passed, and terms of
+//!   different participants never overlap (checked with real Curator and kazoo peers and
+//!   under seeded faults). A thread holding the guard learns of the end a moment later.
+//! - Fencing tokens (`czxid` of the term's node) strictly increase from term to term of
+//!   this crate's latches, across participants, sessions and reconnections. (Past the
+//!   counter's end a Curator or kazoo peer's term may carry a larger `czxid` than the
+//!   next term; those libraries do not hand out tokens.)
 //! - Each departure wakes at most the participant behind it, plus the leader.
 //! - A wait that times out leaves nothing registered; a closed latch leaves no node and
 //!   no watch behind (`ZooKeeper::live_contexts` is back to what it was).
