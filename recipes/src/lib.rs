@@ -21,6 +21,8 @@
 //! | node, children and tree caches | [`cache`] | Curator |
 //! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
 //! | bounded, priority and delayed queues | [`bounded_queue`], [`priority_queue`], [`delayed_queue`] | Curator |
+//! | leader latch (leadership guard, events, run while leader) | [`leader_latch`] | Curator, kazoo |
+//! | persistent ephemeral node, group membership | [`membership`] | Curator, kazoo |
 #![warn(missing_docs)]
 
 pub mod barrier;
@@ -33,9 +35,11 @@ pub mod error;
 pub mod events;
 pub mod fenced;
 pub mod id_generator;
+pub mod leader_latch;
 pub mod lease_semaphore;
 pub mod lifecycle;
 pub mod lock;
+pub mod membership;
 pub mod multi_lock;
 mod nodes;
 pub mod priority_queue;

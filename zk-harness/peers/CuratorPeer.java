@@ -8,7 +8,8 @@
 //
 // Recipes: mutex, read-lock, write-lock, leader-latch, semaphore (InterProcessMutex,
 // InterProcessReadWriteLock's read or write lock, LeaderLatch, InterProcessSemaphoreV2),
-// shared-count (SharedCount), atomic-long (DistributedAtomicLong, optimistic mode).
+// shared-count (SharedCount), atomic-long (DistributedAtomicLong, optimistic mode),
+// group-member (GroupMember, its payload the id).
 //
 // Protocol: prints READY once connected and the recipe object is built, then runs one
 // command per stdin line. Every command ends with exactly one line `OK ...` or
@@ -20,6 +21,8 @@
 // Counters:           GET -> OK <value>;  SET <value> -> OK;
 //                     ADD <delta> <times> -> ADDED <pre> <post> (times lines), OK
 //                     WATCH (shared-count) -> OK, then EVENT CHANGED <value> on each change
+// Group member:       JOIN -> OK;  LEAVE -> OK;  MEMBERS -> OK <id,id,...> (sorted, as the
+//                     joined GroupMember's cache reads them)
 // All:                QUIT -> closes the client, OK, exits. End of stdin exits too.
 
 import java.io.BufferedReader;
@@ -28,6 +31,7 @@ import java.io.PrintStream;
 import java.util.ArrayDeque;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import org.apache.curator.framework.CuratorFramework;
@@ -39,6 +43,7 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.nodes.GroupMember;
 import org.apache.curator.framework.recipes.shared.SharedCount;
 import org.apache.curator.framework.recipes.shared.SharedCountListener;
 import org.apache.curator.framework.recipes.shared.SharedCountReader;
@@ -91,6 +96,7 @@ public final class CuratorPeer {
         Holdable holdable = null;
         SharedCount sharedCount = null;
         DistributedAtomicLong atomicLong = null;
+        GroupMember[] member = null;
         switch (recipe) {
             case "mutex":
                 holdable = mutex(new InterProcessMutex(client, path));
@@ -117,6 +123,9 @@ public final class CuratorPeer {
                 // Optimistic mode only: each change is a versioned set, retried on conflict.
                 atomicLong = new DistributedAtomicLong(client, path, new RetryNTimes(0, 0));
                 break;
+            case "group-member":
+                member = new GroupMember[1]; // joined: [0] != null
+                break;
             default:
                 System.err.println("unknown recipe " + recipe);
                 System.exit(2);
@@ -138,6 +147,8 @@ public final class CuratorPeer {
                     lockCommand(holdable, cmd);
                 } else if (sharedCount != null) {
                     sharedCountCommand(sharedCount, cmd);
+                } else if (member != null) {
+                    groupCommand(client, path, id, member, cmd);
                 } else {
                     atomicLongCommand(atomicLong, cmd);
                 }
@@ -147,6 +158,9 @@ public final class CuratorPeer {
         }
         if (sharedCount != null) {
             sharedCount.close();
+        }
+        if (member != null && member[0] != null) {
+            member[0].close();
         }
         client.close();
         say("OK");
@@ -287,6 +301,36 @@ public final class CuratorPeer {
                     }
                 });
                 say("OK");
+                break;
+            default:
+                say("ERROR unknown command " + cmd[0]);
+        }
+    }
+
+    private static void groupCommand(
+            CuratorFramework client, String path, String id, GroupMember[] member, String[] cmd) {
+        switch (cmd[0]) {
+            case "JOIN":
+                if (member[0] == null) {
+                    member[0] = new GroupMember(
+                            client, path, id, id.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+                    member[0].start();
+                }
+                say("OK");
+                break;
+            case "LEAVE":
+                if (member[0] != null) {
+                    member[0].close();
+                    member[0] = null;
+                }
+                say("OK");
+                break;
+            case "MEMBERS":
+                if (member[0] == null) {
+                    say("ERROR not joined");
+                } else {
+                    say("OK " + String.join(",", new TreeSet<>(member[0].getCurrentMembers().keySet())));
+                }
                 break;
             default:
                 say("ERROR unknown command " + cmd[0]);

@@ -19,8 +19,8 @@
 //! | `SET <value>` | counters | | `OK` |
 //! | `ADD <delta> <times>` | counters | `ADDED <pre> <post>` per change | `OK` |
 //! | `WATCH` | Curator `SharedCount` | later `EVENT CHANGED <value>` | `OK` |
-//! | `JOIN`, `LEAVE` | kazoo `Party` | | `OK` |
-//! | `MEMBERS` | kazoo `Party` | | `OK <id>,<id>,...` |
+//! | `JOIN`, `LEAVE` | kazoo `Party`, Curator `GroupMember` | | `OK` |
+//! | `MEMBERS` | kazoo `Party`, Curator `GroupMember` (joined) | | `OK <id>,<id>,...` |
 //! | `QUIT` | all | | `OK`, then the child exits |
 //!
 //! Times are `CLOCK_MONOTONIC` nanoseconds (Java's `System.nanoTime()` and Python's
@@ -279,6 +279,9 @@ pub enum Participant {
     KazooCuratorCounter,
     /// kazoo `Party` (membership): `JOIN`, `LEAVE`, `MEMBERS`.
     KazooParty,
+    /// Curator `GroupMember` (its payload is the id): `JOIN`, `LEAVE`, and `MEMBERS`
+    /// while joined (from its cache, which may lag a moment behind the group).
+    CuratorGroupMember,
 }
 
 impl Participant {
@@ -292,7 +295,8 @@ impl Participant {
             | CuratorLeaderLatch
             | CuratorSemaphore { .. }
             | CuratorSharedCount { .. }
-            | CuratorAtomicLong => Library::Curator,
+            | CuratorAtomicLong
+            | CuratorGroupMember => Library::Curator,
             KazooLock
             | KazooReadLock
             | KazooWriteLock
@@ -314,6 +318,7 @@ impl Participant {
                 | KazooCounter
                 | KazooCuratorCounter
                 | KazooParty
+                | CuratorGroupMember
         )
     }
 
@@ -336,6 +341,7 @@ impl Participant {
             KazooCounter => ("counter", vec![]),
             KazooCuratorCounter => ("counter", vec!["curator=1".to_string()]),
             KazooParty => ("party", vec![]),
+            CuratorGroupMember => ("group-member", vec![]),
         }
     }
 }
@@ -822,17 +828,17 @@ impl Peer {
         self.call("WATCH", timeout).map(drop)
     }
 
-    /// kazoo `Party`: join.
+    /// kazoo `Party`, Curator `GroupMember`: join.
     pub fn join(&mut self, timeout: Duration) -> PeerResult<()> {
         self.call("JOIN", timeout).map(drop)
     }
 
-    /// kazoo `Party`: leave.
+    /// kazoo `Party`, Curator `GroupMember`: leave.
     pub fn leave(&mut self, timeout: Duration) -> PeerResult<()> {
         self.call("LEAVE", timeout).map(drop)
     }
 
-    /// kazoo `Party`: the members' ids, sorted.
+    /// kazoo `Party`, Curator `GroupMember`: the members' ids, sorted.
     pub fn members(&mut self, timeout: Duration) -> PeerResult<Vec<String>> {
         let reply = self.call("MEMBERS", timeout)?;
         Ok(reply
