@@ -23,7 +23,7 @@ if [ "${ZK_SETUP_SKIP:-0}" = "1" ]; then
   exit 0
 fi
 
-packages=(libzookeeper-mt-dev zookeeper default-jre-headless default-jdk-headless pkg-config python3-kazoo python3-dev dpkg-dev valgrind)
+packages=(libzookeeper-mt-dev zookeeper default-jre-headless default-jdk-headless pkg-config python3-kazoo python3-dev dpkg-dev valgrind libcurator-recipes-java)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 exec "$(dirname "$0")"/scripts/ensure-packages.sh setup "${packages[@]}"
