@@ -8,7 +8,7 @@
  *   zkbench --hosts H --scenario sync|async|watch|queue|lock|idgen [--rounds R] [--n N]
  *           [--window W] [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
  *   zkbench --hosts H --scenario op --op get|exists|set|create_delete|aget|acreate
- *           [--n N] [--window W]                   (one op kind: the paired runs)
+ *           [--n N] [--window W] [--reps R]        (one op kind: the paired runs)
  *   zkbench --hosts H --scenario watchscale --watches K [--n N]
  *   zkbench --hosts H --scenario sessions --n S
  *
@@ -35,9 +35,9 @@ static const char DATA[] =
 
 struct args {
   const char *hosts, *scenario, *mode, *prefix, *op;
-  int rounds, n, window, workers, batch, watches;
+  int rounds, n, window, workers, batch, watches, reps;
 };
-static struct args A = {NULL, NULL, "naive", "/zkbench", "get", 1, 1000, 100, 1, 100, 0};
+static struct args A = {NULL, NULL, "naive", "/zkbench", "get", 1, 1000, 100, 1, 100, 0, 1};
 
 static void die(const char *fmt, ...) {
   va_list ap;
@@ -58,25 +58,27 @@ static double now(void) {
 
 /* This process's CPU time (all threads, user + system) and context switches. */
 struct usage {
-  double cpu_us;
+  double user_us, sys_us;
   long csw;
 };
 
 static struct usage usage_now(void) {
   struct rusage ru;
-  struct usage u = {0, 0};
+  struct usage u = {0, 0, 0};
   if (getrusage(RUSAGE_SELF, &ru) == 0) {
-    u.cpu_us = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + ru.ru_utime.tv_usec +
-               ru.ru_stime.tv_usec;
+    u.user_us = ru.ru_utime.tv_sec * 1e6 + ru.ru_utime.tv_usec;
+    u.sys_us = ru.ru_stime.tv_sec * 1e6 + ru.ru_stime.tv_usec;
     u.csw = ru.ru_nvcsw + ru.ru_nivcsw;
   }
   return u;
 }
 
-/* "cpu_us=.. csw=.." since `start` */
+/* "cpu_us=.. user_us=.. sys_us=.. csw=.." since `start` */
 static void usage_since(struct usage start, char *out, size_t cap) {
   struct usage u = usage_now();
-  snprintf(out, cap, "cpu_us=%.0f csw=%ld", u.cpu_us - start.cpu_us, u.csw - start.csw);
+  double user = u.user_us - start.user_us, sys = u.sys_us - start.sys_us;
+  snprintf(out, cap, "cpu_us=%.0f user_us=%.0f sys_us=%.0f csw=%ld", user + sys, user, sys,
+           u.csw - start.csw);
 }
 
 static long status_kb(const char *field) {
@@ -711,11 +713,14 @@ static void run_op(zhandle_t *zh, enum opkind k, char **paths, int n) {
 
 /* One op kind, timed alone in its own process: setup (the nodes it reads or writes) and a
  * warm-up on other nodes are untimed; the timed phase reports this process's CPU time
- * and context switches (all threads: the caller and both C client threads). */
+ * and context switches (all threads: the caller and both C client threads). --reps R
+ * repeats the timed phase on the same nodes (profilers subtract a 1-rep run from an R-rep
+ * run to get the cost of the ops alone). */
 static void scenario_op(int rnd, const char *base) {
   enum opkind k = parse_op(A.op);
+  if (A.reps > 1 && k == OP_ACREATE) die("--reps needs an op that can repeat on its nodes");
   struct conn *c = zk_connect();
-  char wbase[600], metric[64], extra[128];
+  char wbase[600], metric[64], extra[160];
   snprintf(wbase, sizeof wbase, "%s/warm", base);
   ensure_path(c->zh, wbase);
   int warm = A.n / 5 < 1000 ? A.n / 5 : 1000;
@@ -729,11 +734,11 @@ static void scenario_op(int rnd, const char *base) {
   run_op(c->zh, k, wpaths, warm);
   struct usage u0 = usage_now();
   double t = now();
-  run_op(c->zh, k, paths, A.n);
+  for (int r = 0; r < A.reps; r++) run_op(c->zh, k, paths, A.n);
   double secs = now() - t;
   usage_since(u0, extra, sizeof extra);
   snprintf(metric, sizeof metric, "op_%s", A.op);
-  emit(metric, rnd, A.n, secs, 0, extra);
+  emit(metric, rnd, (long)A.n * A.reps, secs, 0, extra);
   if (k != OP_CREATE_DELETE) {
     pipelined(c->zh, paths, A.n, A_DELETE, 1000);
     pipelined(c->zh, wpaths, warm, A_DELETE, 1000);
@@ -760,7 +765,7 @@ static void exists_done(int rc, const struct Stat *stat, const void *data) {
 static void scenario_watchscale(int rnd, const char *base) {
   struct conn *c = zk_connect();
   ensure_path(c->zh, base);
-  char abase[600], extra[192];
+  char abase[600], extra[256];
   snprintf(abase, sizeof abase, "%s/absent", base);
   char **paths = node_paths(base, A.n);
   int k = A.watches;
@@ -828,7 +833,8 @@ int main(int argc, char **argv) {
       {"window", required_argument, 0, 'w'}, {"workers", required_argument, 0, 'k'},
       {"batch", required_argument, 0, 'b'},  {"mode", required_argument, 0, 'm'},
       {"prefix", required_argument, 0, 'p'}, {"op", required_argument, 0, 'o'},
-      {"watches", required_argument, 0, 'W'}, {0, 0, 0, 0}};
+      {"watches", required_argument, 0, 'W'}, {"reps", required_argument, 0, 'R'},
+      {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
@@ -843,11 +849,13 @@ int main(int argc, char **argv) {
     case 'p': A.prefix = optarg; break;
     case 'o': A.op = optarg; break;
     case 'W': A.watches = atoi(optarg); break;
+    case 'R': A.reps = atoi(optarg); break;
     default: die("bad arguments");
     }
   }
   if (!A.hosts || !A.scenario) die("--hosts and --scenario are required");
-  if (A.n < 1 || A.window < 1 || A.workers < 1 || A.batch < 1 || A.rounds < 1 || A.watches < 0)
+  if (A.n < 1 || A.window < 1 || A.workers < 1 || A.batch < 1 || A.rounds < 1 || A.watches < 0 ||
+      A.reps < 1)
     die("--n, --window, --workers, --batch, --rounds must be positive");
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   void (*fn)(int, const char *) = NULL;

@@ -10,6 +10,7 @@
 //!                 [--pairs 7] [--ops get,...] [--tables watches,...] [--out FILE]
 //! zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
 //! zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
+//! zookeeper-bench serve [--fsync off|on]                    (a server for bench/profile)
 //! zookeeper-bench client --hosts H --scenario S [...]      (the Rust client process)
 //! ```
 
@@ -24,6 +25,7 @@ mod runner;
 mod rust_client;
 mod scale_client;
 mod scaling;
+mod serve;
 mod usage;
 
 use flags::Flags;
@@ -32,7 +34,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = match args.first().map(String::as_str) {
-        Some(c @ ("run" | "client" | "memcheck" | "compare" | "help")) => (c, &args[1..]),
+        Some(c @ ("run" | "client" | "memcheck" | "compare" | "serve" | "help")) => (c, &args[1..]),
         Some("--help" | "-h") => ("help", &args[1..]),
         _ => ("run", &args[..]),
     };
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
             .and_then(|p| rust_client::run(&p)),
         "memcheck" => memcheck::main(&flags),
         "compare" => compare::main(&flags),
+        "serve" => serve::main(&flags),
         _ => {
             print!("{}", USAGE);
             return ExitCode::SUCCESS;
@@ -92,9 +95,13 @@ usage:
   zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
       Runs the behaviour script (basic ops, error kinds, watches, seed 000's queue)
       through zkpython and through our crates; fails on any difference.
+  zookeeper-bench serve [--fsync off|on]
+      Starts one standalone server, prints HOSTS <connect string>, stops it when stdin
+      closes (bench/profile/profile.py uses it).
   zookeeper-bench client --hosts H --scenario S [--rounds R] [--n N] [--window W]
                   [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
-                  [--op get|exists|set|create_delete|aget|acreate] [--watches K] [--takes T]
+                  [--op get|exists|set|create_delete|aget|acreate] [--reps R]
+                  [--watches K] [--takes T]
       S: sync async watch queue lock idgen op watchscale sessions queuescale queueput
       One Rust client process (the runner starts these).
 ";

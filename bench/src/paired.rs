@@ -52,6 +52,7 @@ impl Plan {
 struct Sample {
     ops_per_sec: f64,
     cpu_us_per_op: f64,
+    sys_us_per_op: f64,
     csw_per_op: f64,
 }
 
@@ -62,6 +63,7 @@ impl Sample {
         Some(Sample {
             ops_per_sec: m.ops_per_sec(),
             cpu_us_per_op: field("cpu_us")? / ops,
+            sys_us_per_op: field("sys_us")? / ops,
             csw_per_op: field("csw")? / ops,
         })
     }
@@ -106,7 +108,7 @@ fn run_one(
         .measurements
         .first()
         .and_then(Sample::of)
-        .ok_or_else(|| "no measurement with cpu_us/csw in its output".to_string())
+        .ok_or_else(|| "no measurement with cpu_us/sys_us/csw in its output".to_string())
 }
 
 /// Runs the pairs and renders the table.
@@ -179,13 +181,14 @@ fn render(
          server, order alternating between pairs; each process times its n ops after an untimed \
          warm-up on other nodes; both clients re-resolve host names at most every 10 s. \
          Ratios: median over the pairs of the per-pair ratio (min–max). CPU: the client \
-         process's user + system time over the timed phase (all threads), per op. Targets \
-         (the performance issue): throughput ≥ 0.98 × C, CPU per op ≤ 1.03 × C.\n",
+         process's user + system time over the timed phase (all threads), per op, with the \
+         system (kernel) part in brackets. Targets (the performance issue): throughput ≥ 0.98 × C, \
+         CPU per op ≤ 1.03 × C.\n",
         plan.pairs
     );
     let _ = writeln!(
         w,
-        "| op | n | Rust ops/s | C ops/s | Rust/C throughput | Rust CPU µs/op | C CPU µs/op | Rust/C CPU per op | ctx switches/op Rust | ctx switches/op C | targets |"
+        "| op | n | Rust ops/s | C ops/s | Rust/C throughput | Rust CPU µs/op (kernel) | C CPU µs/op (kernel) | Rust/C CPU per op | ctx switches/op Rust | ctx switches/op C | targets |"
     );
     let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for (k, pairs) in rows {
@@ -194,6 +197,10 @@ fn render(
         let cpu = col(|(r, c)| r.cpu_us_per_op / c.cpu_us_per_op);
         let fmt1 = |v: Option<f64>| v.map_or("–".into(), |x| format!("{x:.1}"));
         let rate = |v: Option<f64>| v.map_or("–".into(), fmt_rate);
+        let cpu_cell = |total: Option<f64>, sys: Option<f64>| match (total, sys) {
+            (Some(t), Some(s)) => format!("{t:.1} ({s:.1})"),
+            _ => "–".into(),
+        };
         let verdict = match (med(&thr), med(&cpu)) {
             (Some(t), Some(c)) => format!(
                 "thr ≥0.98 {}, CPU ≤1.03 {}",
@@ -210,8 +217,14 @@ fn render(
             rate(med(&col(|(r, _)| r.ops_per_sec))),
             rate(med(&col(|(_, c)| c.ops_per_sec))),
             range(&thr),
-            fmt1(med(&col(|(r, _)| r.cpu_us_per_op))),
-            fmt1(med(&col(|(_, c)| c.cpu_us_per_op))),
+            cpu_cell(
+                med(&col(|(r, _)| r.cpu_us_per_op)),
+                med(&col(|(r, _)| r.sys_us_per_op))
+            ),
+            cpu_cell(
+                med(&col(|(_, c)| c.cpu_us_per_op)),
+                med(&col(|(_, c)| c.sys_us_per_op))
+            ),
             range(&cpu),
             fmt1(med(&col(|(r, _)| r.csw_per_op))),
             fmt1(med(&col(|(_, c)| c.csw_per_op))),

@@ -36,6 +36,8 @@ pub struct Params {
     pub watches: usize,
     /// Takes timed after the first (`queuescale`).
     pub takes: usize,
+    /// Repetitions of the timed phase of `op` (profiling by difference).
+    pub reps: usize,
 }
 
 impl Params {
@@ -43,7 +45,7 @@ impl Params {
     pub fn from_flags(f: &Flags) -> Result<Params, String> {
         let known = [
             "hosts", "scenario", "rounds", "n", "window", "workers", "batch", "mode", "prefix",
-            "op", "watches", "takes",
+            "op", "watches", "takes", "reps",
         ];
         if let Some(bad) = f.unknown(&known).first() {
             return Err(format!("unknown flag --{bad}"));
@@ -64,9 +66,18 @@ impl Params {
             op: f.get("op").unwrap_or("get").to_string(),
             watches: f.num("watches", 0)?,
             takes: f.num("takes", 100)?,
+            reps: f.num("reps", 1)?,
         };
-        if p.n == 0 || p.window == 0 || p.workers == 0 || p.batch == 0 || p.rounds == 0 {
-            return Err("--n, --window, --workers, --batch, --rounds must be positive".into());
+        if p.n == 0
+            || p.window == 0
+            || p.workers == 0
+            || p.batch == 0
+            || p.rounds == 0
+            || p.reps == 0
+        {
+            return Err(
+                "--n, --window, --workers, --batch, --rounds, --reps must be positive".into(),
+            );
         }
         Ok(p)
     }

@@ -113,9 +113,13 @@ fn delete_all(zk: &ZooKeeper, paths: &[String]) -> Result<()> {
 
 /// One op kind, timed alone in its own process (the paired runs): the nodes it reads and
 /// a warm-up on other nodes are untimed; the row carries the process's CPU time and
-/// context switches over the timed phase.
+/// context switches over the timed phase. `--reps R` repeats the timed phase on the same
+/// nodes (profilers subtract a 1-rep run from an R-rep run: the cost of the ops alone).
 pub fn op(p: &Params, base: &str) -> Result<Vec<Row>> {
     let k = OpKind::parse(&p.op).ok_or_else(|| format!("unknown --op {}", p.op))?;
+    if p.reps > 1 && k == OpKind::ACreate {
+        return Err("--reps needs an op that can repeat on its nodes".into());
+    }
     let zk = connect(&p.hosts)?;
     let acl = Acl::open_unsafe();
     let wbase = format!("{base}/warm");
@@ -130,9 +134,11 @@ pub fn op(p: &Params, base: &str) -> Result<Vec<Row>> {
     run_op(&zk, k, &wpaths, p.window, &acl)?;
     let u0 = Usage::now();
     let t = Instant::now();
-    run_op(&zk, k, &paths, p.window, &acl)?;
+    for _ in 0..p.reps {
+        run_op(&zk, k, &paths, p.window, &acl)?;
+    }
     let secs = t.elapsed().as_secs_f64();
-    let mut r = row(format!("op_{}", k.name()), p.n, secs, 0);
+    let mut r = row(format!("op_{}", k.name()), p.n * p.reps, secs, 0);
     r.4 = u0.fields_since();
     if k != OpKind::CreateDelete {
         delete_all(&zk, &paths)?;

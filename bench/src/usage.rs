@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 pub struct Usage {
     /// User + system CPU time in µs.
     pub cpu_us: f64,
+    /// System (kernel) CPU time in µs.
+    pub sys_us: f64,
     /// Voluntary + involuntary context switches.
     pub csw: i64,
 }
@@ -24,18 +26,20 @@ impl Usage {
         let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
         Usage {
             cpu_us: us(ru.ru_utime) + us(ru.ru_stime),
+            sys_us: us(ru.ru_stime),
             csw: (ru.ru_nvcsw + ru.ru_nivcsw) as i64,
         }
     }
 
-    /// The protocol's `cpu_us` and `csw` fields for the time since `self`.
+    /// The protocol's `cpu_us`, `user_us`, `sys_us` and `csw` fields for the time since
+    /// `self`.
     pub fn fields_since(self) -> BTreeMap<String, String> {
         let now = Usage::now();
+        let (cpu, sys) = (now.cpu_us - self.cpu_us, now.sys_us - self.sys_us);
         BTreeMap::from([
-            (
-                "cpu_us".to_string(),
-                format!("{:.0}", now.cpu_us - self.cpu_us),
-            ),
+            ("cpu_us".to_string(), format!("{cpu:.0}")),
+            ("user_us".to_string(), format!("{:.0}", cpu - sys)),
+            ("sys_us".to_string(), format!("{sys:.0}")),
             ("csw".to_string(), (now.csw - self.csw).to_string()),
         ])
     }
