@@ -7,7 +7,7 @@
  * Usage (the same flags as bench/py/benchlib.py):
  *   zkbench --hosts H --scenario sync|async|watch|queue|lock|idgen [--rounds R] [--n N]
  *           [--window W] [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
- *   zkbench --hosts H --scenario op --op get|exists|set|create_delete|aget|acreate
+ *   zkbench --hosts H --scenario op --op get|exists|set|create_delete|aget|acreate|get_hop
  *           [--n N] [--window W] [--reps R]        (one op kind: the paired runs)
  *   zkbench --hosts H --scenario watchscale --watches K [--n N]
  *   zkbench --hosts H --scenario sessions --n S
@@ -670,14 +670,34 @@ static void scenario_idgen(int rnd, const char *base) {
 
 /* ------------------------------------------------------------------ one op kind (paired runs) */
 
-enum opkind { OP_GET, OP_EXISTS, OP_SET, OP_CREATE_DELETE, OP_AGET, OP_ACREATE };
+enum opkind { OP_GET, OP_EXISTS, OP_SET, OP_CREATE_DELETE, OP_AGET, OP_ACREATE, OP_GET_HOP };
 
 static enum opkind parse_op(const char *op) {
-  static const char *names[] = {"get", "exists", "set", "create_delete", "aget", "acreate"};
-  for (int i = 0; i < 6; i++)
+  static const char *names[] = {"get",     "exists",  "set",    "create_delete",
+                                "aget",    "acreate", "get_hop"};
+  for (int i = 0; i < 7; i++)
     if (!strcmp(op, names[i])) return (enum opkind)i;
   die("unknown --op %s", op);
   return OP_GET;
+}
+
+/* A blocking get the way the Rust binding does it: zoo_aget, the completion (on the C
+ * completion thread) copies the value and wakes the caller waiting on a condition
+ * variable. zoo_get instead is woken straight from the IO thread: one hand-off fewer. */
+struct hop {
+  struct event ev;
+  int rc, len;
+  char buf[128];
+};
+
+static void hop_done(int rc, const char *value, int len, const struct Stat *stat,
+                     const void *data) {
+  struct hop *h = (struct hop *)data;
+  (void)stat;
+  h->rc = rc;
+  h->len = value && len > 0 ? (len < (int)sizeof h->buf ? len : (int)sizeof h->buf) : 0;
+  if (h->len) memcpy(h->buf, value, h->len);
+  event_set(&h->ev);
 }
 
 /* `n` operations of one kind on `paths`: sync ones one after another, the pipelined ones
@@ -708,6 +728,16 @@ static void run_op(zhandle_t *zh, enum opkind k, char **paths, int n) {
     break;
   case OP_AGET: pipelined(zh, paths, n, A_GET, A.window); break;
   case OP_ACREATE: pipelined(zh, paths, n, A_CREATE, A.window); break;
+  case OP_GET_HOP: {
+    struct hop h;
+    event_init(&h.ev);
+    for (int i = 0; i < n; i++) {
+      check(zoo_aget(zh, paths[i], 0, hop_done, &h), "aget", paths[i]);
+      event_wait(&h.ev);
+      check(h.rc, "get (via aget)", paths[i]);
+    }
+    break;
+  }
   }
 }
 

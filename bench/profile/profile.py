@@ -107,10 +107,12 @@ def binaries():
 
 
 class Client:
-    def __init__(self, name, argv, hosts, args):
+    def __init__(self, name, argv, hosts, args, op_map=None):
         self.name, self.argv, self.hosts, self.args = name, argv, hosts, args
+        self.op_map = op_map or {}
 
     def cmd(self, op, reps):
+        op = self.op_map.get(op, op)
         n = self.args.n_pipelined if op.startswith("a") else self.args.n_sync
         return self.argv + ["--hosts", self.hosts, "--scenario", "op", "--op", op,
                             "--n", str(n), "--window", str(self.args.window),
@@ -243,15 +245,19 @@ def label(op, args):
 
 def report(op, args, cg, ps, pr):
     w = []
-    names = [c for c in ("rust", "c") if c in (cg or ps)]
-    title = {"rust": "Rust", "c": "C"}
+    names = [c for c in ("rust", "c", "c_hop") if c in (cg or ps)]
+    title = {"rust": "Rust", "c": "C", "c_hop": "C via zoo_aget + wait"}
     w.append(f"### {label(op, args)}\n")
+    if "c_hop" in names:
+        w.append("*C via zoo_aget + wait*: the same get done the binding's way in C (the "
+                 "completion thread copies the value and wakes the caller through a condition "
+                 "variable), where `zoo_get` is woken by the IO thread directly.\n")
     w.append("| per op | " + " | ".join(title[c] for c in names) + " | Rust − C |")
     w.append("|---|" + "---:|" * (len(names) + 1))
 
     def row(name, vals, fmt="{:,.0f}"):
         cells = [fmt.format(v) if v is not None else "–" for v in vals]
-        d = fmt.format(vals[0] - vals[1]) if len(vals) == 2 and None not in vals else ""
+        d = fmt.format(vals[0] - vals[1]) if len(vals) >= 2 and None not in vals[:2] else ""
         w.append(f"| {name} | " + " | ".join(cells) + f" | {d} |")
 
     if cg:
@@ -341,9 +347,10 @@ def main():
                 f"- n = {args.n_sync} sync / {args.n_pipelined} pipelined ops per repetition, "
                 f"{args.reps} extra repetitions; server {hosts}; load average before: "
                 f"{' '.join(load0)}\n"]
+        hop = Client("c_hop", [c_bin], hosts, args, {"get": "get_hop"})
         for op in args.ops.split(","):
             cg, ps, pr = {}, {}, {}
-            for c in clients:
+            for c in clients + ([hop] if op == "get" else []):
                 print(f"profile: {op} {c.name}", file=sys.stderr)
                 if not args.no_callgrind:
                     cg[c.name] = callgrind(c, op, args, workdir)

@@ -78,7 +78,7 @@ const USAGE: &str = "\
 usage:
   zookeeper-bench [run] [--quick] [--sections side,paired,scaling] [--rounds R]
                   [--timeout SECS] [--out FILE]
-                  paired:  [--pairs 7] [--ops get,exists,set,create_delete,aget,acreate]
+                  paired:  [--pairs 7] [--ops get,exists,set,create_delete,aget,acreate,get_hop]
                   scaling: [--tables watches,inflight,queue,lock,sessions]
                   both on one server: [--perf-config fsync-off|fsync-on]
                   side:    [--configs fsync-on,fsync-off,ensemble] [--no-zkpython-build]
@@ -100,7 +100,7 @@ usage:
       closes (bench/profile/profile.py uses it).
   zookeeper-bench client --hosts H --scenario S [--rounds R] [--n N] [--window W]
                   [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
-                  [--op get|exists|set|create_delete|aget|acreate] [--reps R]
+                  [--op get|exists|set|create_delete|aget|acreate|get_hop] [--reps R]
                   [--watches K] [--takes T]
       S: sync async watch queue lock idgen op watchscale sessions queuescale queueput
       One Rust client process (the runner starts these).

@@ -78,6 +78,7 @@ pub fn op_label(k: OpKind, window: usize) -> String {
         OpKind::CreateDelete => "sync create+delete".into(),
         OpKind::AGet => format!("pipelined get, {window} in flight"),
         OpKind::ACreate => format!("pipelined create, {window} in flight"),
+        OpKind::GetHop => "sync get vs C through zoo_aget + wait (the binding's hand-off)".into(),
     }
 }
 

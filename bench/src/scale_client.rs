@@ -23,16 +23,21 @@ pub enum OpKind {
     AGet,
     /// Pipelined create, `--window` in flight.
     ACreate,
+    /// A sync get, paired with C's get through `zoo_aget` + a wait on a condition
+    /// variable signalled from the completion thread: the binding's own design (one
+    /// hand-off more than `zoo_get`) done in C. Rust runs a plain sync get.
+    GetHop,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 6] = [
+    pub const ALL: [OpKind; 7] = [
         OpKind::Get,
         OpKind::Exists,
         OpKind::Set,
         OpKind::CreateDelete,
         OpKind::AGet,
         OpKind::ACreate,
+        OpKind::GetHop,
     ];
 
     /// The `--op` name.
@@ -44,6 +49,7 @@ impl OpKind {
             OpKind::CreateDelete => "create_delete",
             OpKind::AGet => "aget",
             OpKind::ACreate => "acreate",
+            OpKind::GetHop => "get_hop",
         }
     }
 
@@ -64,7 +70,7 @@ impl OpKind {
 /// `paths.len()` ops of kind `k`: sync ones in turn, pipelined ones `window` in flight.
 fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl]) -> Result<()> {
     match k {
-        OpKind::Get => {
+        OpKind::Get | OpKind::GetHop => {
             for path in paths {
                 zk.get(path)?;
             }
