@@ -7,6 +7,10 @@
  * Usage (the same flags as bench/py/benchlib.py):
  *   zkbench --hosts H --scenario sync|async|watch|queue|lock|idgen [--rounds R] [--n N]
  *           [--window W] [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
+ *   zkbench --hosts H --scenario op --op get|exists|set|create_delete|aget|acreate|get_hop
+ *           [--n N] [--window W] [--reps R]        (one op kind: the paired runs)
+ *   zkbench --hosts H --scenario watchscale --watches K [--n N]
+ *   zkbench --hosts H --scenario sessions --n S
  *
  * Prints one line per measured phase and the peak RSS:
  *   RESULT metric=<name> round=<r> ops=<n> secs=<elapsed> notif=<watch events> [...]
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <zookeeper.h>
@@ -29,10 +34,10 @@ static const char DATA[] =
 #define DATA_LEN 64
 
 struct args {
-  const char *hosts, *scenario, *mode, *prefix;
-  int rounds, n, window, workers, batch;
+  const char *hosts, *scenario, *mode, *prefix, *op;
+  int rounds, n, window, workers, batch, watches, reps;
 };
-static struct args A = {NULL, NULL, "naive", "/zkbench", 1, 1000, 100, 1, 100};
+static struct args A = {NULL, NULL, "naive", "/zkbench", "get", 1, 1000, 100, 1, 100, 0, 1};
 
 static void die(const char *fmt, ...) {
   va_list ap;
@@ -50,13 +55,40 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static long peak_rss_kb(void) {
+
+/* This process's CPU time (all threads, user + system) and context switches. */
+struct usage {
+  double user_us, sys_us;
+  long csw;
+};
+
+static struct usage usage_now(void) {
+  struct rusage ru;
+  struct usage u = {0, 0, 0};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    u.user_us = ru.ru_utime.tv_sec * 1e6 + ru.ru_utime.tv_usec;
+    u.sys_us = ru.ru_stime.tv_sec * 1e6 + ru.ru_stime.tv_usec;
+    u.csw = ru.ru_nvcsw + ru.ru_nivcsw;
+  }
+  return u;
+}
+
+/* "cpu_us=.. user_us=.. sys_us=.. csw=.." since `start` */
+static void usage_since(struct usage start, char *out, size_t cap) {
+  struct usage u = usage_now();
+  double user = u.user_us - start.user_us, sys = u.sys_us - start.sys_us;
+  snprintf(out, cap, "cpu_us=%.0f user_us=%.0f sys_us=%.0f csw=%ld", user + sys, user, sys,
+           u.csw - start.csw);
+}
+
+static long status_kb(const char *field) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
   long kb = 0;
+  size_t len = strlen(field);
   if (!f) return 0;
   while (fgets(line, sizeof line, f))
-    if (strncmp(line, "VmHWM:", 6) == 0) kb = strtol(line + 6, NULL, 10);
+    if (strncmp(line, field, len) == 0) kb = strtol(line + len, NULL, 10);
   fclose(f);
   return kb;
 }
@@ -636,6 +668,192 @@ static void scenario_idgen(int rnd, const char *base) {
   free(all);
 }
 
+/* ------------------------------------------------------------------ one op kind (paired runs) */
+
+enum opkind { OP_GET, OP_EXISTS, OP_SET, OP_CREATE_DELETE, OP_AGET, OP_ACREATE, OP_GET_HOP };
+
+static enum opkind parse_op(const char *op) {
+  static const char *names[] = {"get",     "exists",  "set",    "create_delete",
+                                "aget",    "acreate", "get_hop"};
+  for (int i = 0; i < 7; i++)
+    if (!strcmp(op, names[i])) return (enum opkind)i;
+  die("unknown --op %s", op);
+  return OP_GET;
+}
+
+/* A blocking get the way the Rust binding does it: zoo_aget, the completion (on the C
+ * completion thread) copies the value and wakes the caller waiting on a condition
+ * variable. zoo_get instead is woken straight from the IO thread: one hand-off fewer. */
+struct hop {
+  struct event ev;
+  int rc, len;
+  char buf[128];
+};
+
+static void hop_done(int rc, const char *value, int len, const struct Stat *stat,
+                     const void *data) {
+  struct hop *h = (struct hop *)data;
+  (void)stat;
+  h->rc = rc;
+  h->len = value && len > 0 ? (len < (int)sizeof h->buf ? len : (int)sizeof h->buf) : 0;
+  if (h->len) memcpy(h->buf, value, h->len);
+  event_set(&h->ev);
+}
+
+/* `n` operations of one kind on `paths`: sync ones one after another, the pipelined ones
+ * with at most A.window in flight. */
+static void run_op(zhandle_t *zh, enum opkind k, char **paths, int n) {
+  char buf[128];
+  int len;
+  struct Stat stat;
+  switch (k) {
+  case OP_GET:
+    for (int i = 0; i < n; i++) {
+      len = sizeof buf;
+      check(zoo_get(zh, paths[i], 0, buf, &len, &stat), "get", paths[i]);
+    }
+    break;
+  case OP_EXISTS:
+    for (int i = 0; i < n; i++) check(zoo_exists(zh, paths[i], 0, &stat), "exists", paths[i]);
+    break;
+  case OP_SET:
+    for (int i = 0; i < n; i++) check(zoo_set(zh, paths[i], DATA, DATA_LEN, -1), "set", paths[i]);
+    break;
+  case OP_CREATE_DELETE:
+    for (int i = 0; i < n; i++) {
+      check(zoo_create(zh, paths[i], DATA, DATA_LEN, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), "create",
+            paths[i]);
+      check(zoo_delete(zh, paths[i], -1), "delete", paths[i]);
+    }
+    break;
+  case OP_AGET: pipelined(zh, paths, n, A_GET, A.window); break;
+  case OP_ACREATE: pipelined(zh, paths, n, A_CREATE, A.window); break;
+  case OP_GET_HOP: {
+    struct hop h;
+    event_init(&h.ev);
+    for (int i = 0; i < n; i++) {
+      check(zoo_aget(zh, paths[i], 0, hop_done, &h), "aget", paths[i]);
+      event_wait(&h.ev);
+      check(h.rc, "get (via aget)", paths[i]);
+    }
+    break;
+  }
+  }
+}
+
+/* One op kind, timed alone in its own process: setup (the nodes it reads or writes) and a
+ * warm-up on other nodes are untimed; the timed phase reports this process's CPU time
+ * and context switches (all threads: the caller and both C client threads). --reps R
+ * repeats the timed phase on the same nodes (profilers subtract a 1-rep run from an R-rep
+ * run to get the cost of the ops alone). */
+static void scenario_op(int rnd, const char *base) {
+  enum opkind k = parse_op(A.op);
+  if (A.reps > 1 && k == OP_ACREATE) die("--reps needs an op that can repeat on its nodes");
+  struct conn *c = zk_connect();
+  char wbase[600], metric[64], extra[160];
+  snprintf(wbase, sizeof wbase, "%s/warm", base);
+  ensure_path(c->zh, wbase);
+  int warm = A.n / 5 < 1000 ? A.n / 5 : 1000;
+  if (warm < 1) warm = 1;
+  char **paths = node_paths(base, A.n), **wpaths = node_paths(wbase, warm);
+  int existing = k != OP_CREATE_DELETE && k != OP_ACREATE;
+  if (existing) {
+    pipelined(c->zh, paths, A.n, A_CREATE, 1000);
+    pipelined(c->zh, wpaths, warm, A_CREATE, 1000);
+  }
+  run_op(c->zh, k, wpaths, warm);
+  struct usage u0 = usage_now();
+  double t = now();
+  for (int r = 0; r < A.reps; r++) run_op(c->zh, k, paths, A.n);
+  double secs = now() - t;
+  usage_since(u0, extra, sizeof extra);
+  snprintf(metric, sizeof metric, "op_%s", A.op);
+  emit(metric, rnd, (long)A.n * A.reps, secs, 0, extra);
+  if (k != OP_CREATE_DELETE) {
+    pipelined(c->zh, paths, A.n, A_DELETE, 1000);
+    pipelined(c->zh, wpaths, warm, A_DELETE, 1000);
+  }
+  delete_tree(c->zh, base);
+  free_paths(paths, A.n);
+  free_paths(wpaths, warm);
+  zk_close(c);
+}
+
+/* ------------------------------------------------------------------ cost against armed watches */
+
+static void never_fires(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+  (void)zh; (void)type; (void)state; (void)path; (void)ctx;
+}
+
+static void exists_done(int rc, const struct Stat *stat, const void *data) {
+  (void)stat;
+  window_done((struct window *)data, rc == ZNONODE ? ZOK : rc);
+}
+
+/* Arms A.watches exists-watches on absent nodes (they never fire), then times sync gets
+ * and pipelined gets (A.window in flight) on other nodes. */
+static void scenario_watchscale(int rnd, const char *base) {
+  struct conn *c = zk_connect();
+  ensure_path(c->zh, base);
+  char abase[600], extra[256];
+  snprintf(abase, sizeof abase, "%s/absent", base);
+  char **paths = node_paths(base, A.n);
+  int k = A.watches;
+  char **absent = k > 0 ? node_paths(abase, k) : NULL;
+  pipelined(c->zh, paths, A.n, A_CREATE, 1000);
+  struct window w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 1000, 0};
+  for (int i = 0; i < k; i++) {
+    window_acquire(&w);
+    check(zoo_awexists(c->zh, absent[i], never_fires, NULL, exists_done, &w), "awexists",
+          absent[i]);
+  }
+  window_drain(&w);
+  if (w.errors) die("%ld exists-watch registrations failed", w.errors);
+  run_op(c->zh, OP_GET, paths, A.n < 500 ? A.n : 500); /* warm-up */
+  struct usage u0 = usage_now();
+  double t = now();
+  run_op(c->zh, OP_GET, paths, A.n);
+  double secs = now() - t;
+  usage_since(u0, extra, sizeof extra);
+  emit("ws_get", rnd, A.n, secs, 0, extra);
+  u0 = usage_now();
+  t = now();
+  run_op(c->zh, OP_AGET, paths, A.n);
+  secs = now() - t;
+  usage_since(u0, extra, sizeof extra);
+  size_t len = strlen(extra);
+  snprintf(extra + len, sizeof extra - len, " rss_kb=%ld", status_kb("VmRSS:"));
+  emit("ws_aget", rnd, A.n, secs, 0, extra);
+  pipelined(c->zh, paths, A.n, A_DELETE, 1000);
+  delete_tree(c->zh, base);
+  free_paths(paths, A.n);
+  if (absent) free_paths(absent, k);
+  zk_close(c); /* frees the armed watches */
+}
+
+/* ------------------------------------------------------------------ memory per session */
+
+/* Opens A.n sessions (each connected and having answered one exists), reports RSS before
+ * and after, then closes them. */
+static void scenario_sessions(int rnd, const char *base) {
+  (void)base;
+  long rss0 = status_kb("VmRSS:");
+  struct conn **cs = malloc(sizeof *cs * A.n);
+  struct Stat stat;
+  double t = now();
+  for (int i = 0; i < A.n; i++) {
+    cs[i] = zk_connect();
+    check(zoo_exists(cs[i]->zh, "/", 0, &stat), "exists", "/");
+  }
+  double secs = now() - t;
+  char extra[160];
+  snprintf(extra, sizeof extra, "rss0_kb=%ld rss_kb=%ld threads=%ld", rss0, status_kb("VmRSS:"),
+           status_kb("Threads:"));
+  emit("sessions", rnd, A.n, secs, 0, extra);
+  for (int i = 0; i < A.n; i++) zk_close(cs[i]);
+  free(cs);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
@@ -644,7 +862,9 @@ int main(int argc, char **argv) {
       {"rounds", required_argument, 0, 'r'}, {"n", required_argument, 0, 'n'},
       {"window", required_argument, 0, 'w'}, {"workers", required_argument, 0, 'k'},
       {"batch", required_argument, 0, 'b'},  {"mode", required_argument, 0, 'm'},
-      {"prefix", required_argument, 0, 'p'}, {0, 0, 0, 0}};
+      {"prefix", required_argument, 0, 'p'}, {"op", required_argument, 0, 'o'},
+      {"watches", required_argument, 0, 'W'}, {"reps", required_argument, 0, 'R'},
+      {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
@@ -657,11 +877,15 @@ int main(int argc, char **argv) {
     case 'b': A.batch = atoi(optarg); break;
     case 'm': A.mode = optarg; break;
     case 'p': A.prefix = optarg; break;
+    case 'o': A.op = optarg; break;
+    case 'W': A.watches = atoi(optarg); break;
+    case 'R': A.reps = atoi(optarg); break;
     default: die("bad arguments");
     }
   }
   if (!A.hosts || !A.scenario) die("--hosts and --scenario are required");
-  if (A.n < 1 || A.window < 1 || A.workers < 1 || A.batch < 1 || A.rounds < 1)
+  if (A.n < 1 || A.window < 1 || A.workers < 1 || A.batch < 1 || A.rounds < 1 || A.watches < 0 ||
+      A.reps < 1)
     die("--n, --window, --workers, --batch, --rounds must be positive");
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   void (*fn)(int, const char *) = NULL;
@@ -671,12 +895,15 @@ int main(int argc, char **argv) {
   else if (!strcmp(A.scenario, "queue")) fn = scenario_queue;
   else if (!strcmp(A.scenario, "lock")) fn = scenario_lock;
   else if (!strcmp(A.scenario, "idgen")) fn = scenario_idgen;
+  else if (!strcmp(A.scenario, "op")) fn = scenario_op;
+  else if (!strcmp(A.scenario, "watchscale")) fn = scenario_watchscale;
+  else if (!strcmp(A.scenario, "sessions")) fn = scenario_sessions;
   else die("unknown scenario %s", A.scenario);
   for (int r = 0; r < A.rounds; r++) {
     char base[512];
     snprintf(base, sizeof base, "%s/c-%d-%s-r%d", A.prefix, (int)getpid(), A.scenario, r);
     fn(r, base);
   }
-  printf("RSS peak_kb=%ld\n", peak_rss_kb());
+  printf("RSS peak_kb=%ld\n", status_kb("VmHWM:"));
   return 0;
 }

@@ -1,23 +1,32 @@
-//! `zookeeper-bench`: the same scenarios through our Rust crates, the raw C client,
-//! zkpython (seed 000's Python bindings) and kazoo, against servers the harness starts,
-//! printed as one Markdown table with ratios. See `bench/README.md`.
+//! `zookeeper-bench`: paired Rust/C runs with CPU per op, scaling tables, and the same
+//! scenarios through our Rust crates, the raw C client, zkpython (seed 000's Python
+//! bindings), kazoo and Curator, against servers the harness starts, printed as Markdown
+//! tables with ratios. See `bench/README.md`.
 //!
 //! ```text
-//! zookeeper-bench [run] [--quick] [--rounds R] [--configs fsync-on,fsync-off,ensemble]
-//!                 [--clients rust,c,zkpython,kazoo] [--only sync,async,...] [--out FILE]
+//! zookeeper-bench [run] [--quick] [--sections side,paired,scaling] [--rounds R]
+//!                 [--configs fsync-on,fsync-off,ensemble] [--perf-config fsync-off]
+//!                 [--clients rust,c,zkpython,kazoo,curator] [--only sync,async,...]
+//!                 [--pairs 7] [--ops get,...] [--tables watches,...] [--out FILE]
 //! zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
 //! zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
+//! zookeeper-bench serve [--fsync off|on]                    (a server for bench/profile)
 //! zookeeper-bench client --hosts H --scenario S [...]      (the Rust client process)
 //! ```
 
 mod compare;
 mod flags;
 mod memcheck;
+mod paired;
 mod proto;
 mod recipes_bench;
 mod report;
 mod runner;
 mod rust_client;
+mod scale_client;
+mod scaling;
+mod serve;
+mod usage;
 
 use flags::Flags;
 use std::process::ExitCode;
@@ -25,7 +34,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = match args.first().map(String::as_str) {
-        Some(c @ ("run" | "client" | "memcheck" | "compare" | "help")) => (c, &args[1..]),
+        Some(c @ ("run" | "client" | "memcheck" | "compare" | "serve" | "help")) => (c, &args[1..]),
         Some("--help" | "-h") => ("help", &args[1..]),
         _ => ("run", &args[..]),
     };
@@ -45,6 +54,7 @@ fn main() -> ExitCode {
             .and_then(|p| rust_client::run(&p)),
         "memcheck" => memcheck::main(&flags),
         "compare" => compare::main(&flags),
+        "serve" => serve::main(&flags),
         _ => {
             print!("{}", USAGE);
             return ExitCode::SUCCESS;
@@ -66,19 +76,32 @@ fn usage_error(msg: &str) -> ExitCode {
 
 const USAGE: &str = "\
 usage:
-  zookeeper-bench [run] [--quick] [--rounds R] [--configs fsync-on,fsync-off,ensemble]
-                  [--clients rust,c,zkpython,kazoo] [--only sync,async,watch,queue,lock,idgen]
-                  [--timeout SECS] [--out FILE] [--no-zkpython-build]
-      Starts the servers, runs every scenario through every client (each its own
-      process), prints Markdown tables (ops/s median with min-max, ratios, peak RSS,
-      watch notifications per op). --quick: CI size (one config, small counts).
+  zookeeper-bench [run] [--quick] [--sections side,paired,scaling] [--rounds R]
+                  [--timeout SECS] [--out FILE]
+                  paired:  [--pairs 7] [--ops get,exists,set,create_delete,aget,acreate,get_hop]
+                  scaling: [--tables watches,inflight,queue,lock,sessions]
+                  both on one server: [--perf-config fsync-off|fsync-on]
+                  side:    [--configs fsync-on,fsync-off,ensemble] [--no-zkpython-build]
+                           [--clients rust,c,zkpython,kazoo,curator]
+                           [--only sync,async,watch,queue,lock,idgen]
+      Starts the servers and prints Markdown tables: paired Rust/C runs (throughput and
+      CPU-per-op ratios), scaling tables (cost against watches, requests in flight,
+      queue length, lock waiters; memory per session), and every scenario through every
+      client (ops/s median with min-max, ratios, peak RSS, watch notifications per op).
+      --quick: CI size (one config, small counts).
   zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
                   [--max-growth-mb 16]
       RSS of our client across N watch registrations + firings (fails if it grows).
   zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
       Runs the behaviour script (basic ops, error kinds, watches, seed 000's queue)
       through zkpython and through our crates; fails on any difference.
+  zookeeper-bench serve [--fsync off|on]
+      Starts one standalone server, prints HOSTS <connect string>, stops it when stdin
+      closes (bench/profile/profile.py uses it).
   zookeeper-bench client --hosts H --scenario S [--rounds R] [--n N] [--window W]
                   [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
+                  [--op get|exists|set|create_delete|aget|acreate|get_hop] [--reps R]
+                  [--watches K] [--takes T]
+      S: sync async watch queue lock idgen op watchscale sessions queuescale queueput
       One Rust client process (the runner starts these).
 ";

@@ -107,6 +107,11 @@ pub fn rss_kb() -> u64 {
     status_field("VmRSS:")
 }
 
+/// This process's thread count.
+pub fn threads() -> u64 {
+    status_field("Threads:")
+}
+
 fn status_field(name: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -1,11 +1,16 @@
-//! The recipe scenarios through `recipes` (seed 000's queue, the lock): the Rust column.
+//! The recipe scenarios through `recipes` (seed 000's queue, the lock): the Rust column,
+//! and the queue's scaling and put-cost measurements.
 
-use crate::rust_client::{connect, delete_tree, ensure_path, row, Params, Result, Row};
+use crate::rust_client::{
+    connect, delete_tree, ensure_path, pipelined, row, Params, Result, Row, DATA,
+};
+use crate::usage::Usage;
 use recipes::lock::Lock;
 use recipes::queue::Queue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Instant;
+use zookeeper::{Acl, CreateMode};
 
 const STOP: &[u8] = b"STOP";
 
@@ -139,4 +144,105 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
         secs,
         notif,
     )])
+}
+
+/// Take cost against queue length: fills the queue with `--n` items (pipelined raw
+/// creates named the way `Queue::put` names them, `item-<guid>-<seq>`: a put per item would
+/// take minutes at 100,000), then with a fresh `Queue` value times the first take (it lists
+/// the whole queue) and the next `--takes` (served from that listing).
+pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
+    let zk = connect(&p.hosts)?;
+    let qpath = format!("{base}/q");
+    let len = Queue::new(&zk, &qpath)?;
+    let prefix = format!("{qpath}/item-{}-", recipes::util::guid());
+    let acl = Acl::open_unsafe();
+    let names = vec![prefix; p.n];
+    pipelined(&names, 1000, |path| {
+        zk.create_async(path, DATA, &acl, CreateMode::PersistentSequential)
+    })?;
+    let listed = len.len()?;
+    if listed != p.n {
+        return Err(format!("queue holds {listed} items, expected {}", p.n).into());
+    }
+    drop(len);
+    let queue = Queue::new(&zk, &qpath)?;
+    let u0 = Usage::now();
+    let t = Instant::now();
+    queue.take()?;
+    let mut first = row("qs_first_take", 1, t.elapsed().as_secs_f64(), 0);
+    first.4 = u0.fields_since();
+    let takes = p.takes.min(p.n - 1);
+    let u0 = Usage::now();
+    let t = Instant::now();
+    for _ in 0..takes {
+        queue.take()?;
+    }
+    let mut rest = row("qs_take", takes, t.elapsed().as_secs_f64(), 0);
+    rest.4 = u0.fields_since();
+    drop(queue);
+    let left: Vec<String> = zk
+        .get_children(&qpath)?
+        .into_iter()
+        .filter(|name| name.starts_with("item"))
+        .map(|name| format!("{qpath}/{name}"))
+        .collect();
+    pipelined(&left, 1000, |path| zk.delete_async(path, None))?;
+    delete_tree(&zk, base)?;
+    zk.close()?;
+    let mut rows = vec![first];
+    if takes > 0 {
+        rows.push(rest);
+    }
+    Ok(rows)
+}
+
+/// `Queue::put` (exactly-once: a multi of item + receipt, then the receipt's delete)
+/// against one raw sequential create, `--n` of each, alternating in chunks of 50 so load
+/// drift hits both alike.
+pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
+    let zk = connect(&p.hosts)?;
+    let qpath = format!("{base}/q");
+    let queue = Queue::new(&zk, &qpath)?;
+    let raw_dir = format!("{base}/raw");
+    ensure_path(&zk, &raw_dir)?;
+    let raw_prefix = format!("{raw_dir}/item-");
+    let acl = Acl::open_unsafe();
+    let (mut put_secs, mut raw_secs) = (0.0, 0.0);
+    let (mut put_cpu, mut raw_cpu) = (0.0, 0.0);
+    let mut done = 0;
+    while done < p.n {
+        let chunk = 50.min(p.n - done);
+        let u0 = Usage::now();
+        let t = Instant::now();
+        for _ in 0..chunk {
+            queue.put(DATA)?;
+        }
+        put_secs += t.elapsed().as_secs_f64();
+        put_cpu += Usage::now().cpu_us - u0.cpu_us;
+        let u0 = Usage::now();
+        let t = Instant::now();
+        for _ in 0..chunk {
+            zk.create(&raw_prefix, DATA, &acl, CreateMode::PersistentSequential)?;
+        }
+        raw_secs += t.elapsed().as_secs_f64();
+        raw_cpu += Usage::now().cpu_us - u0.cpu_us;
+        done += chunk;
+    }
+    let mut put = row("qp_put", p.n, put_secs, 0);
+    put.4.insert("cpu_us".into(), format!("{put_cpu:.0}"));
+    let mut raw = row("qp_raw_create", p.n, raw_secs, 0);
+    raw.4.insert("cpu_us".into(), format!("{raw_cpu:.0}"));
+    drop(queue);
+    for dir in [qpath, raw_dir] {
+        let items: Vec<String> = zk
+            .get_children(&dir)?
+            .into_iter()
+            .filter(|name| name.starts_with("item"))
+            .map(|name| format!("{dir}/{name}"))
+            .collect();
+        pipelined(&items, 1000, |path| zk.delete_async(path, None))?;
+    }
+    delete_tree(&zk, base)?;
+    zk.close()?;
+    Ok(vec![put, raw])
 }

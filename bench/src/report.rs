@@ -33,6 +33,8 @@ impl ProcResult {
 pub struct ConfigRun {
     pub kind: ConfigKind,
     pub procs: Vec<ProcResult>,
+    /// Date, machine, server and load, taken when this configuration's runs ended.
+    pub caption: String,
 }
 
 /// Where and how the numbers were taken.
@@ -73,6 +75,17 @@ impl Meta {
         };
         let python = py("import platform; print(platform.python_version())");
         let kazoo = py("import kazoo.version; print(kazoo.version.__version__)");
+        let java = Command::new("java")
+            .arg("-version")
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .next()
+                    .map(|l| l.trim().to_string())
+            })
+            .unwrap_or_else(|| "?".into());
         Meta {
             date: utc_now(),
             machine: format!("{cpu}, {cores} cores, {mem_gib:.0} GiB RAM, Linux {kernel}"),
@@ -82,7 +95,7 @@ impl Meta {
             clients: format!(
                 "Rust zookeeper-rs {} over libzookeeper_mt 3.8.0 (Debian); C: bench/c/zkbench.c on the same \
                  libzookeeper_mt; zkpython: Debian source package zookeeper 3.8.0 + 2 fixes, Python {python}; \
-                 kazoo {kazoo}, Python {python}",
+                 kazoo {kazoo}, Python {python}; Curator 5.4 (Debian libcurator-recipes-java), {java}",
                 env!("CARGO_PKG_VERSION")
             ),
             quick,
@@ -95,6 +108,27 @@ impl Meta {
         self.load_after = loadavg();
         self.elapsed = elapsed;
     }
+
+    /// The line under a table: when, on what, against which server, and the load then.
+    pub fn caption(&self, server: &str) -> String {
+        format!(
+            "_Taken {} (table finished {}) on {}; server: {}; load average (1/5/15 min) at the \
+             table's end: {}._",
+            self.date,
+            utc_now(),
+            self.machine,
+            server,
+            loadavg()
+        )
+    }
+}
+
+/// How the harness starts every server of this bench (for captions).
+pub fn server_settings(version: &str) -> String {
+    format!(
+        "ZooKeeper {version} (Debian package) via zk-harness, tickTime 500 ms, -Xmx256m, full JIT, \
+         log level WARN"
+    )
 }
 
 fn read(path: &str) -> String {
@@ -143,14 +177,20 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-fn fmt_rate(x: f64) -> String {
+/// `1,234` style (one decimal below 100).
+pub fn fmt_rate(x: f64) -> String {
     if !x.is_finite() {
         return "–".into();
     }
     if x < 100.0 {
         return format!("{x:.1}");
     }
-    let s = format!("{:.0}", x);
+    fmt_count(x.round() as u64)
+}
+
+/// A count in `1,234` style.
+pub fn fmt_count(n: u64) -> String {
+    let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
         if i > 0 && (s.len() - i) % 3 == 0 {
@@ -161,15 +201,16 @@ fn fmt_rate(x: f64) -> String {
     out
 }
 
-/// Median, min and max of a client's ops/s samples for one metric.
+/// Median, min and max of samples.
 #[derive(Debug, Clone, Copy)]
-struct Stats {
-    median: f64,
-    min: f64,
-    max: f64,
+pub struct Stats {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
 }
 
-fn stats(samples: &[f64]) -> Option<Stats> {
+/// The median, min and max of `samples` (`None` if empty).
+pub fn stats(samples: &[f64]) -> Option<Stats> {
     if samples.is_empty() {
         return None;
     }
@@ -195,11 +236,11 @@ fn label(metric: &str) -> String {
         ("async_create" | "async_get", Some(w)) => {
             format!("{} pipelined, {} in flight", &base[6..], n(w))
         }
-        ("queue_take", Some(c)) => format!("queue take (seed 000), {} consumer(s)", n(c)),
+        ("queue_take", Some(c)) => format!("queue take, {} consumer(s)", n(c)),
         ("lock", Some(c)) => format!("lock acquire+release, {} contender(s)", n(c)),
         ("id_naive", Some(w)) => format!("id generator naive CAS, {} worker(s)", n(w)),
         ("id_batched", Some(w)) => format!("id generator batched, {} worker(s)", n(w)),
-        ("queue_put", _) => "queue put (seed 000)".into(),
+        ("queue_put", _) => "queue put".into(),
         ("watch", _) => "watch: set -> event on another handle".into(),
         _ => metric.to_string(),
     }
@@ -261,13 +302,15 @@ fn notif_per_op(p: &ProcResult) -> Option<f64> {
                 || m.metric.starts_with("lock")
                 || m.metric == "watch"
         })
+        // A client that cannot count its recipes' watch events (Curator) says so.
+        .filter(|m| !m.extra.contains_key("notif_unknown"))
         .collect();
     let ops: u64 = relevant.iter().map(|m| m.ops).sum();
     (ops > 0).then(|| relevant.iter().map(|m| m.notif).sum::<u64>() as f64 / ops as f64)
 }
 
-/// The whole report.
-pub fn render(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> String {
+/// The report's header: when, where, against what.
+pub fn render_header(meta: &Meta) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(
@@ -293,15 +336,32 @@ pub fn render(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> String
         meta.server_version
     );
     let _ = writeln!(w, "- clients: {}", meta.clients);
+    out
+}
+
+/// The side-by-side tables (every scenario through every client).
+pub fn render_side(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> String {
+    let mut out = String::new();
+    let w = &mut out;
     let _ = writeln!(
         w,
-        "- each cell: ops/s, median of {} rounds (min–max); each client is its own process, run one at a time",
+        "\n## Side by side: every scenario through every client\n"
+    );
+    let _ = writeln!(
+        w,
+        "Each cell: ops/s, median of {} rounds (min–max); each client is its own process, run \
+         one at a time. The queue and lock rows run each client's own recipe: Rust \
+         `recipes::queue`/`recipes::lock`/`recipes::id_generator`, Curator \
+         `SimpleDistributedQueue`/`InterProcessMutex`/`DistributedAtomicLong`, kazoo its `Lock`; \
+         C, zkpython and kazoo's queue and counter run seed 000's post algorithm and a versioned \
+         get + set.",
         meta.rounds
     );
     let rust = ClientKind::Rust;
     for run in runs {
         let c = collect(run);
         let _ = writeln!(w, "\n### {}\n", run.kind.describe());
+
         let mut header = String::from("| scenario |");
         let mut sep = String::from("|---|");
         for cl in clients {
@@ -428,6 +488,7 @@ pub fn render(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> String
             }
             let _ = writeln!(w, "{line}");
         }
+        let _ = writeln!(w, "\n{}", run.caption);
         if !c.failures.is_empty() {
             let _ = writeln!(w, "\nFailed runs:");
             for (spec, cl, e) in &c.failures {
@@ -447,6 +508,8 @@ mod tests {
         assert_eq!(fmt_rate(1234567.4), "1,234,567");
         assert_eq!(fmt_rate(999.0), "999");
         assert_eq!(fmt_rate(12.34), "12.3");
+        assert_eq!(fmt_count(0), "0");
+        assert_eq!(fmt_count(100_000), "100,000");
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(label("async_get_w100"), "get pipelined, 100 in flight");

@@ -6,6 +6,8 @@ use crate::flags::Flags;
 use crate::proto;
 use crate::report::{self, ConfigRun, Meta, ProcResult};
 use crate::rust_client::{BoxError, Result};
+use crate::scale_client::OpKind;
+use crate::{paired, scaling};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,22 +15,30 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Ensemble, Mode, Server, ServerOptions};
 
-/// The four clients, in table order.
+/// The clients, in table order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ClientKind {
     Rust,
     C,
     Zkpython,
     Kazoo,
+    /// Apache Curator 5.4 (Java): only the recipe scenarios (queue, lock, counter).
+    Curator,
 }
 
 impl ClientKind {
-    pub const ALL: [ClientKind; 4] = [
+    pub const ALL: [ClientKind; 5] = [
         ClientKind::Rust,
         ClientKind::C,
         ClientKind::Zkpython,
         ClientKind::Kazoo,
+        ClientKind::Curator,
     ];
+
+    /// Whether this client runs `scenario` (Curator only has the recipe scenarios).
+    pub fn runs(self, scenario: &str) -> bool {
+        self != ClientKind::Curator || matches!(scenario, "queue" | "lock" | "idgen")
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -36,6 +46,7 @@ impl ClientKind {
             ClientKind::C => "c",
             ClientKind::Zkpython => "zkpython",
             ClientKind::Kazoo => "kazoo",
+            ClientKind::Curator => "curator",
         }
     }
 
@@ -45,6 +56,7 @@ impl ClientKind {
             ClientKind::C => "C",
             ClientKind::Zkpython => "zkpython",
             ClientKind::Kazoo => "kazoo",
+            ClientKind::Curator => "Curator",
         }
     }
 
@@ -175,12 +187,14 @@ pub struct Launchers {
     pub python: PathBuf,
     pub c_bin: Option<PathBuf>,
     pub zkpython_lib: Option<PathBuf>,
+    /// The Curator bench's classpath (compiled classes + Debian's jars).
+    pub curator_classpath: Option<String>,
     /// Why a client is unavailable.
     pub unavailable: Vec<(ClientKind, String)>,
 }
 
 impl Launchers {
-    pub fn discover(build_zkpython: bool) -> Launchers {
+    pub fn discover(build_zkpython: bool, build_curator: bool) -> Launchers {
         let bench_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let python = std::env::var_os("ZK_BENCH_PYTHON")
             .map_or_else(|| PathBuf::from("/usr/bin/python3"), PathBuf::from);
@@ -212,11 +226,24 @@ impl Launchers {
                 ),
             ));
         }
+        let curator_classpath = if build_curator {
+            match curator_classpath(&bench_dir) {
+                Ok(cp) => Some(cp),
+                Err(e) => {
+                    unavailable.push((ClientKind::Curator, e));
+                    None
+                }
+            }
+        } else {
+            unavailable.push((ClientKind::Curator, "not requested".into()));
+            None
+        };
         Launchers {
             bench_dir,
             python,
             c_bin,
             zkpython_lib,
+            curator_classpath,
             unavailable,
         }
     }
@@ -248,8 +275,65 @@ impl Launchers {
                 cmd.arg(self.bench_dir.join("py/kazoo_bench.py"));
                 cmd
             }
+            ClientKind::Curator => {
+                let mut cmd = Command::new("java");
+                cmd.args([
+                    "-Xmx256m",
+                    "-cp",
+                    self.curator_classpath
+                        .as_deref()
+                        .expect("Curator available"),
+                    "CuratorBench",
+                ]);
+                cmd
+            }
         }
     }
+}
+
+/// Debian's Curator 5.4 jars (their manifests name ZooKeeper, Guava and SLF4J), plus
+/// slf4j-nop so Curator's logging stays quiet.
+const CURATOR_JARS: [&str; 3] = [
+    "/usr/share/java/curator-recipes.jar",
+    "/usr/share/java/curator-framework.jar",
+    "/usr/share/java/slf4j-nop.jar",
+];
+
+/// Compiles `peers/CuratorBench.java` (once per source change) next to this executable
+/// and returns the classpath to run it with.
+pub fn curator_classpath(bench_dir: &Path) -> Result<String, String> {
+    if let Some(missing) = CURATOR_JARS.iter().find(|j| !Path::new(j).exists()) {
+        return Err(format!(
+            "{missing} missing (apt-get install libcurator-recipes-java)"
+        ));
+    }
+    let source = bench_dir.join("peers/CuratorBench.java");
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let out = exe
+        .parent()
+        .ok_or("executable has no directory")?
+        .join("zkbench-curator");
+    let class = out.join("CuratorBench.class");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let fresh = matches!((modified(&class), modified(&source)), (Some(c), Some(s)) if c >= s);
+    if !fresh {
+        std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let compiled = Command::new("javac")
+            .arg("-d")
+            .arg(&out)
+            .arg("-cp")
+            .arg(CURATOR_JARS.join(":"))
+            .arg(&source)
+            .output()
+            .map_err(|e| format!("cannot run javac (apt-get install default-jdk-headless): {e}"))?;
+        if !compiled.status.success() {
+            return Err(format!(
+                "javac failed: {}",
+                String::from_utf8_lossy(&compiled.stderr).trim()
+            ));
+        }
+    }
+    Ok(format!("{}:{}", out.display(), CURATOR_JARS.join(":")))
 }
 
 /// The directory holding the built zkpython module, building it if needed.
@@ -398,6 +482,9 @@ impl Servers {
     }
 }
 
+/// The report's sections, by `--sections` name.
+const SECTIONS: [&str; 3] = ["side", "paired", "scaling"];
+
 pub fn main(flags: &Flags) -> Result<()> {
     let known = [
         "quick",
@@ -408,6 +495,11 @@ pub fn main(flags: &Flags) -> Result<()> {
         "timeout",
         "out",
         "no-zkpython-build",
+        "sections",
+        "pairs",
+        "ops",
+        "tables",
+        "perf-config",
     ];
     if let Some(bad) = flags.unknown(&known).first() {
         return Err(format!("unknown flag --{bad}").into());
@@ -415,6 +507,13 @@ pub fn main(flags: &Flags) -> Result<()> {
     let quick = flags.switch("quick");
     let rounds: u32 = flags.num("rounds", if quick { 2 } else { 3 })?;
     let timeout = Duration::from_secs(flags.num("timeout", if quick { 60 } else { 300 })?);
+    let sections = list(
+        flags.get("sections"),
+        &SECTIONS.join(","),
+        |s| SECTIONS.contains(&s).then(|| s.to_string()),
+        "section",
+    )?;
+    let wants = |s: &str| sections.iter().any(|x| x == s);
     let configs = list(
         flags.get("configs"),
         if quick {
@@ -425,9 +524,19 @@ pub fn main(flags: &Flags) -> Result<()> {
         ConfigKind::parse,
         "config",
     )?;
+    let perf_config = list(
+        flags.get("perf-config"),
+        "fsync-off",
+        ConfigKind::parse,
+        "config",
+    )?;
+    let perf_config = match perf_config.as_slice() {
+        [kind] if *kind != ConfigKind::Ensemble => *kind,
+        _ => return Err("--perf-config takes one standalone config: fsync-off or fsync-on".into()),
+    };
     let wanted = list(
         flags.get("clients"),
-        "rust,c,zkpython,kazoo",
+        "rust,c,zkpython,kazoo,curator",
         ClientKind::parse,
         "client",
     )?;
@@ -436,15 +545,31 @@ pub fn main(flags: &Flags) -> Result<()> {
     if let Some(only) = &only {
         specs.retain(|s| only.contains(&s.scenario) || only.contains(&s.label.as_str()));
     }
-    if specs.is_empty() {
+    if wants("side") && specs.is_empty() {
         return Err("--only selected no scenario".into());
     }
+    let ops = list(
+        flags.get("ops"),
+        &OpKind::ALL.map(OpKind::name).join(","),
+        OpKind::parse,
+        "op",
+    )?;
+    let tables = list(
+        flags.get("tables"),
+        &scaling::TABLES.join(","),
+        |s| scaling::TABLES.contains(&s).then(|| s.to_string()),
+        "table",
+    )?;
+    let pairs = flags.get("pairs").map(str::parse::<u32>).transpose()?;
 
     let launchers = Launchers::discover(
-        !flags.switch("no-zkpython-build") && wanted.contains(&ClientKind::Zkpython),
+        wants("side")
+            && !flags.switch("no-zkpython-build")
+            && wanted.contains(&ClientKind::Zkpython),
+        wants("side") && wanted.contains(&ClientKind::Curator),
     );
     for (client, why) in &launchers.unavailable {
-        if wanted.contains(client) {
+        if wanted.contains(client) && (wants("side") || *client == ClientKind::C) {
             eprintln!("zookeeper-bench: {} unavailable: {why}", client.title());
         }
     }
@@ -458,71 +583,128 @@ pub fn main(flags: &Flags) -> Result<()> {
 
     let started = Instant::now();
     let mut meta = Meta::collect(&launchers, quick, rounds);
-    let mut runs = Vec::new();
-    for kind in configs {
-        let selected: Vec<&Spec> = specs
-            .iter()
-            .filter(|s| kind != ConfigKind::Ensemble || s.in_ensemble)
-            .collect();
-        if selected.is_empty() {
-            continue;
-        }
-        eprintln!("== {} ==", kind.describe());
-        let servers = Servers::start(kind)?;
+    let mut body = String::new();
+    if wants("paired") || wants("scaling") {
+        // First, while the machine is as it was when the run started: the client-cost
+        // measurements want the quietest machine.
+        eprintln!(
+            "== paired runs and scaling tables: {} ==",
+            perf_config.describe()
+        );
+        let servers = Servers::start(perf_config)?;
         let hosts = servers.connect_string();
         meta.server_version = servers.version();
+        let server = format!(
+            "{}; {}",
+            perf_config.describe(),
+            report::server_settings(&meta.server_version)
+        );
         warm_up(&launchers, &hosts, quick, timeout)?;
-        let mut procs = Vec::new();
-        for spec in selected {
-            let mut results: Vec<ProcResult> = clients
-                .iter()
-                .map(|&client| ProcResult {
-                    spec: spec.clone(),
-                    client,
-                    reports: Vec::new(),
-                    errors: Vec::new(),
-                })
-                .collect();
-            // Rounds are separate processes, interleaved across clients (and the order
-            // rotated each round) so drifting machine load hits every client alike.
-            for round in 0..rounds {
-                for k in 0..clients.len() {
-                    let i = (k + round as usize) % clients.len();
-                    let client = clients[i];
-                    let t = Instant::now();
-                    let mut cmd = launchers.command(client);
-                    cmd.args(client_args(spec, &hosts, 1));
-                    let outcome = run_client(&mut cmd, timeout);
-                    eprintln!(
-                        "  {:<16} round {round} {:<9} {:>6.1} s {}",
-                        spec.label,
-                        client.title(),
-                        t.elapsed().as_secs_f64(),
-                        outcome.as_ref().err().map_or("", String::as_str)
-                    );
-                    match outcome {
-                        Ok(mut report) => {
-                            for m in &mut report.measurements {
-                                m.round = round;
-                            }
-                            results[i].reports.push(report);
-                        }
-                        Err(e) => results[i].errors.push(format!("round {round}: {e}")),
-                    }
-                }
-            }
-            procs.extend(results);
+        if wants("paired") {
+            let plan = paired::Plan::new(quick, pairs, ops, timeout);
+            body.push_str(&paired::run(&launchers, &hosts, &server, &meta, &plan));
+        }
+        if wants("scaling") {
+            let plan = scaling::Plan::new(quick, tables, rounds.min(3), timeout);
+            body.push_str(&scaling::run(&launchers, &hosts, &server, &meta, &plan));
         }
         drop(servers);
-        runs.push(ConfigRun { kind, procs });
+    }
+    if wants("side") {
+        let mut runs = Vec::new();
+        for kind in configs {
+            let selected: Vec<&Spec> = specs
+                .iter()
+                .filter(|s| kind != ConfigKind::Ensemble || s.in_ensemble)
+                .collect();
+            if selected.is_empty() {
+                continue;
+            }
+            eprintln!("== {} ==", kind.describe());
+            let servers = Servers::start(kind)?;
+            let hosts = servers.connect_string();
+            meta.server_version = servers.version();
+            warm_up(&launchers, &hosts, quick, timeout)?;
+            let procs = side_by_side(&launchers, &clients, &selected, &hosts, rounds, timeout);
+            drop(servers);
+            let server = format!(
+                "{}; {}",
+                kind.describe(),
+                report::server_settings(&meta.server_version)
+            );
+            runs.push(ConfigRun {
+                kind,
+                procs,
+                caption: meta.caption(&server),
+            });
+        }
+        body.push_str(&report::render_side(&meta, &clients, &runs));
     }
     meta.finish(started.elapsed());
-    let text = report::render(&meta, &clients, &runs);
+    let text = format!("{}{body}", report::render_header(&meta));
     println!("{text}");
     if let Some(out) = flags.get("out") {
         std::fs::write(out, &text).map_err(|e| format!("writing {out}: {e}"))?;
     }
     Ok(())
+}
+
+/// Every selected scenario through every client that runs it.
+fn side_by_side(
+    launchers: &Launchers,
+    clients: &[ClientKind],
+    selected: &[&Spec],
+    hosts: &str,
+    rounds: u32,
+    timeout: Duration,
+) -> Vec<ProcResult> {
+    let mut procs = Vec::new();
+    for spec in selected {
+        let here: Vec<ClientKind> = clients
+            .iter()
+            .copied()
+            .filter(|c| c.runs(spec.scenario))
+            .collect();
+        let mut results: Vec<ProcResult> = here
+            .iter()
+            .map(|&client| ProcResult {
+                spec: (*spec).clone(),
+                client,
+                reports: Vec::new(),
+                errors: Vec::new(),
+            })
+            .collect();
+        // Rounds are separate processes, interleaved across clients (and the order
+        // rotated each round) so drifting machine load hits every client alike.
+        for round in 0..rounds {
+            for k in 0..here.len() {
+                let i = (k + round as usize) % here.len();
+                let client = here[i];
+                let t = Instant::now();
+                let mut cmd = launchers.command(client);
+                cmd.args(client_args(spec, hosts, 1));
+                let outcome = run_client(&mut cmd, timeout);
+                eprintln!(
+                    "  {:<16} round {round} {:<9} {:>6.1} s {}",
+                    spec.label,
+                    client.title(),
+                    t.elapsed().as_secs_f64(),
+                    outcome.as_ref().err().map_or("", String::as_str)
+                );
+                match outcome {
+                    Ok(mut report) => {
+                        for m in &mut report.measurements {
+                            m.round = round;
+                        }
+                        results[i].reports.push(report);
+                    }
+                    Err(e) => results[i].errors.push(format!("round {round}: {e}")),
+                }
+            }
+        }
+        procs.extend(results);
+    }
+    procs
 }
 
 /// A short untimed Rust run so the server's JIT is warm before the first measured client.

@@ -14,7 +14,7 @@ use zookeeper::{Acl, CreateMode, Error, ZkFuture, ZooKeeper};
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type Result<T, E = BoxError> = std::result::Result<T, E>;
 
-const DATA: &[u8] = &[b'x'; 64];
+pub(crate) const DATA: &[u8] = &[b'x'; 64];
 const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A scenario's parameters (the flags every client takes).
@@ -29,6 +29,15 @@ pub struct Params {
     pub batch: u64,
     pub mode: String,
     pub prefix: String,
+    /// The op kind of the `op` scenario (`get`, `exists`, `set`, `create_delete`, `aget`,
+    /// `acreate`).
+    pub op: String,
+    /// Watches armed before timing (`watchscale`).
+    pub watches: usize,
+    /// Takes timed after the first (`queuescale`).
+    pub takes: usize,
+    /// Repetitions of the timed phase of `op` (profiling by difference).
+    pub reps: usize,
 }
 
 impl Params {
@@ -36,6 +45,7 @@ impl Params {
     pub fn from_flags(f: &Flags) -> Result<Params, String> {
         let known = [
             "hosts", "scenario", "rounds", "n", "window", "workers", "batch", "mode", "prefix",
+            "op", "watches", "takes", "reps",
         ];
         if let Some(bad) = f.unknown(&known).first() {
             return Err(format!("unknown flag --{bad}"));
@@ -53,9 +63,21 @@ impl Params {
             batch: f.num("batch", 100)?,
             mode: f.get("mode").unwrap_or("naive").to_string(),
             prefix: f.get("prefix").unwrap_or("/zkbench").to_string(),
+            op: f.get("op").unwrap_or("get").to_string(),
+            watches: f.num("watches", 0)?,
+            takes: f.num("takes", 100)?,
+            reps: f.num("reps", 1)?,
         };
-        if p.n == 0 || p.window == 0 || p.workers == 0 || p.batch == 0 || p.rounds == 0 {
-            return Err("--n, --window, --workers, --batch, --rounds must be positive".into());
+        if p.n == 0
+            || p.window == 0
+            || p.workers == 0
+            || p.batch == 0
+            || p.rounds == 0
+            || p.reps == 0
+        {
+            return Err(
+                "--n, --window, --workers, --batch, --rounds, --reps must be positive".into(),
+            );
         }
         Ok(p)
     }
@@ -77,6 +99,11 @@ pub fn run(p: &Params) -> Result<()> {
             "queue" => queue(p, &base)?,
             "lock" => lock(p, &base)?,
             "idgen" => idgen(p, &base)?,
+            "op" => crate::scale_client::op(p, &base)?,
+            "watchscale" => crate::scale_client::watch_scale(p, &base)?,
+            "sessions" => crate::scale_client::sessions(p)?,
+            "queuescale" => crate::recipes_bench::queue_scale(p, &base)?,
+            "queueput" => crate::recipes_bench::queue_put_cost(p, &base)?,
             other => return Err(format!("unknown scenario {other}").into()),
         };
         for (metric, ops, secs, notif, extra) in results {
@@ -134,7 +161,7 @@ pub(crate) fn delete_tree(zk: &ZooKeeper, path: &str) -> Result<()> {
     }
 }
 
-fn node_paths(base: &str, n: usize) -> Vec<String> {
+pub(crate) fn node_paths(base: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{base}/n{i:07}")).collect()
 }
 
@@ -196,7 +223,7 @@ fn sync_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
 
 /// Submits one request per path with at most `window` in flight. Replies complete in
 /// submission order (one C completion FIFO), so waiting on the oldest is exact.
-fn pipelined<T>(
+pub(crate) fn pipelined<T>(
     paths: &[String],
     window: usize,
     submit: impl Fn(&str) -> ZkFuture<T>,

@@ -1,4 +1,4 @@
-//! The behaviour comparison (zkpython vs our crates) and a smoke run of the benchmark,
+//! The behaviour comparison (zkpython vs our crates) and smoke runs of the benchmark
 //! against a real server the harness starts.
 //!
 //! The comparison needs zkpython, which `bench/zkpython/build.sh` builds from Debian's
@@ -54,6 +54,8 @@ fn benchmark_smoke_run_prints_the_table() {
     // tiny: two clients, two scenarios, one round, on a server the runner starts itself
     let (succeeded, stdout) = run_bench(&[
         "--quick",
+        "--sections",
+        "side",
         "--rounds",
         "1",
         "--only",
@@ -63,6 +65,7 @@ fn benchmark_smoke_run_prints_the_table() {
     ]);
     assert!(succeeded, "{stdout}");
     for needle in [
+        "## Side by side",
         "| sync create |",
         "| watch: set -> event on another handle |",
         "Rust/C",
@@ -70,6 +73,40 @@ fn benchmark_smoke_run_prints_the_table() {
     ] {
         assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
     }
+    assert!(!stdout.contains("Failed runs"), "{stdout}");
+}
+
+#[test]
+fn paired_runs_and_scaling_tables_are_printed() {
+    // one pair per op; the scaling tables at their smallest sizes, one round
+    let (succeeded, stdout) = run_bench(&[
+        "--quick",
+        "--sections",
+        "paired,scaling",
+        "--pairs",
+        "1",
+        "--rounds",
+        "1",
+    ]);
+    assert!(succeeded, "{stdout}");
+    for needle in [
+        "| sync get | 300 |",
+        "| pipelined create, 1000 in flight |",
+        "Rust/C CPU per op",
+        "### Per-op cost against armed watches",
+        "| 1,000 |",
+        "### Per-op cost against requests in flight",
+        "### Queue take cost against queue length",
+        "put / raw = ",
+        "### Lock hand-off against waiters",
+        "### Memory per session",
+        // the tables' captions name the date, the machine and the server
+        "server: standalone server, forceSync=no",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    // every paired row has a ratio (a complete pair), and no process failed
+    assert!(!stdout.contains("no complete pair"), "{stdout}");
     assert!(!stdout.contains("Failed runs"), "{stdout}");
 }
 

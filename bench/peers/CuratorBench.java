@@ -1,0 +1,266 @@
+/*
+ * The recipe scenarios (queue, lock, counter) through Apache Curator 5.4 (Debian's
+ * libcurator-recipes-java), the Java column of the side-by-side. Compiled by the bench
+ * runner with javac against /usr/share/java; speaks the same flags and output protocol as
+ * c/zkbench.c and py/benchlib.py:
+ *
+ *   java -cp <build>:<curator jars> CuratorBench --hosts H --scenario queue|lock|idgen
+ *        [--rounds R] [--n N] [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
+ *
+ *   RESULT metric=<name> round=<r> ops=<n> secs=<elapsed> notif=0 notif_unknown=1
+ *   RSS peak_kb=<VmHWM>
+ *
+ * Recipes: SimpleDistributedQueue (offer / blocking take: the drop-in for ZooKeeper's own
+ * queue recipe, the same shape as seed 000's queue), InterProcessMutex, and
+ * DistributedAtomicLong (optimistic versioned set; add(batch) for the batched counter).
+ * Curator does not expose how many watch events its recipes received: notif_unknown=1.
+ *
+ * The JVM starts interpreted: before the measured rounds, untimed rounds at a quarter of n
+ * run in the same process for at least 1.5 s, so the figures are Curator's steady state
+ * rather than the JIT's warm-up.
+ */
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.queue.SimpleDistributedQueue;
+import org.apache.curator.retry.RetryNTimes;
+import org.apache.zookeeper.KeeperException;
+
+public final class CuratorBench {
+  private static String hosts;
+  private static String scenario;
+  private static String mode = "naive";
+  private static String prefix = "/zkbench";
+  private static int rounds = 1, n = 1000, workers = 1, batch = 100;
+
+  private static final double WARM_UP_SECS = 1.5;
+  private static final byte[] STOP = "STOP".getBytes(StandardCharsets.UTF_8);
+
+  public static void main(String[] args) throws Exception {
+    for (int i = 0; i < args.length; i++) {
+      String a = args[i];
+      if (!a.startsWith("--") || i + 1 >= args.length) die("bad argument " + a);
+      String v = args[++i];
+      switch (a.substring(2)) {
+        case "hosts": hosts = v; break;
+        case "scenario": scenario = v; break;
+        case "rounds": rounds = Integer.parseInt(v); break;
+        case "n": n = Integer.parseInt(v); break;
+        case "workers": workers = Integer.parseInt(v); break;
+        case "batch": batch = Integer.parseInt(v); break;
+        case "mode": mode = v; break;
+        case "prefix": prefix = v; break;
+        case "window": break; // accepted for a uniform command line; no async scenario here
+        default: die("unknown flag " + a);
+      }
+    }
+    if (hosts == null || scenario == null) die("--hosts and --scenario are required");
+    if (n < 1 || workers < 1 || batch < 1 || rounds < 1) die("counts must be positive");
+    long pid = ProcessHandle.current().pid();
+    int full = n;
+    // untimed warm-up rounds (JIT) for at least WARM_UP_SECS, then the measured rounds
+    double warmStart = now();
+    int warmRounds = 0;
+    for (int r = -1; r < rounds; r++) {
+      n = r < 0 ? Math.max(workers * 2, full / 4) : full;
+      String base = String.format("%s/curator-%d-%s-%d", prefix, pid, scenario, warmRounds++);
+      switch (scenario) {
+        case "queue": queue(r, base); break;
+        case "lock": lock(r, base); break;
+        case "idgen": idgen(r, base); break;
+        default: die("unsupported scenario " + scenario);
+      }
+      if (r < 0 && now() - warmStart < WARM_UP_SECS) r--; // warm up again
+    }
+    System.out.println("RSS peak_kb=" + peakRssKb());
+    System.out.flush();
+    System.exit(0);
+  }
+
+  private static void die(String msg) {
+    System.err.println("CuratorBench: " + msg);
+    System.exit(1);
+  }
+
+  private static long peakRssKb() {
+    try {
+      for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+        if (line.startsWith("VmHWM:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+      }
+    } catch (Exception e) {
+      // fall through
+    }
+    return 0;
+  }
+
+  private static void emit(int round, String metric, long ops, double secs) {
+    if (round < 0) return; // warm-up
+    System.out.printf("RESULT metric=%s round=%d ops=%d secs=%.6f notif=0 notif_unknown=1%n",
+        metric, round, ops, secs);
+    System.out.flush();
+  }
+
+  private static CuratorFramework connect() throws Exception {
+    CuratorFramework c =
+        CuratorFrameworkFactory.newClient(hosts, 10000, 10000, new RetryNTimes(3, 100));
+    c.start();
+    if (!c.blockUntilConnected(10, java.util.concurrent.TimeUnit.SECONDS)) {
+      die("could not connect to " + hosts);
+    }
+    return c;
+  }
+
+  private static void deleteTree(CuratorFramework c, String path) throws Exception {
+    try {
+      c.delete().deletingChildrenIfNeeded().forPath(path);
+    } catch (KeeperException.NoNodeException e) {
+      // already gone
+    }
+  }
+
+  private static double now() {
+    return System.nanoTime() / 1e9;
+  }
+
+  /** Runs one body per worker on its own thread; rethrows the first failure. */
+  private interface Body {
+    void run(int worker) throws Exception;
+  }
+
+  private static void parallel(int k, Body body) throws Exception {
+    List<Thread> threads = new ArrayList<>();
+    final Exception[] failure = new Exception[1];
+    for (int i = 0; i < k; i++) {
+      final int w = i;
+      Thread t = new Thread(() -> {
+        try {
+          body.run(w);
+        } catch (Exception e) {
+          synchronized (failure) {
+            if (failure[0] == null) failure[0] = e;
+          }
+        }
+      });
+      threads.add(t);
+      t.start();
+    }
+    for (Thread t : threads) t.join();
+    if (failure[0] != null) throw failure[0];
+  }
+
+  // ------------------------------------------------------------------ queue
+
+  private static void queue(int round, String base) throws Exception {
+    String qpath = base + "/q";
+    CuratorFramework producer = connect();
+    List<CuratorFramework> consumers = new ArrayList<>();
+    for (int i = 0; i < workers; i++) consumers.add(connect());
+    SimpleDistributedQueue q = new SimpleDistributedQueue(producer, qpath);
+    double t = now();
+    for (int i = 0; i < n; i++) q.offer(("item-" + i).getBytes(StandardCharsets.UTF_8));
+    emit(round, "queue_put", n, now() - t);
+    AtomicInteger taken = new AtomicInteger();
+    HashSet<String> got = new HashSet<>();
+    final int total = n;
+    t = now();
+    parallel(workers, w -> {
+      SimpleDistributedQueue mine = new SimpleDistributedQueue(consumers.get(w), qpath);
+      for (;;) {
+        byte[] item = mine.take();
+        if (java.util.Arrays.equals(item, STOP)) return;
+        synchronized (got) {
+          got.add(new String(item, StandardCharsets.UTF_8));
+        }
+        if (taken.incrementAndGet() == total) {
+          for (int i = 0; i < workers; i++) q.offer(STOP);
+        }
+      }
+    });
+    double secs = now() - t;
+    if (got.size() != n) die("queue lost or duplicated items: " + got.size() + " of " + n);
+    emit(round, "queue_take_c" + workers, n, secs);
+    for (CuratorFramework c : consumers) c.close();
+    deleteTree(producer, base);
+    producer.close();
+  }
+
+  // ------------------------------------------------------------------ lock
+
+  private static void lock(int round, String base) throws Exception {
+    String lpath = base + "/lock";
+    CuratorFramework setup = connect();
+    List<CuratorFramework> handles = new ArrayList<>();
+    for (int i = 0; i < workers; i++) handles.add(connect());
+    int per = n / workers;
+    AtomicInteger holders = new AtomicInteger();
+    AtomicBoolean overlap = new AtomicBoolean();
+    double t = now();
+    parallel(workers, w -> {
+      InterProcessMutex mutex = new InterProcessMutex(handles.get(w), lpath);
+      for (int i = 0; i < per; i++) {
+        mutex.acquire();
+        if (holders.incrementAndGet() != 1) overlap.set(true);
+        holders.decrementAndGet();
+        mutex.release();
+      }
+    });
+    double secs = now() - t;
+    if (overlap.get()) die("lock: two holders at once");
+    emit(round, "lock_c" + workers, (long) per * workers, secs);
+    for (CuratorFramework c : handles) c.close();
+    deleteTree(setup, base);
+    setup.close();
+  }
+
+  // ------------------------------------------------------------------ counter (id generator)
+
+  private static void idgen(int round, String base) throws Exception {
+    String ctr = base + "/ctr";
+    CuratorFramework setup = connect();
+    List<CuratorFramework> handles = new ArrayList<>();
+    for (int i = 0; i < workers; i++) handles.add(connect());
+    int per = n / workers;
+    int step = mode.equals("naive") ? 1 : batch;
+    long[] all = new long[per * workers];
+    AtomicLong retries = new AtomicLong();
+    double t = now();
+    parallel(workers, w -> {
+      // Optimistic only (no promotion to a lock): a versioned set, retried on BadVersion.
+      DistributedAtomicLong counter =
+          new DistributedAtomicLong(handles.get(w), ctr, new RetryNTimes(Integer.MAX_VALUE, 0));
+      long next = 0, end = 0;
+      for (int i = 0; i < per; i++) {
+        if (next == end) {
+          AtomicValue<Long> v = counter.add((long) step);
+          while (!v.succeeded()) {
+            retries.incrementAndGet();
+            v = counter.add((long) step);
+          }
+          next = v.preValue();
+          end = next + step;
+        }
+        all[w * per + i] = next++;
+      }
+    });
+    double secs = now() - t;
+    HashSet<Long> distinct = new HashSet<>();
+    for (long id : all) distinct.add(id);
+    if (distinct.size() != all.length) die("duplicate ids");
+    emit(round, "id_" + mode + "_w" + workers, all.length, secs);
+    for (CuratorFramework c : handles) c.close();
+    deleteTree(setup, base);
+    setup.close();
+  }
+}
