@@ -154,6 +154,8 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     let zk = connect(&p.hosts)?;
     let qpath = format!("{base}/q");
     let len = Queue::new(&zk, &qpath)?;
+    // `Queue` creates its node on first use; the raw creates below need it now.
+    recipes::util::ensure_path(&zk, &qpath)?;
     let prefix = format!("{qpath}/item-{}-", recipes::util::guid());
     let acl = Acl::open_unsafe();
     let names = vec![prefix; p.n];
