@@ -332,29 +332,30 @@ fn items_past_the_counters_end_are_never_delivered() {
 /// dropped with `Err`, gone from the queue: lost).
 #[test]
 fn an_item_whose_delete_was_sent_is_never_lost() {
-    let server = zk_harness::shared_test_connect_string();
-    let proxy = FaultProxy::start(&server);
-    let consumer_zk = connect_to(&proxy.addr);
+    let proxy = zk_harness::FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
+    let consumer_zk = connect_to(&proxy.connect_string());
     let path = unique_path("lost-delete");
     let consumer = Queue::new(&consumer_zk, &path).unwrap();
     let producer = Queue::new(&connect(), &path).unwrap();
     producer.put(b"precious").unwrap();
 
-    proxy.cut_after(opcode::DELETE);
+    // Refuse reconnection before the cut fires, so the consumer cannot learn the
+    // delete's outcome until `unblock` (the open connection keeps working until then).
+    proxy.block();
+    proxy.cut_after_matching(1, |r| r.op == zk_harness::OpCode::DELETE);
     let (done_tx, done) = mpsc::channel();
     let taker = thread::spawn(move || {
         let got = consumer.take_timeout(Duration::from_millis(300));
         done_tx.send(()).unwrap();
         got
     });
-    wait_until("the delete was forwarded and cut", || proxy.has_cut());
+    proxy.wait_for_fired(1, Duration::from_secs(30)).unwrap();
     // Keep it down well past the take's deadline.
-    proxy.cut();
     assert!(
         done.recv_timeout(Duration::from_secs(2)).is_err(),
         "the take gave up while the outcome of its delete was unknown"
     );
-    proxy.restore();
+    proxy.unblock();
     let got = taker.join().unwrap().unwrap();
     assert_eq!(got.as_deref(), Some(&b"precious"[..]), "the item was lost");
     assert!(producer.is_empty().unwrap());
