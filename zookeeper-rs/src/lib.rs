@@ -34,6 +34,7 @@ mod reply;
 #[cfg(any(feature = "tls", feature = "sasl"))]
 mod security;
 mod session;
+mod timeout;
 mod types;
 mod watch;
 mod watch_table;
@@ -48,6 +49,7 @@ pub use reply::ZkFuture;
 pub use security::SaslConfig;
 #[cfg(feature = "tls")]
 pub use security::TlsConfig;
+pub use timeout::{Deadline, Timeout, Version};
 pub use types::{
     Acl, ClientId, CreateMode, EventType, Perms, SessionState, Stat, WatchedEvent, WatcherType,
     MAX_TTL,
