@@ -11,7 +11,6 @@ use crate::watch::Watch;
 use crate::watch_table::{WatchRequest, WatchTable};
 use crossbeam_channel::Receiver;
 use parking_lot::RwLock;
-use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -431,24 +430,13 @@ impl ZooKeeper {
             .map(|ms| Duration::from_millis(ms.max(0) as u64))
     }
 
-    /// The server this handle is connected to (`host:port`), if any.
+    /// The server this handle is connected to (`ip:port`), or `None` while disconnected.
     ///
-    /// The C client returns a buffer it shares with its IO thread (ZOOKEEPER-4810); it is
-    /// copied at once, but may be torn if the connection moves at that instant.
+    /// Derived from [`connected_host`](Self::connected_host). The C client's
+    /// `zoo_get_current_server` is not used: it formats into a static buffer its IO thread
+    /// also writes while logging (ZOOKEEPER-4810), a data race safe code must not reach.
     pub fn current_server(&self) -> Result<Option<String>> {
-        self.with_handle(|zh| {
-            // SAFETY: live handle; the result is NULL or a NUL-terminated string we copy now.
-            let server = unsafe { sys::zoo_get_current_server(zh) };
-            if server.is_null() {
-                None
-            } else {
-                // SAFETY: non-NULL, NUL-terminated.
-                let text = unsafe { CStr::from_ptr(server) }
-                    .to_string_lossy()
-                    .into_owned();
-                (!text.is_empty()).then_some(text)
-            }
-        })
+        Ok(self.connected_host()?.map(|addr| addr.to_string()))
     }
 
     /// The address of the server the socket is connected to (`zookeeper_get_connected_host`),
