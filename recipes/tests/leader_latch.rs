@@ -705,16 +705,30 @@ fn first_request_after_reconnect(
     mark: zk_harness::fault_proxy::RequestMark,
 ) -> OpCode {
     let upkeep = [OpCode::SET_WATCHES, OpCode::SET_WATCHES2, OpCode::AUTH];
-    let mut first = None;
-    wait_until("the latch's first request after reconnecting", || {
-        first = proxy
-            .requests_since(mark)
-            .into_iter()
+    let deadline = Instant::now() + T;
+    loop {
+        let requests = proxy.requests_since(mark);
+        if let Some(first) = requests
+            .iter()
             .find(|r| r.connection >= 1 && !upkeep.contains(&r.op))
-            .map(|r| r.op);
-        first.is_some()
-    });
-    first.unwrap()
+        {
+            return first.op;
+        }
+        // Say what the proxy saw, so a failure on a loaded machine can be diagnosed.
+        assert!(
+            Instant::now() < deadline,
+            "no request after reconnecting; connections accepted {}, refused {}, \
+             requests since the mark: {}",
+            proxy.connections_accepted(),
+            proxy.connections_refused(),
+            requests
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A create whose reply is lost on member A, the client then moved to member B, which
