@@ -85,9 +85,11 @@ fn a_deleted_node_comes_back_with_the_latest_data() {
         data_of(&admin, &path).as_deref() == Some(&b"v2"[..])
     });
     admin.delete(&path, None).unwrap();
-    wait_until("the node is back", || node.creations() == 2);
+    // The count moves when the create returns; the status is published after it.
+    wait_until("the node is back", || {
+        node.creations() == 2 && node.status() == NodeStatus::Created
+    });
     assert_eq!(data_of(&admin, &path).as_deref(), Some(&b"v2"[..]));
-    assert_eq!(node.status(), NodeStatus::Created);
     wait_until("the new node is watched", || node.armed_watches() == 1);
     // A data change by someone else does not make a second node or lose the watch.
     admin.set(&path, b"theirs", None).unwrap();
