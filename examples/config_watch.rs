@@ -6,11 +6,11 @@
 //!
 //! `cargo run --example config_watch` (uses `ZK_HOSTS` if set, else starts a server).
 
-use recipes::config_watch::{ConfigEvent, ConfigWatch};
 use std::thread;
 use std::time::Duration;
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
+use zookeeper_recipes::config_watch::{ConfigEvent, ConfigWatch};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = format!("{parent}/worker.conf");
 
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
-    recipes::util::ensure_path(&zk, &parent)?;
+    zookeeper_recipes::util::ensure_path(&zk, &parent)?;
     zk.create(
         &path,
         b"threads=1",

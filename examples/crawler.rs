@@ -9,12 +9,12 @@
 //! ZK_HOSTS=127.0.0.1:2181 cargo run --example crawler
 //! ```
 
-use recipes::work_queue::WorkQueue;
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::work_queue::WorkQueue;
 
 const PRODUCERS: usize = 2;
 const LINKS_PER_PRODUCER: usize = 8;
@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let queue = WorkQueue::new(&zk, &path)?;
             let crawled_tx = crawled_tx.clone();
             Ok(thread::spawn(
-                move || -> Result<Report, recipes::RecipeError> {
+                move || -> Result<Report, zookeeper_recipes::RecipeError> {
                     let mut report = Report {
                         crawled: Vec::new(),
                         crashed_on: None,
@@ -99,7 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|p| {
             let connect_string = connect_string.clone();
             let path = path.clone();
-            thread::spawn(move || -> Result<(), recipes::RecipeError> {
+            thread::spawn(move || -> Result<(), zookeeper_recipes::RecipeError> {
                 let zk = connect(&connect_string)?;
                 let queue = WorkQueue::new(&zk, &path)?;
                 for i in 1..=LINKS_PER_PRODUCER {

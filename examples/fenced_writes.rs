@@ -7,9 +7,9 @@
 //! ZK_HOSTS=127.0.0.1:2181 cargo run --example fenced_writes
 //! ```
 
-use recipes::lock::Lock;
 use std::time::Duration;
 use zookeeper::{Acl, CreateMode, Op, ZooKeeper};
+use zookeeper_recipes::lock::Lock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (lock_path, data) = (format!("{base}/lock"), format!("{base}/data"));
     let first = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     let second = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
-    recipes::util::ensure_path(&first, &base)?;
+    zookeeper_recipes::util::ensure_path(&first, &base)?;
     first.create(
         &data,
         b"initial",

@@ -9,19 +9,19 @@
 //! server). The kazoo process needs `./setup.sh` (python3-kazoo); without it that part
 //! is skipped.
 
-use recipes::lifecycle::ManagedZooKeeper;
-use recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
 use std::time::{Duration, Instant};
 use zk_harness::peers::{Participant, Peer};
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::lifecycle::ManagedZooKeeper;
+use zookeeper_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
     let connect = hosts.connect_string();
-    let base = format!("/examples/groups-{}", recipes::util::guid());
+    let base = format!("/examples/groups-{}", zookeeper_recipes::util::guid());
     let path = format!("{base}/web");
     let admin = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     println!("group {path} on {connect}");
@@ -107,7 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Prints the observer's events until `done` holds (the member list is read after the
 /// events that led to it).
 fn until(
-    events: &recipes::membership::GroupEvents<'_>,
+    events: &zookeeper_recipes::membership::GroupEvents<'_>,
     what: &str,
     done: impl Fn() -> bool,
 ) -> Result<(), Box<dyn std::error::Error>> {

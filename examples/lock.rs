@@ -7,12 +7,12 @@
 //! ZK_HOSTS=127.0.0.1:2181 cargo run --example lock
 //! ```
 
-use recipes::lock::Lock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::lock::Lock;
 
 const PROCESSES: usize = 4;
 /// Seed 001 holds the lock for 500 ms; a little less keeps the example quick.
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let connect_string = connect_string.clone();
             let resource = resource.clone();
             let holders = Arc::clone(&holders);
-            thread::spawn(move || -> Result<u64, recipes::RecipeError> {
+            thread::spawn(move || -> Result<u64, zookeeper_recipes::RecipeError> {
                 let zk = ZooKeeper::connect(&connect_string, Duration::from_secs(10))?;
                 let lock = Lock::new(&zk, &resource)?.with_label(&format!("process {id}"));
                 println!("{id} Acquiring Lock");

@@ -9,11 +9,11 @@
 //!
 //! `cargo run --example managed_session` (uses `ZK_HOSTS` if set, else starts a server).
 
-use recipes::cache::{CacheEvent, NodeCache};
-use recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 use std::time::Duration;
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
+use zookeeper_recipes::cache::{CacheEvent, NodeCache};
+use zookeeper_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("ZooKeeper at {connect}");
     let base = format!("/examples/managed-{}", std::process::id());
     let admin = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
-    recipes::util::ensure_path(&admin, &base)?;
+    zookeeper_recipes::util::ensure_path(&admin, &base)?;
     let config = format!("{base}/config");
     admin.create(
         &config,

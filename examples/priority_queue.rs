@@ -7,18 +7,18 @@
 //! ZK_HOSTS=127.0.0.1:2181 cargo run --example priority_queue
 //! ```
 
-use recipes::bounded_queue::{BoundedQueue, Offer};
-use recipes::delayed_queue::DelayedQueue;
-use recipes::priority_queue::PriorityQueue;
-use recipes::work_queue::WorkQueue;
 use std::time::{Duration, Instant};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::bounded_queue::{BoundedQueue, Offer};
+use zookeeper_recipes::delayed_queue::DelayedQueue;
+use zookeeper_recipes::priority_queue::PriorityQueue;
+use zookeeper_recipes::work_queue::WorkQueue;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ZK_HOSTS, or a throwaway server stopped when `hosts` is dropped.
     let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
-    let base = format!("/queue-variants-{}", recipes::util::guid());
+    let base = format!("/queue-variants-{}", zookeeper_recipes::util::guid());
 
     let jobs = PriorityQueue::new(&zk, &format!("{base}/jobs"))?;
     jobs.put(b"nightly report", 100)?;

@@ -10,9 +10,9 @@
 //! hung after the last item; here the blocking take has a timeout and the loop ends
 //! once the queue stays empty.
 
-use recipes::queue::Queue;
 use std::time::Duration;
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::queue::Queue;
 
 const QUEUE: &str = "/myfirstqueue";
 

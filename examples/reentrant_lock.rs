@@ -6,14 +6,14 @@
 //! ZK_HOSTS=127.0.0.1:2181 cargo run --example reentrant_lock
 //! ```
 
-use recipes::lock::LockLayout;
-use recipes::reentrant_lock::ReentrantLock;
 use std::thread;
 use std::time::Duration;
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::lock::LockLayout;
+use zookeeper_recipes::reentrant_lock::ReentrantLock;
 
 /// Takes the lock, then calls a helper that takes it again.
-fn transfer(lock: &ReentrantLock) -> Result<(), recipes::RecipeError> {
+fn transfer(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> {
     let guard = lock.acquire()?;
     println!("transfer: holding (holds: {})", guard.hold_count());
     audit(lock)?;
@@ -21,7 +21,7 @@ fn transfer(lock: &ReentrantLock) -> Result<(), recipes::RecipeError> {
     Ok(())
 }
 
-fn audit(lock: &ReentrantLock) -> Result<(), recipes::RecipeError> {
+fn audit(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> {
     let guard = lock.acquire()?; // same thread: at once, no new node
     println!(
         "audit: re-entered (holds: {}, node {})",
@@ -42,7 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outer = lock.acquire()?;
     let other = {
         let (connect_string, path) = (connect_string.clone(), path.clone());
-        thread::spawn(move || -> Result<(), recipes::RecipeError> {
+        thread::spawn(move || -> Result<(), zookeeper_recipes::RecipeError> {
             let zk = ZooKeeper::connect(&connect_string, Duration::from_secs(10))?;
             let lock = ReentrantLock::new(&zk, &path)?.with_layout(LockLayout::Curator);
             println!("other process: waiting");

@@ -6,12 +6,12 @@
 //!
 //! `cargo run --example tree_cache` (uses `ZK_HOSTS` if set, else starts a server).
 
-use recipes::cache::{CacheEvent, TreeCache};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper::{Acl, CreateMode, Op, ZooKeeper};
+use zookeeper_recipes::cache::{CacheEvent, TreeCache};
 
 fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper::Result<()> {
     zk.create(
@@ -84,7 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let writer = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let root = format!("/examples/tree-cache-{}", std::process::id());
-    recipes::util::ensure_path(&writer, &root)?;
+    zookeeper_recipes::util::ensure_path(&writer, &root)?;
     for service in ["billing", "search"] {
         create(&writer, &format!("{root}/{service}"), "v1")?;
         for i in 0..2 {

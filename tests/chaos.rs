@@ -18,10 +18,6 @@ mod common_chaos;
 use common_chaos::{
     child_role, now_ns, report, serial, signal, unique, watch_stdin, Children, Event, Spec,
 };
-use recipes::id_generator::{IdGenerator, IdStats};
-use recipes::lock::{Lock, LockGuard};
-use recipes::work_queue::WorkQueue;
-use recipes::RecipeError;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +28,10 @@ use std::time::{Duration, Instant};
 use zk_harness::{Ensemble, Mode, ServerOptions};
 use zookeeper::crossbeam_channel::Receiver;
 use zookeeper::{Acl, CreateMode, Error, EventType, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper_recipes::id_generator::{IdGenerator, IdStats};
+use zookeeper_recipes::lock::{Lock, LockGuard};
+use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::RecipeError;
 
 /// Session timeout of the clients in the client tests: the server's maximum with the
 /// harness's 500 ms tick (20 ticks), so a member can die without the session expiring.
@@ -804,8 +804,12 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
     create(&zk, &base, b"", CreateMode::Persistent);
     create(&zk, &owner, b"", CreateMode::Persistent);
     drop(WorkQueue::new(&zk, &queue_path).expect("work queue"));
-    IdGenerator::create_counter(&zk, &counter_path, &recipes::NodeOptions::default())
-        .expect("id counter");
+    IdGenerator::create_counter(
+        &zk,
+        &counter_path,
+        &zookeeper_recipes::NodeOptions::default(),
+    )
+    .expect("id counter");
 
     let shared = Shared::default();
     let (events_tx, events) = mpsc::channel();
@@ -1298,7 +1302,7 @@ fn connect_child(hosts: &str, session: Duration) -> ZooKeeper {
 }
 
 /// Retries a recipe constructor (it creates its nodes, which can fail under chaos).
-fn make<T>(zk: &ZooKeeper, what: &str, f: impl Fn() -> recipes::Result<T>) -> T {
+fn make<T>(zk: &ZooKeeper, what: &str, f: impl Fn() -> zookeeper_recipes::Result<T>) -> T {
     loop {
         match f() {
             Ok(value) => return value,

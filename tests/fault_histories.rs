@@ -44,14 +44,6 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use recipes::config_watch::ConfigWatch;
-use recipes::election::LeaderElection;
-use recipes::id_generator::IdGenerator;
-use recipes::lock::Lock;
-use recipes::queue::Queue;
-use recipes::semaphore::Semaphore;
-use recipes::work_queue::WorkQueue;
-use recipes::NodeOptions;
 use zk_harness::history::{
     check_config_watch, check_lock, check_queue, check_semaphore, check_unique_ids,
     check_work_queue, monotonic_nanos, read_history, records, Completion, ConfigSeen,
@@ -62,6 +54,14 @@ use zk_harness::testing::{
 };
 use zk_harness::{Ensemble, FaultAction, FaultKind, FaultSchedule, ScheduleShape, ServerOptions};
 use zookeeper::{Acl, ClientId, CreateMode, SessionState, ZooKeeper};
+use zookeeper_recipes::config_watch::ConfigWatch;
+use zookeeper_recipes::election::LeaderElection;
+use zookeeper_recipes::id_generator::IdGenerator;
+use zookeeper_recipes::lock::Lock;
+use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::semaphore::Semaphore;
+use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::NodeOptions;
 
 /// The child entry point (a test that returns at once in a normal run).
 const CHILD: &str = "child_worker";
@@ -790,7 +790,7 @@ fn election_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
                     }
                     break;
                 }
-                Err(recipes::RecipeError::Timeout) => {}
+                Err(zookeeper_recipes::RecipeError::Timeout) => {}
                 Err(_) => {
                     ctx.back_off();
                     break;
@@ -821,7 +821,7 @@ fn semaphore_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
                 }
                 let _ = lease.release();
             }
-            Err(recipes::RecipeError::Timeout) => {}
+            Err(zookeeper_recipes::RecipeError::Timeout) => {}
             Err(_) => ctx.back_off(),
         }
     }

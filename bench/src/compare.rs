@@ -6,8 +6,6 @@
 use crate::flags::Flags;
 use crate::runner::{run_client_raw, zkpython_lib};
 use crate::rust_client::{connect, delete_tree, Result};
-use recipes::queue::Queue;
-use recipes::RecipeError;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -15,6 +13,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, Error, Stat, Watch, ZooKeeper};
+use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::RecipeError;
 
 /// One script step: its line number, text and the stated result (if any).
 #[derive(Debug, Clone)]

@@ -5,12 +5,12 @@ use crate::rust_client::{
     connect, delete_tree, ensure_path, pipelined, row, Params, Result, Row, DATA,
 };
 use crate::usage::Usage;
-use recipes::lock::Lock;
-use recipes::queue::Queue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Instant;
 use zookeeper::{Acl, CreateMode};
+use zookeeper_recipes::lock::Lock;
+use zookeeper_recipes::queue::Queue;
 
 const STOP: &[u8] = b"STOP";
 
@@ -155,8 +155,8 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     let qpath = format!("{base}/q");
     let len = Queue::new(&zk, &qpath)?;
     // `Queue` creates its node on first use; the raw creates below need it now.
-    recipes::util::ensure_path(&zk, &qpath)?;
-    let prefix = format!("{qpath}/item-{}-", recipes::util::guid());
+    zookeeper_recipes::util::ensure_path(&zk, &qpath)?;
+    let prefix = format!("{qpath}/item-{}-", zookeeper_recipes::util::guid());
     let acl = Acl::open_unsafe();
     let names = vec![prefix; p.n];
     pipelined(&names, 1000, |path| {

@@ -351,7 +351,7 @@ pub fn render_side(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> S
         w,
         "Each cell: ops/s, median of {} rounds (min–max); each client is its own process, run \
          one at a time. The queue and lock rows run each client's own recipe: Rust \
-         `recipes::queue`/`recipes::lock`/`recipes::id_generator`, Curator \
+         `zookeeper_recipes::queue`/`zookeeper_recipes::lock`/`zookeeper_recipes::id_generator`, Curator \
          `SimpleDistributedQueue`/`InterProcessMutex`/`DistributedAtomicLong`, kazoo its `Lock`; \
          C, zkpython and kazoo's queue and counter run seed 000's post algorithm and a versioned \
          get + set.",

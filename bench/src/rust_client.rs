@@ -313,11 +313,11 @@ fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
 // ------------------------------------------------------------------ id generator
 
 fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
-    use recipes::id_generator::IdGenerator;
+    use zookeeper_recipes::id_generator::IdGenerator;
     let setup = connect(&p.hosts)?;
     ensure_path(&setup, base)?;
     let ctr = format!("{base}/ctr");
-    IdGenerator::create_counter(&setup, &ctr, &recipes::NodeOptions::default())?;
+    IdGenerator::create_counter(&setup, &ctr, &zookeeper_recipes::NodeOptions::default())?;
     let batch = if p.mode == "naive" { 1 } else { p.batch };
     let per = p.n / p.workers;
     let handles = (0..p.workers)

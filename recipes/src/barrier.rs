@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::barrier::Barrier;
+//! use zookeeper_recipes::barrier::Barrier;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -18,7 +18,7 @@
 //! // ... workers call barrier.wait(timeout) and block ...
 //! barrier.remove()?;                     // coordinator opens it: every waiter returns
 //! barrier.wait(Duration::from_secs(1))?; // returns at once now
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! Guarantees: a waiter returns `Ok` only after it has seen the node absent; a removal
@@ -43,7 +43,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::barrier::DoubleBarrier;
+//! use zookeeper_recipes::barrier::DoubleBarrier;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -51,7 +51,7 @@
 //! barrier.enter(Duration::from_secs(30))?; // all 3 have arrived
 //! // ... compute ...
 //! barrier.leave(Duration::from_secs(30))?; // all 3 have finished
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! Guarantees: `enter` returns `Ok` only after at least `N` participants not released

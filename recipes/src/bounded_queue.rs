@@ -60,7 +60,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::bounded_queue::{BoundedQueue, Offer};
+//! use zookeeper_recipes::bounded_queue::{BoundedQueue, Offer};
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -70,7 +70,7 @@
 //! assert_eq!(uploads.try_put(b"c")?, Offer::Full);
 //! assert_eq!(uploads.take()?, b"a");
 //! assert_eq!(uploads.try_put(b"c")?, Offer::Enqueued);
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::queue::{split_items, Queue};

@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::config_watch::{ConfigEvent, ConfigWatch};
+//! use zookeeper_recipes::config_watch::{ConfigEvent, ConfigWatch};
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -21,7 +21,7 @@
 //!     }
 //! }
 //! // The loop ends when the watch stops (session expired or closed).
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # Receivers: the newest state, for each of them

@@ -45,14 +45,14 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::delayed_queue::DelayedQueue;
+//! use zookeeper_recipes::delayed_queue::DelayedQueue;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let retries = DelayedQueue::new(&zk, "/retries")?;
 //! retries.put_after(b"retry job 7", Duration::from_secs(30))?;
 //! assert_eq!(retries.get()?, None); // not due yet
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::queue::{now_millis, Order, Queue};

@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::election::LeaderElection;
+//! use zookeeper_recipes::election::LeaderElection;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -16,7 +16,7 @@
 //! // ... lead, checking `is_leader()` (or the session events) before acting, and
 //! // passing candidate.fencing_token() to the resources it writes ...
 //! candidate.resign()?; // the next candidate takes over
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # Guarantees

@@ -34,7 +34,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::lock::Lock;
+//! use zookeeper_recipes::lock::Lock;
 //! use zookeeper::{Op, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -43,7 +43,7 @@
 //! // Applied only if this guard still holds the lock when the server runs it.
 //! guard.fenced_multi(&[Op::set_data("/config/current", b"v2", -1)])?;
 //! guard.release()?;
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::{RecipeError, Result};

@@ -5,8 +5,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::id_generator::IdGenerator;
-//! use recipes::NodeOptions;
+//! use zookeeper_recipes::id_generator::IdGenerator;
+//! use zookeeper_recipes::NodeOptions;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -17,7 +17,7 @@
 //! let second = ids.next_id()?; // served from the local batch
 //! assert_ne!(first, second);
 //! println!("{:?}", ids.stats()); // CAS attempts, conflicts, ...
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # The counter node

@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::leader_latch::{LatchLayout, LeaderLatch};
+//! use zookeeper_recipes::leader_latch::{LatchLayout, LeaderLatch};
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -23,7 +23,7 @@
 //! let done = latch.run_while_leader(Duration::from_secs(60), |guard| guard.token())?;
 //! latch.close(); // leave the election
 //! # let _ = done;
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # Protocol

@@ -29,7 +29,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+//! use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -38,7 +38,7 @@
 //!     // ... use two of the five ...
 //!     drop(leases);
 //! }
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::lock::{uuid_text, Lock, LockLayout};

@@ -47,7 +47,7 @@
 //!   the lock in between. Re-acquiring is the application's decision.
 //!
 //! ```no_run
-//! use recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
+//! use zookeeper_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 //! use std::time::Duration;
 //!
 //! let client = ManagedZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;

@@ -111,7 +111,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::lock::Lock;
+//! use zookeeper_recipes::lock::Lock;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -124,7 +124,7 @@
 //! if let Some(guard) = lock.acquire_timeout(Duration::from_secs(1))? {
 //!     guard.release()?;
 //! }
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::support::{

@@ -4,8 +4,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::lifecycle::ManagedZooKeeper;
-//! use recipes::membership::{GroupEvent, GroupLayout, GroupMember};
+//! use zookeeper_recipes::lifecycle::ManagedZooKeeper;
+//! use zookeeper_recipes::membership::{GroupEvent, GroupLayout, GroupMember};
 //!
 //! let client = ManagedZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let me = GroupMember::builder("/services/web", "web-7")
@@ -22,7 +22,7 @@
 //!         _ => {}
 //!     }
 //! }
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # Persistent node

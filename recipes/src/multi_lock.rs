@@ -23,7 +23,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::multi_lock::MultiLock;
+//! use zookeeper_recipes::multi_lock::MultiLock;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -32,7 +32,7 @@
 //!     // ... move money between the two accounts ...
 //!     guard.release()?;
 //! }
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::lock::{Lock, LockGuard, LockLayout, LockLost};

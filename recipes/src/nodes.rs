@@ -12,7 +12,7 @@ use zookeeper::{Acl, CreateMode};
 /// any client can delete a lock node or a queue item:
 ///
 /// ```
-/// use recipes::NodeOptions;
+/// use zookeeper_recipes::NodeOptions;
 /// use zookeeper::{Acl, Perms};
 ///
 /// let only_us = NodeOptions::default()

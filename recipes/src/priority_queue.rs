@@ -44,7 +44,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::priority_queue::PriorityQueue;
+//! use zookeeper_recipes::priority_queue::PriorityQueue;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -52,7 +52,7 @@
 //! jobs.put(b"batch report", 100)?;
 //! jobs.put(b"page the on-call", 0)?;
 //! assert_eq!(jobs.take()?, b"page the on-call");
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::queue::{Order, Queue};

@@ -79,7 +79,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::queue::Queue;
+//! use zookeeper_recipes::queue::Queue;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -89,7 +89,7 @@
 //! assert_eq!(queue.get()?.as_deref(), Some(&b"queue item 1"[..]));
 //! assert_eq!(queue.take()?, b"queue item 2");
 //! assert_eq!(queue.take_timeout(Duration::from_millis(100))?, None);
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::recovery::{children_or_none, name_in_range, restart_dir, Restart};
@@ -559,7 +559,7 @@ impl ChildWatcher {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use recipes::queue::Queue;
+/// use zookeeper_recipes::queue::Queue;
 /// use zookeeper::ZooKeeper;
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -568,7 +568,7 @@ impl ChildWatcher {
 ///     s.spawn(|| jobs.take()); // blocks until the put below
 ///     jobs.put(b"job 1").unwrap();
 /// });
-/// # Ok::<(), recipes::RecipeError>(())
+/// # Ok::<(), zookeeper_recipes::RecipeError>(())
 /// ```
 pub struct Queue {
     zk: ZooKeeper,

@@ -22,7 +22,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::reentrant_lock::ReentrantLock;
+//! use zookeeper_recipes::reentrant_lock::ReentrantLock;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -32,7 +32,7 @@
 //! assert_eq!(inner.hold_count(), 2);
 //! drop(inner);
 //! drop(outer); // the last hold deletes the node
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::lock::{Lock, LockGuard, LockLayout, LockLost};

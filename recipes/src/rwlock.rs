@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::rwlock::ReadWriteLock;
+//! use zookeeper_recipes::rwlock::ReadWriteLock;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -23,7 +23,7 @@
 //! let write = lock.write(Duration::from_secs(10))?;      // exclusive
 //! // ... write, passing write.fencing_token() to the store ...
 //! write.release()?;
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # Guarantees

@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::semaphore::Semaphore;
+//! use zookeeper_recipes::semaphore::Semaphore;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -18,7 +18,7 @@
 //! let lease = pool.acquire(Duration::from_secs(10))?; // one of 4 permits
 //! // ... use the resource ...
 //! drop(lease);                                        // releases the permit
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # Guarantees

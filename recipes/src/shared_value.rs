@@ -18,7 +18,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::shared_value::{AtomicLong, SharedCount};
+//! use zookeeper_recipes::shared_value::{AtomicLong, SharedCount};
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -35,7 +35,7 @@
 //! let hits = AtomicLong::new(&zk, "/app/hits")?;
 //! let change = hits.increment()?;
 //! assert!(change.succeeded && change.post == change.pre + 1);
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # Guarantees

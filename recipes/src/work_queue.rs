@@ -115,7 +115,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use recipes::work_queue::WorkQueue;
+//! use zookeeper_recipes::work_queue::WorkQueue;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -125,7 +125,7 @@
 //!     println!("crawling {}", String::from_utf8_lossy(item.data()));
 //!     item.complete()?; // or item.release()? to give it back
 //! }
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::queue::{split_items, ItemStore, RECEIPTS};

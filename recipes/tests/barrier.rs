@@ -3,12 +3,12 @@
 mod common;
 
 use common::{assert_no_leftover_contexts, connect, unique_path};
-use recipes::barrier::{Barrier, DoubleBarrier};
-use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zookeeper_recipes::barrier::{Barrier, DoubleBarrier};
+use zookeeper_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -161,7 +161,7 @@ fn timed_out_waits_leave_nothing_registered() {
     });
     lone.enter(WAIT).unwrap();
     let other = entering.join().unwrap();
-    let seq = |b: &DoubleBarrier| recipes::util::sequence_of(&b.node().unwrap());
+    let seq = |b: &DoubleBarrier| zookeeper_recipes::util::sequence_of(&b.node().unwrap());
     // The lowest leaves last: it waits on the other, which stays in the round meanwhile.
     let (waiter, holder) = if seq(&lone) < seq(&other) {
         (lone, other)
@@ -208,7 +208,7 @@ fn a_dead_lowest_participant_does_not_open_the_next_round() {
         e.join().unwrap();
     }
     let lowest = (0..3)
-        .min_by_key(|i| recipes::util::sequence_of(&barriers[*i].node().unwrap()))
+        .min_by_key(|i| zookeeper_recipes::util::sequence_of(&barriers[*i].node().unwrap()))
         .unwrap();
     let leaving: Vec<_> = (0..3)
         .filter(|i| *i != lowest)
@@ -247,10 +247,10 @@ fn participants_past_the_counters_end_are_not_counted() {
     let zk = connect();
     let dir = unique_path("counter-end");
     let barrier = DoubleBarrier::new(&zk, &dir, 2).unwrap();
-    recipes::util::ensure_path(&zk, &dir).unwrap();
+    zookeeper_recipes::util::ensure_path(&zk, &dir).unwrap();
     let peer = connect();
     peer.create(
-        &format!("{dir}/p-{}-2147483647", recipes::util::guid()),
+        &format!("{dir}/p-{}-2147483647", zookeeper_recipes::util::guid()),
         b"",
         &zookeeper::Acl::open_unsafe(),
         zookeeper::CreateMode::Ephemeral,

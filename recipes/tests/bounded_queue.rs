@@ -5,12 +5,12 @@
 mod common;
 
 use common::{connect, connect_to, opcode, unique_path, wait_until, FaultProxy};
-use recipes::bounded_queue::{BoundedQueue, Offer};
-use recipes::RecipeError;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
+use zookeeper_recipes::bounded_queue::{BoundedQueue, Offer};
+use zookeeper_recipes::RecipeError;
 
 #[test]
 fn a_full_queue_refuses_until_a_take() {

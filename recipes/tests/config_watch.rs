@@ -5,16 +5,16 @@ mod common;
 
 use common::{connect, unique_path};
 use crossbeam_channel::RecvTimeoutError;
-use recipes::config_watch::{ConfigEvent, ConfigWatch};
-use recipes::RecipeError;
 use std::thread;
 use std::time::Duration;
 use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper_recipes::config_watch::{ConfigEvent, ConfigWatch};
+use zookeeper_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
-    recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
     zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent)
         .unwrap();
 }
@@ -102,7 +102,7 @@ fn every_update_arrives_when_the_writer_waits() {
 fn deletion_and_recreation() {
     let zk = connect();
     let path = unique_path("lifecycle");
-    recipes::util::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_recipes::util::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted, "absent at start");
 

@@ -19,23 +19,23 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use recipes::barrier::DoubleBarrier;
-use recipes::election::LeaderElection;
-use recipes::id_generator::IdGenerator;
-use recipes::lock::Lock;
-use recipes::queue::Queue;
-use recipes::rwlock::ReadWriteLock;
-use recipes::semaphore::Semaphore;
-use recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
-use recipes::util::{sequence_in_range, sequence_of, SEQUENCE_LIMIT};
-use recipes::work_queue::WorkQueue;
-use recipes::RecipeError;
 use zk_harness::history::{
     check_fifo, check_lock, check_queue, check_semaphore, check_unique_ids, check_work_queue,
     monotonic_nanos, Completion, CriticalSection, IssuedId, Put, Take,
 };
 use zk_harness::{Crafted, Server};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::barrier::DoubleBarrier;
+use zookeeper_recipes::election::LeaderElection;
+use zookeeper_recipes::id_generator::IdGenerator;
+use zookeeper_recipes::lock::Lock;
+use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::rwlock::ReadWriteLock;
+use zookeeper_recipes::semaphore::Semaphore;
+use zookeeper_recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
+use zookeeper_recipes::util::{sequence_in_range, sequence_of, SEQUENCE_LIMIT};
+use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::RecipeError;
 
 /// Upper bound of any single wait (only reached when something is broken).
 const WAIT: Duration = Duration::from_secs(60);
@@ -85,7 +85,7 @@ fn on_threads<T: Send + 'static>(
 /// counter's end: documented to succeed again once it drains); counts those failures.
 fn until_not_exhausted<T>(
     exhausted: &AtomicUsize,
-    mut op: impl FnMut() -> recipes::Result<T>,
+    mut op: impl FnMut() -> zookeeper_recipes::Result<T>,
 ) -> T {
     let deadline = Instant::now() + WAIT;
     loop {

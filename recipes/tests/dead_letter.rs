@@ -8,8 +8,8 @@ mod common;
 use common::{
     child_session, connect, connect_to, opcode, report_and_hang, unique_path, Child, FaultProxy,
 };
-use recipes::work_queue::WorkQueue;
 use std::time::Duration;
+use zookeeper_recipes::work_queue::WorkQueue;
 
 const CHILD_ENV: &str = "RECIPES_DEAD_LETTER_TEST_CHILD";
 const CHILD_SESSION: Duration = Duration::from_secs(4);

@@ -5,10 +5,10 @@
 mod common;
 
 use common::{connect, connect_to, opcode, unique_path, wait_until, FaultProxy};
-use recipes::delayed_queue::DelayedQueue;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
+use zookeeper_recipes::delayed_queue::DelayedQueue;
 
 #[test]
 fn nothing_is_delivered_before_its_due_time() {

@@ -4,17 +4,17 @@
 mod common;
 
 use common::{connect, connect_to, unique_path, Proxy};
-use recipes::lock::{Lock, LockLayout};
-use recipes::multi_lock::MultiLock;
-use recipes::reentrant_lock::ReentrantLock;
-use recipes::rwlock::ReadWriteLock;
-use recipes::RecipeError;
 use std::time::Duration;
 use zookeeper::{Acl, CreateMode, Error, Op, OpResult, ZooKeeper};
+use zookeeper_recipes::lock::{Lock, LockLayout};
+use zookeeper_recipes::multi_lock::MultiLock;
+use zookeeper_recipes::reentrant_lock::ReentrantLock;
+use zookeeper_recipes::rwlock::ReadWriteLock;
+use zookeeper_recipes::RecipeError;
 
 fn data_node(zk: &ZooKeeper, path: &str) -> String {
     let node = format!("{path}-data");
-    recipes::util::ensure_path(zk, path).unwrap();
+    zookeeper_recipes::util::ensure_path(zk, path).unwrap();
     zk.create(&node, b"v0", &Acl::open_unsafe(), CreateMode::Persistent)
         .unwrap();
     node

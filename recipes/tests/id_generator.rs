@@ -4,14 +4,14 @@
 mod common;
 
 use common::{child_test, connect, connect_to, unique_path};
-use recipes::id_generator::{IdGenerator, IdStats};
-use recipes::{NodeOptions, RecipeError};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::id_generator::{IdGenerator, IdStats};
+use zookeeper_recipes::{NodeOptions, RecipeError};
 
 /// Child mode of this test binary: `path,count,batch` in this variable.
 const CHILD_ENV: &str = "RECIPES_ID_GENERATOR_CHILD";

@@ -10,12 +10,12 @@ mod common;
 
 use common::{connect, unique_path};
 
-use recipes::leader_latch::{LatchLayout, LeaderLatch};
-use recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
-use recipes::RecipeError;
 use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{max_overlap, monotonic_ns, sections_at, Participant, Peer, Section};
+use zookeeper_recipes::leader_latch::{LatchLayout, LeaderLatch};
+use zookeeper_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
+use zookeeper_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(120);
 

@@ -5,13 +5,13 @@
 mod common;
 
 use common::{connect, unique_path};
-use recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
-use recipes::lock::{Lock, LockLayout};
-use recipes::reentrant_lock::ReentrantLock;
-use recipes::rwlock::ReadWriteLock;
 use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{max_overlap, monotonic_ns, sections_at, Participant, Peer, Section};
+use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+use zookeeper_recipes::lock::{Lock, LockLayout};
+use zookeeper_recipes::reentrant_lock::ReentrantLock;
+use zookeeper_recipes::rwlock::ReadWriteLock;
 
 const T: Duration = Duration::from_secs(180);
 /// Critical sections per participant.

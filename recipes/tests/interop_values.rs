@@ -5,12 +5,12 @@
 mod common;
 
 use common::{connect, unique_path};
-use recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
-use recipes::RecipeError;
 use std::collections::BTreeSet;
 use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{Participant, Peer};
+use zookeeper_recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
+use zookeeper_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(120);
 /// Increments per participant (peer process or our thread).

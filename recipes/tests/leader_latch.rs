@@ -6,13 +6,6 @@
 mod common;
 
 use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, Proxy};
-use recipes::election::LeaderElection;
-use recipes::leader_latch::{
-    LatchLayout, LatchStatus, LeaderLatch, LeadershipEvent, LeadershipGuard, LeadershipLost,
-    TermEnd,
-};
-use recipes::lifecycle::ManagedZooKeeper;
-use recipes::{NodeOptions, RecipeError};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +16,13 @@ use zk_harness::history::{check_lock, monotonic_nanos, CriticalSection};
 use zk_harness::testing::Seed;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, Perms, ZooKeeper};
+use zookeeper_recipes::election::LeaderElection;
+use zookeeper_recipes::leader_latch::{
+    LatchLayout, LatchStatus, LeaderLatch, LeadershipEvent, LeadershipGuard, LeadershipLost,
+    TermEnd,
+};
+use zookeeper_recipes::lifecycle::ManagedZooKeeper;
+use zookeeper_recipes::{NodeOptions, RecipeError};
 
 /// Generous: the machine is shared and loaded.
 const T: Duration = Duration::from_secs(60);
@@ -327,13 +327,13 @@ fn a_disconnection_within_the_grace_keeps_the_term() {
         .start(&zk)
         .unwrap();
     let guard = latch.await_leadership(T).unwrap();
-    let states = recipes::lifecycle::ConnectionStates::new(&zk).unwrap();
+    let states = zookeeper_recipes::lifecycle::ConnectionStates::new(&zk).unwrap();
     proxy.cut();
     proxy.restore();
     // Wait for the reconnection, then for the latch to have looked again.
     loop {
         let event = states.recv_timeout(T).expect("no reconnection");
-        if event.state == recipes::lifecycle::ConnectionState::Reconnected {
+        if event.state == zookeeper_recipes::lifecycle::ConnectionState::Reconnected {
             break;
         }
     }
@@ -441,7 +441,7 @@ fn a_create_whose_reply_is_lost_is_found_not_repeated() {
     ] {
         let path = unique_path("lost-create");
         let admin = connect();
-        recipes::util::ensure_path(&admin, &path).unwrap();
+        zookeeper_recipes::util::ensure_path(&admin, &path).unwrap();
         let proxy = FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
         let zk = connect_to(&proxy.connect_string());
         // The server applies the create; the client never sees the reply.
@@ -742,7 +742,7 @@ fn a_lost_create_is_found_on_a_lagging_member_after_sync() {
     let (a, b) = (followers[0], followers[1]);
     let path = unique_path("lagging");
     let admin = connect_to(&ens.member(a).connect_string());
-    recipes::util::ensure_path(&admin, &path).unwrap();
+    zookeeper_recipes::util::ensure_path(&admin, &path).unwrap();
     ens.stall_member(b).unwrap(); // (waits for B to have the directory first)
     let proxy = ens.proxy(a);
     let zk = connect_to(&ens.connect_string(a));

@@ -6,9 +6,9 @@ mod ordered_support;
 
 use common::{assert_no_leftover_contexts, connect, connect_to, unique_path};
 use ordered_support::{eventually, op, shared_server_addr, RequestProxy};
-use recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
-use recipes::RecipeError;
 use std::time::Duration;
+use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+use zookeeper_recipes::RecipeError;
 
 #[test]
 fn acquire_n_is_all_or_nothing() {

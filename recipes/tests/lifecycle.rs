@@ -8,10 +8,6 @@ mod common;
 
 use cache_common::{expire, WAIT};
 use common::{unique_path, Proxy};
-use recipes::lifecycle::{
-    Client, ConnectionEvent, ConnectionState, ConnectionStates, ManagedZooKeeper,
-};
-use recipes::RecipeError;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,6 +16,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, Error, SessionState, ZooKeeper};
+use zookeeper_recipes::lifecycle::{
+    Client, ConnectionEvent, ConnectionState, ConnectionStates, ManagedZooKeeper,
+};
+use zookeeper_recipes::RecipeError;
 
 fn next(states: &ConnectionStates) -> ConnectionEvent {
     next_within(states, WAIT)
@@ -90,7 +90,7 @@ fn expiry_reports_lost_then_a_new_session() {
     // Something that lives and dies with the session.
     let observer = common::connect();
     let base = unique_path("expiry");
-    recipes::util::ensure_path(&observer, &base).unwrap();
+    zookeeper_recipes::util::ensure_path(&observer, &base).unwrap();
     let ephemeral = format!("{base}/eph");
     first
         .zk

@@ -10,13 +10,13 @@ use common::{
     wait_until, Child, Proxy,
 };
 use ordered_support::{eventually, op, shared_server_addr, RequestProxy};
-use recipes::lock::{Lock, LockLost};
-use recipes::{NodeOptions, RecipeError};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::lock::{Lock, LockLost};
+use zookeeper_recipes::{NodeOptions, RecipeError};
 
 /// Set in a child process started by `holder_killed_in_another_process_releases_the_lock`.
 const CHILD_ENV: &str = "RECIPES_LOCK_TEST_CHILD";
@@ -27,7 +27,7 @@ const CHILD_SESSION: Duration = Duration::from_secs(4);
 fn lock_types_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Lock>();
-    send_sync::<recipes::lock::LockGuard>();
+    send_sync::<zookeeper_recipes::lock::LockGuard>();
 }
 
 #[test]
@@ -380,7 +380,7 @@ fn ops_after(log: &[ordered_support::Request], index: usize) -> Vec<i32> {
 fn lost_create_reply_is_looked_up_after_a_sync() {
     let proxy = RequestProxy::start(&shared_server_addr());
     let path = unique_path("lost-create");
-    recipes::util::ensure_path(&connect(), &path).unwrap();
+    zookeeper_recipes::util::ensure_path(&connect(), &path).unwrap();
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &path).unwrap();
     proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
@@ -420,7 +420,7 @@ fn acquire_timeout_keeps_its_deadline_during_the_create() {
     let proxy = RequestProxy::start(&shared_server_addr());
     let path = unique_path("deadline");
     let direct = connect();
-    recipes::util::ensure_path(&direct, &path).unwrap();
+    zookeeper_recipes::util::ensure_path(&direct, &path).unwrap();
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &path).unwrap();
     proxy.set_up(false);
@@ -504,7 +504,7 @@ fn guard_acquired_after_a_reconnect_is_not_lost() {
 fn nodes_past_the_counters_end_take_no_part() {
     let zk = connect();
     let path = unique_path("crafted");
-    recipes::util::ensure_path(&zk, &path).unwrap();
+    zookeeper_recipes::util::ensure_path(&zk, &path).unwrap();
     let crafted = [
         "x-lock-2147483647",
         "y-lock--2147483648",
@@ -783,11 +783,11 @@ fn acquire_timeout_keeps_its_deadline_while_waiting_disconnected() {
 /// the Curator- and kazoo-named node is found again after a sync, never made twice.
 #[test]
 fn foreign_layouts_find_a_lost_create() {
-    use recipes::lock::LockLayout;
+    use zookeeper_recipes::lock::LockLayout;
     for layout in [LockLayout::Curator, LockLayout::Kazoo] {
         let proxy = RequestProxy::start(&shared_server_addr());
         let path = unique_path("lost-create-layout");
-        recipes::util::ensure_path(&connect(), &path).unwrap();
+        zookeeper_recipes::util::ensure_path(&connect(), &path).unwrap();
         let zk = connect_to(&proxy.addr);
         let lock = Lock::new(&zk, &path).unwrap().with_layout(layout);
         proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);

@@ -5,11 +5,6 @@
 mod common;
 
 use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, Proxy};
-use recipes::lifecycle::ManagedZooKeeper;
-use recipes::membership::{
-    Group, GroupEvent, GroupLayout, GroupMember, NodeMode, NodeStatus, PersistentNode,
-};
-use recipes::RecipeError;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -18,6 +13,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
+use zookeeper_recipes::lifecycle::ManagedZooKeeper;
+use zookeeper_recipes::membership::{
+    Group, GroupEvent, GroupLayout, GroupMember, NodeMode, NodeStatus, PersistentNode,
+};
+use zookeeper_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -161,7 +161,7 @@ fn a_create_whose_reply_is_lost_is_adopted_never_doubled() {
     for mode in [NodeMode::Ephemeral, NodeMode::ProtectedSequential] {
         let parent = unique_path("lost-create");
         let admin = connect();
-        recipes::util::ensure_path(&admin, &parent).unwrap();
+        zookeeper_recipes::util::ensure_path(&admin, &parent).unwrap();
         let proxy = FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
         let zk = connect_to(&proxy.connect_string());
         proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE);
@@ -199,7 +199,7 @@ fn a_create_whose_reply_is_lost_is_adopted_never_doubled() {
 fn another_sessions_node_is_waited_for_not_taken_over() {
     let path = format!("{}/me", unique_path("conflict"));
     let other = connect();
-    recipes::util::ensure_path(&other, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_recipes::util::ensure_path(&other, path.rsplit_once('/').unwrap().0).unwrap();
     other
         .create(&path, b"other", &Acl::open_unsafe(), CreateMode::Ephemeral)
         .unwrap();
@@ -401,8 +401,11 @@ fn nodes_get_the_acl_asked_for() {
     let path = format!("{parent}/me");
     let zk = connect();
     zk.add_auth("digest", b"member:secret").unwrap();
-    let only_us =
-        recipes::NodeOptions::default().acl(vec![Acl::new(zookeeper::Perms::ALL, "auth", "")]);
+    let only_us = zookeeper_recipes::NodeOptions::default().acl(vec![Acl::new(
+        zookeeper::Perms::ALL,
+        "auth",
+        "",
+    )]);
     let node = PersistentNode::builder(&path)
         .node_options(only_us)
         .start(&zk)
@@ -428,7 +431,7 @@ fn a_lost_protected_create_is_found_on_a_lagging_member_after_sync() {
     let (a, b) = (followers[0], followers[1]);
     let parent = unique_path("lagging");
     let admin = connect_to(&ens.member(a).connect_string());
-    recipes::util::ensure_path(&admin, &parent).unwrap();
+    zookeeper_recipes::util::ensure_path(&admin, &parent).unwrap();
     ens.stall_member(b).unwrap();
     let proxy = ens.proxy(a);
     let zk = connect_to(&ens.connect_string(a));

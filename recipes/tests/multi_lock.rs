@@ -4,12 +4,12 @@
 mod common;
 
 use common::{connect, unique_path};
-use recipes::lock::Lock;
-use recipes::multi_lock::MultiLock;
-use recipes::RecipeError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
+use zookeeper_recipes::lock::Lock;
+use zookeeper_recipes::multi_lock::MultiLock;
+use zookeeper_recipes::RecipeError;
 
 #[test]
 fn all_or_nothing() {

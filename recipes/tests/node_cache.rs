@@ -7,17 +7,17 @@ mod common;
 
 use cache_common::{create, expire, settled_watches, Model, WAIT};
 use common::{unique_path, Proxy};
-use recipes::cache::{CacheEvent, NodeCache};
-use recipes::RecipeError;
 use std::time::Duration;
 use zookeeper::{Error, ZooKeeper};
+use zookeeper_recipes::cache::{CacheEvent, NodeCache};
+use zookeeper_recipes::RecipeError;
 
 #[test]
 fn follows_one_node_through_its_life() {
     let writer = common::connect();
     let zk = common::connect();
     let base = unique_path("node");
-    recipes::util::ensure_path(&writer, &base).unwrap();
+    zookeeper_recipes::util::ensure_path(&writer, &base).unwrap();
     let path = format!("{base}/config");
     let baseline = zk.live_contexts();
 
@@ -65,7 +65,7 @@ fn the_end_of_a_plain_session_stops_the_cache() {
     let zk = ZooKeeper::connect(&proxy.addr, Duration::from_secs(6)).unwrap();
     let writer = common::connect();
     let path = unique_path("expiring");
-    recipes::util::ensure_path(&writer, &path).unwrap();
+    zookeeper_recipes::util::ensure_path(&writer, &path).unwrap();
     let cache = NodeCache::start(&zk, &path).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
@@ -129,7 +129,8 @@ fn a_bad_path_is_a_typed_error() {
 fn closing_a_managed_client_stops_its_caches() {
     let hosts = zk_harness::shared_test_connect_string();
     let managed =
-        recipes::lifecycle::ManagedZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+        zookeeper_recipes::lifecycle::ManagedZooKeeper::connect(&hosts, Duration::from_secs(10))
+            .unwrap();
     let path = unique_path("managed-close");
     let cache = NodeCache::start(&managed, &path).unwrap();
     cache.wait_initialized(WAIT).unwrap();
@@ -148,10 +149,10 @@ fn closing_a_managed_client_stops_its_caches() {
 fn caches_and_streams_are_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<NodeCache>();
-    check::<recipes::cache::ChildrenCache>();
-    check::<recipes::cache::TreeCache>();
-    check::<recipes::cache::CacheEvents>();
-    check::<recipes::lifecycle::ConnectionStates>();
-    check::<recipes::lifecycle::ManagedZooKeeper>();
-    check::<recipes::events::Next<'static, CacheEvent>>();
+    check::<zookeeper_recipes::cache::ChildrenCache>();
+    check::<zookeeper_recipes::cache::TreeCache>();
+    check::<zookeeper_recipes::cache::CacheEvents>();
+    check::<zookeeper_recipes::lifecycle::ConnectionStates>();
+    check::<zookeeper_recipes::lifecycle::ManagedZooKeeper>();
+    check::<zookeeper_recipes::events::Next<'static, CacheEvent>>();
 }

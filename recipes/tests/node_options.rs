@@ -7,13 +7,13 @@
 mod common;
 
 use common::{connect, connect_to, unique_path, wait_until};
-use recipes::barrier::{Barrier, DoubleBarrier};
-use recipes::id_generator::IdGenerator;
-use recipes::queue::Queue;
-use recipes::work_queue::WorkQueue;
-use recipes::{NodeOptions, RecipeError};
 use std::time::Duration;
 use zookeeper::{Acl, Error, ZooKeeper};
+use zookeeper_recipes::barrier::{Barrier, DoubleBarrier};
+use zookeeper_recipes::id_generator::IdGenerator;
+use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -33,7 +33,7 @@ fn only_alice() -> NodeOptions {
 /// get alice's ACL).
 fn fresh(zk: &ZooKeeper, name: &str) -> String {
     let path = unique_path(name);
-    recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
     path
 }
 
@@ -161,7 +161,7 @@ fn container_directories_go_when_empty_and_come_back() {
     let containers = NodeOptions::default().container_dirs(true);
     let gone = |path: &str| zk.exists(path).unwrap().is_none();
 
-    recipes::util::ensure_path(&zk, "/apps").unwrap();
+    zookeeper_recipes::util::ensure_path(&zk, "/apps").unwrap();
     let queue = Queue::new(&zk, "/apps/queue")
         .unwrap()
         .with_node_options(containers.clone());

@@ -15,16 +15,16 @@ use common::{connect, unique_path};
 use ordered_support::{
     eventually, shared_server_addr, threads_named, under_valgrind, RequestProxy,
 };
-use recipes::election::LeaderElection;
-use recipes::lock::{Lock, LockGuard, LockLost};
-use recipes::rwlock::ReadWriteLock;
-use recipes::semaphore::Semaphore;
-use recipes::NodeOptions;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
 use zookeeper::{CreateMode, EventType, Op, ZooKeeper};
+use zookeeper_recipes::election::LeaderElection;
+use zookeeper_recipes::lock::{Lock, LockGuard, LockLost};
+use zookeeper_recipes::rwlock::ReadWriteLock;
+use zookeeper_recipes::semaphore::Semaphore;
+use zookeeper_recipes::NodeOptions;
 
 /// Held by each test: thread counts are only meaningful one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -59,7 +59,7 @@ fn many_lock_paths_cost_no_thread_each() {
     let n = lock_paths();
     let zk = connect();
     let base = unique_path("many");
-    recipes::util::ensure_path(&zk, &base).unwrap();
+    zookeeper_recipes::util::ensure_path(&zk, &base).unwrap();
     // The lock directories first, 1,000 per multi (the test is about threads, not about
     // creating directories).
     let paths: Vec<String> = (0..n).map(|i| format!("{base}/{i}")).collect();

@@ -5,11 +5,11 @@
 mod common;
 
 use common::{connect, connect_to, opcode, unique_path, wait_until, FaultProxy};
-use recipes::priority_queue::PriorityQueue;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 use zookeeper::{Acl, CreateMode};
+use zookeeper_recipes::priority_queue::PriorityQueue;
 
 #[test]
 fn items_come_out_by_priority_then_in_put_order() {
@@ -97,7 +97,7 @@ fn items_past_the_counters_end_take_no_part() {
     let queue = PriorityQueue::new(&zk, &path).unwrap();
     queue.put(b"in range", 7).unwrap();
     let peer = connect();
-    let id = recipes::util::guid();
+    let id = zookeeper_recipes::util::guid();
     let crafted = format!("{path}/item-{id}-p0000000000--2147483648");
     let open = Acl::open_unsafe();
     peer.create(&crafted, b"wrapped", &open, CreateMode::Persistent)

@@ -7,13 +7,13 @@ use common::{
     assert_no_leftover_contexts, connect, connect_to, opcode, opcodes_on, unique_path, wait_until,
     FaultProxy,
 };
-use recipes::queue::Queue;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::{Acl, CreateMode};
+use zookeeper_recipes::queue::Queue;
 
 /// Waits until `n` threads are blocked in `take` on `queue`.
 fn wait_until_blocked(queue: &Queue, n: usize) {
@@ -283,7 +283,10 @@ fn items_past_the_counters_end_are_never_delivered() {
     queue.put(b"first").unwrap();
     // A peer whose puts got numbers past the end (names are just strings: crafted).
     let peer = connect();
-    let ids = [recipes::util::guid(), recipes::util::guid()];
+    let ids = [
+        zookeeper_recipes::util::guid(),
+        zookeeper_recipes::util::guid(),
+    ];
     let crafted = [
         format!("{path}/item-{}-2147483647", ids[0]),
         format!("{path}/item-{}--2147483648", ids[1]),

@@ -4,11 +4,11 @@
 mod common;
 
 use common::{connect, unique_path};
-use recipes::lock::{Lock, LockLayout};
-use recipes::reentrant_lock::ReentrantLock;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zookeeper_recipes::lock::{Lock, LockLayout};
+use zookeeper_recipes::reentrant_lock::ReentrantLock;
 
 #[test]
 fn owner_reenters_and_last_hold_releases() {

@@ -4,12 +4,12 @@
 mod common;
 
 use common::{assert_no_leftover_contexts, connect, unique_path};
-use recipes::rwlock::ReadWriteLock;
-use recipes::{NodeOptions, RecipeError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zookeeper_recipes::rwlock::ReadWriteLock;
+use zookeeper_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(20);
 

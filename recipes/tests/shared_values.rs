@@ -5,14 +5,14 @@
 mod common;
 
 use common::{connect, connect_to, unique_path, Proxy};
-use recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
-use recipes::{NodeOptions, RecipeError};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::{Acl, Error, Perms};
+use zookeeper_recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
+use zookeeper_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(20);
 

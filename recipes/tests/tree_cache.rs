@@ -8,11 +8,11 @@ mod common;
 
 use cache_common::{create, delete_tree, expire, server_tree, settled_watches, Model, WAIT};
 use common::{unique_path, Proxy};
-use recipes::cache::{CacheEvent, TreeCache};
-use recipes::lifecycle::ManagedZooKeeper;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use zookeeper::{Acl, CreateMode, Op, ZooKeeper};
+use zookeeper_recipes::cache::{CacheEvent, TreeCache};
+use zookeeper_recipes::lifecycle::ManagedZooKeeper;
 
 /// A tree of `1 + branches + branches * leaves` nodes under `root` (created in a few
 /// multis), each holding its own path as data.

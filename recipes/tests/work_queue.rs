@@ -8,14 +8,14 @@ use common::{
     assert_no_leftover_contexts, child_session, connect, connect_to, opcode, opcodes_on,
     report_and_hang, unique_path, wait_until, Child, FaultProxy,
 };
-use recipes::work_queue::WorkQueue;
-use recipes::RecipeError;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
+use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::RecipeError;
 
 /// Set in a child process started by `consumer_killed_mid_item_gives_it_back`.
 const CHILD_ENV: &str = "RECIPES_WORK_QUEUE_TEST_CHILD";
@@ -33,7 +33,7 @@ fn wait_until_blocked(queues: &[Arc<WorkQueue>], n: usize) {
 fn work_queue_types_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<WorkQueue>();
-    send_sync::<recipes::work_queue::WorkItem>();
+    send_sync::<zookeeper_recipes::work_queue::WorkItem>();
 }
 
 #[test]
@@ -283,7 +283,7 @@ fn items_past_the_counters_end_take_no_part() {
     let queue = WorkQueue::new(&zk, &path).unwrap();
     queue.put(b"in range").unwrap();
     let peer = connect();
-    let id = recipes::util::guid();
+    let id = zookeeper_recipes::util::guid();
     let crafted = format!("{path}/items/item-{id}--2147483648");
     peer.create(
         &crafted,

@@ -5,9 +5,9 @@
 mod common;
 
 use common::{connect, connect_to, unique_path, FaultProxy};
-use recipes::work_queue::WorkQueue;
 use std::time::Instant;
 use zookeeper::{CreateMode, Op, ZooKeeper};
+use zookeeper_recipes::work_queue::WorkQueue;
 
 /// Takes measured per backlog (after one warm-up take).
 const TAKES: usize = 40;
@@ -16,11 +16,11 @@ const TAKES: usize = 40;
 /// multi at a time (many large ones in flight delay the session's pings past its
 /// timeout on a loaded machine).
 fn fill(zk: &ZooKeeper, path: &str, n: usize) {
-    recipes::util::ensure_path(zk, &format!("{path}/items")).unwrap();
+    zookeeper_recipes::util::ensure_path(zk, &format!("{path}/items")).unwrap();
     for batch in 0..n.div_ceil(1000) {
         let ops: Vec<Op> = (batch * 1000..n.min((batch + 1) * 1000))
             .map(|_| {
-                let name = format!("{path}/items/item-{}-", recipes::util::guid());
+                let name = format!("{path}/items/item-{}-", zookeeper_recipes::util::guid());
                 Op::create(&name, b"x", CreateMode::PersistentSequential)
             })
             .collect();

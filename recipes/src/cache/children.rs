@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// one data watch per child. See the [module docs](super) for what is guaranteed.
 ///
 /// ```no_run
-/// use recipes::cache::{CacheEvent, ChildrenCache};
+/// use zookeeper_recipes::cache::{CacheEvent, ChildrenCache};
 /// use std::time::Duration;
 /// use zookeeper::ZooKeeper;
 ///
@@ -30,7 +30,7 @@ use std::sync::Arc;
 ///         _ => {}
 ///     }
 /// }
-/// # Ok::<(), recipes::RecipeError>(())
+/// # Ok::<(), zookeeper_recipes::RecipeError>(())
 /// ```
 #[derive(Debug)]
 pub struct ChildrenCache {

@@ -10,7 +10,7 @@
 //! [`ManagedZooKeeper`](crate::lifecycle::ManagedZooKeeper) (see [`Client`]).
 //!
 //! ```no_run
-//! use recipes::cache::{CacheEvent, TreeCache};
+//! use zookeeper_recipes::cache::{CacheEvent, TreeCache};
 //! use std::time::Duration;
 //! use zookeeper::ZooKeeper;
 //!
@@ -26,7 +26,7 @@
 //!         other => println!("{other:?}"),
 //!     }
 //! }
-//! # Ok::<(), recipes::RecipeError>(())
+//! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 //!
 //! # How a cache follows the tree

@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// watch while it does not. See the [module docs](super) for what is guaranteed.
 ///
 /// ```no_run
-/// use recipes::cache::{CacheEvent, NodeCache};
+/// use zookeeper_recipes::cache::{CacheEvent, NodeCache};
 /// use std::time::Duration;
 /// use zookeeper::ZooKeeper;
 ///
@@ -29,7 +29,7 @@ use std::sync::Arc;
 ///         println!("reload with {:?}", new.data);
 ///     }
 /// }
-/// # Ok::<(), recipes::RecipeError>(())
+/// # Ok::<(), zookeeper_recipes::RecipeError>(())
 /// ```
 #[derive(Debug)]
 pub struct NodeCache {

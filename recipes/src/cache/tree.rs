@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// guaranteed.
 ///
 /// ```no_run
-/// use recipes::cache::TreeCache;
+/// use zookeeper_recipes::cache::TreeCache;
 /// use std::time::Duration;
 /// use zookeeper::ZooKeeper;
 ///
@@ -26,7 +26,7 @@ use std::sync::Arc;
 /// for (path, node) in tree.snapshot() {
 ///     println!("{path}: {} bytes", node.data.len());
 /// }
-/// # Ok::<(), recipes::RecipeError>(())
+/// # Ok::<(), zookeeper_recipes::RecipeError>(())
 /// ```
 #[derive(Debug)]
 pub struct TreeCache {

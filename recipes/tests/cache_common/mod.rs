@@ -3,11 +3,11 @@
 //! a subtree, and forcing a session's expiry.
 #![allow(dead_code)]
 
-use recipes::cache::{CacheEvent, CacheEvents, NodeData};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper_recipes::cache::{CacheEvent, CacheEvents, NodeData};
 
 /// How long a test waits for something that should happen.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -136,7 +136,7 @@ pub fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
     let mut result = zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent);
     if result == Err(Error::NoNode) {
         let (parent, _) = path.rsplit_once('/').unwrap();
-        recipes::util::ensure_path(zk, parent).unwrap();
+        zookeeper_recipes::util::ensure_path(zk, parent).unwrap();
         result = zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent);
     }
     result.unwrap_or_else(|e| panic!("create {path}: {e}"));

@@ -31,7 +31,10 @@ pub fn connect() -> ZooKeeper {
 /// never meet.
 pub fn unique_path(name: &str) -> String {
     let binary = env!("CARGO_CRATE_NAME");
-    format!("/recipes-tests/{binary}/{name}-{}", recipes::util::guid())
+    format!(
+        "/recipes-tests/{binary}/{name}-{}",
+        zookeeper_recipes::util::guid()
+    )
 }
 
 /// Polls `condition` until it holds; fails the test after 10 s. For states nothing
