@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::work_queue::WorkQueue;
 
@@ -66,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         notifications: 0,
                     };
                     loop {
-                        let item = queue.take()?;
+                        let item = queue.take(Timeout::Never)?;
                         if item.data() == STOP {
                             item.complete()?;
                             break;

@@ -8,6 +8,7 @@
 //! ```
 
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper::{Acl, CreateMode, Op, ZooKeeper};
 use zookeeper_recipes::lock::Lock;
 
@@ -25,13 +26,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         CreateMode::Persistent,
     )?;
 
-    let stale = Lock::new(&first, &lock_path)?.acquire()?;
+    let stale = Lock::new(&first, &lock_path)?.acquire(Timeout::Never)?;
     stale.fenced_multi(&[Op::set_data(&data, b"written by the first holder", -1)])?;
     println!("first holder wrote under its lock");
 
     // The first holder loses its lock without hearing of it.
     second.delete(stale.node(), None)?;
-    let fresh = Lock::new(&second, &lock_path)?.acquire()?;
+    let fresh = Lock::new(&second, &lock_path)?.acquire(Timeout::Never)?;
     fresh.fenced_multi(&[Op::set_data(&data, b"written by the second holder", -1)])?;
     println!("second holder took the lock and wrote");
 

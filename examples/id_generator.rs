@@ -29,7 +29,9 @@ fn run(hosts: &str, path: &str, batch: u64) -> Result<Run, Box<dyn std::error::E
             thread::spawn(move || -> Result<(Vec<u64>, IdStats), String> {
                 let zk = ZooKeeper::connect(&hosts, Duration::from_secs(10))
                     .map_err(|e| e.to_string())?;
-                let ids = IdGenerator::with_batch(&zk, &path, batch).map_err(|e| e.to_string())?;
+                let ids = IdGenerator::new(&zk, &path)
+                    .and_then(|ids| ids.with_batch(batch))
+                    .map_err(|e| e.to_string())?;
                 let mut drawn = Vec::with_capacity(IDS_PER_WORKER);
                 for _ in 0..IDS_PER_WORKER {
                     drawn.push(ids.next_id().map_err(|e| e.to_string())?);

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::lock::Lock;
 
@@ -34,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let zk = ZooKeeper::connect(&connect_string, Duration::from_secs(10))?;
                 let lock = Lock::new(&zk, &resource)?.with_label(&format!("process {id}"));
                 println!("{id} Acquiring Lock");
-                let guard = lock.acquire()?;
+                let guard = lock.acquire(Timeout::Never)?;
                 let holding = holders.fetch_add(1, Ordering::SeqCst) + 1;
                 println!(
                     "{id} got Lock: holder is {} (node {}, {holding} holder(s) now)",

@@ -8,6 +8,7 @@
 //! ```
 
 use std::time::{Duration, Instant};
+use zookeeper::Timeout;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::bounded_queue::{BoundedQueue, Offer};
 use zookeeper_recipes::delayed_queue::DelayedQueue;
@@ -26,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     jobs.put(b"page the on-call", 0)?;
     jobs.put(b"weekly digest", 100)?;
     println!("priority queue, smaller number first:");
-    while let Some(job) = jobs.get()? {
+    while let Some(job) = jobs.try_take()? {
         println!("  {}", String::from_utf8_lossy(&job));
     }
 
@@ -35,9 +36,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     retries.put_after(b"retry upload 7", Duration::from_millis(800))?;
     println!(
         "delayed queue: get right away -> {:?}",
-        retries.get()?.map(String::from_utf8)
+        retries.try_take()?.map(String::from_utf8)
     );
-    let retry = retries.take()?;
+    let retry = retries.take(Timeout::Never)?;
     println!(
         "delayed queue: take -> {:?} after {:?} (due after 800 ms)",
         String::from_utf8_lossy(&retry),

@@ -13,6 +13,7 @@
 use std::time::Duration;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::OptionalExtension;
 
 const QUEUE: &str = "/myfirstqueue";
 
@@ -43,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("Done");
 
     println!("Consuming all items in queue");
-    while let Some(item) = queue.take_timeout(Duration::from_millis(250))? {
+    while let Some(item) = queue.take(Duration::from_millis(250)).optional()? {
         println!("{}", String::from_utf8_lossy(&item));
     }
     println!("Done");

@@ -8,13 +8,14 @@
 
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::lock::LockLayout;
 use zookeeper_recipes::reentrant_lock::ReentrantLock;
 
 /// Takes the lock, then calls a helper that takes it again.
 fn transfer(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> {
-    let guard = lock.acquire()?;
+    let guard = lock.acquire(Timeout::Never)?;
     println!("transfer: holding (holds: {})", guard.hold_count());
     audit(lock)?;
     println!("transfer: done (holds: {})", guard.hold_count());
@@ -22,7 +23,7 @@ fn transfer(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> 
 }
 
 fn audit(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> {
-    let guard = lock.acquire()?; // same thread: at once, no new node
+    let guard = lock.acquire(Timeout::Never)?; // same thread: at once, no new node
     println!(
         "audit: re-entered (holds: {}, node {})",
         guard.hold_count(),
@@ -39,14 +40,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The Curator layout: Java services using InterProcessMutex on this path take part.
     let lock = ReentrantLock::new(&zk, &path)?.with_layout(LockLayout::Curator);
 
-    let outer = lock.acquire()?;
+    let outer = lock.acquire(Timeout::Never)?;
     let other = {
         let (connect_string, path) = (connect_string.clone(), path.clone());
         thread::spawn(move || -> Result<(), zookeeper_recipes::RecipeError> {
             let zk = ZooKeeper::connect(&connect_string, Duration::from_secs(10))?;
             let lock = ReentrantLock::new(&zk, &path)?.with_layout(LockLayout::Curator);
             println!("other process: waiting");
-            let guard = lock.acquire()?;
+            let guard = lock.acquire(Timeout::Never)?;
             println!("other process: got it (holds: {})", guard.hold_count());
             Ok(())
         })

@@ -31,6 +31,7 @@ use zookeeper::{Acl, CreateMode, Error, EventType, SessionState, WatchedEvent, Z
 use zookeeper_recipes::id_generator::{IdGenerator, IdStats};
 use zookeeper_recipes::lock::{Lock, LockGuard};
 use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
 
 /// Session timeout of the clients in the client tests: the server's maximum with the
@@ -1348,7 +1349,7 @@ fn lock_child(spec: &Spec) {
             zk = connect_child(hosts, session);
             lock = new_lock(&zk);
         }
-        let guard = match lock.acquire_timeout(WAIT) {
+        let guard = match lock.acquire(WAIT).optional() {
             Ok(Some(guard)) => guard,
             Ok(None) => {
                 report(format_args!("ERR acquire-timeout"));
@@ -1478,7 +1479,7 @@ fn consumer_child(spec: &Spec) {
             zk = connect_child(hosts, session);
             queue = make(&zk, "queue", || WorkQueue::new(&zk, path));
         }
-        let item = match queue.take_timeout(Duration::from_secs(5)) {
+        let item = match queue.take(Duration::from_secs(5)).optional() {
             Ok(Some(item)) => item,
             Ok(None) => continue,
             Err(e) => {
@@ -1528,7 +1529,9 @@ fn ids_child(spec: &Spec) {
             let stop = &stop;
             s.spawn(move || {
                 let mut zk = connect_child(hosts, session);
-                let mut ids = make(&zk, "ids", || IdGenerator::with_batch(&zk, path, batch));
+                let mut ids = make(&zk, "ids", || {
+                    IdGenerator::new(&zk, path).and_then(|ids| ids.with_batch(batch))
+                });
                 let mut total = IdStats::default();
                 let mut drawn = Vec::new();
                 while !stop.load(Ordering::SeqCst) {
@@ -1539,8 +1542,10 @@ fn ids_child(spec: &Spec) {
                             if zk.state().is_terminal() {
                                 add(&mut total, &ids.stats());
                                 zk = connect_child(hosts, session);
-                                ids =
-                                    make(&zk, "ids", || IdGenerator::with_batch(&zk, path, batch));
+                                ids = make(&zk, "ids", || {
+                                    IdGenerator::new(&zk, path)
+                                        .and_then(|ids| ids.with_batch(batch))
+                                });
                             } else {
                                 let _ = zk.wait_connected(WAIT);
                             }

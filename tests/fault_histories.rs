@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+use zookeeper_recipes::OptionalExtension;
 
 use zk_harness::history::{
     check_config_watch, check_lock, check_queue, check_semaphore, check_unique_ids,
@@ -327,7 +328,11 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     // Drain what is left, as one more consumer each.
     let mut tail = HistoryWriter::append_to(&history).expect("history");
     let queue = Queue::new(&zk, &paths.queue()).expect("queue");
-    while let Some(data) = queue.take_timeout(Duration::from_secs(2)).expect("drain") {
+    while let Some(data) = queue
+        .take(Duration::from_secs(2))
+        .optional()
+        .expect("drain")
+    {
         tail.record(&Take {
             item: String::from_utf8(data).expect("utf-8"),
             consumer: "drain".into(),
@@ -339,7 +344,8 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     let deadline = Instant::now() + WAIT;
     loop {
         match work
-            .take_timeout(Duration::from_secs(2))
+            .take(Duration::from_secs(2))
+            .optional()
             .expect("drain work")
         {
             Some(item) => {
@@ -747,7 +753,7 @@ fn lock_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
         return 0;
     };
     while ctx.live() {
-        match lock.acquire_timeout(TURN) {
+        match lock.acquire(TURN).optional() {
             Ok(Some(guard)) => {
                 let start = monotonic_nanos();
                 work_inside(ctx);
@@ -857,7 +863,7 @@ fn queue_consumer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     let mut n = 0;
     while ctx.live() {
         let start = monotonic_nanos();
-        match queue.take_timeout(TURN) {
+        match queue.take(TURN).optional() {
             Ok(Some(data)) => {
                 let take = Take {
                     item: String::from_utf8(data).expect("utf-8 item"),
@@ -910,7 +916,7 @@ fn work_consumer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     };
     let mut n = 0;
     while ctx.live() {
-        match queue.take_timeout(TURN) {
+        match queue.take(TURN).optional() {
             Ok(Some(item)) => {
                 let name = String::from_utf8(item.data().to_vec()).expect("utf-8 item");
                 match item.complete() {
@@ -942,7 +948,9 @@ fn work_consumer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
 }
 
 fn id_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
-    let Ok(ids) = IdGenerator::with_batch(&ctx.zk, &ctx.paths.ids(), ctx.batch) else {
+    let Ok(ids) =
+        IdGenerator::new(&ctx.zk, &ctx.paths.ids()).and_then(|ids| ids.with_batch(ctx.batch))
+    else {
         return 0;
     };
     let mut n = 0;

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use zookeeper::{
-    validate_path, Acl, CreateMode, Error, EventType, Op, Perms, SessionState, WatcherType,
-    ZooKeeper, MAX_DATA_LEN,
+    validate_path, Acl, CreateMode, Error, EventType, Op, Perms, SessionState, WatchRemoval,
+    WatcherType, ZooKeeper, MAX_DATA_LEN,
 };
 use zookeeper_sys as sys;
 
@@ -1087,7 +1087,8 @@ fn every_call(zk: &ZooKeeper, path: &str) -> Vec<(&'static str, Option<Error>)> 
         ("multi", zk.multi(&[Op::check(path, -1)]).err()),
         (
             "remove_watches",
-            zk.remove_watches(path, WatcherType::Any, false).err(),
+            zk.remove_watches(path, WatcherType::Any, WatchRemoval::Server)
+                .err(),
         ),
         ("client_id", zk.client_id().err()),
         ("session_timeout", zk.session_timeout().err()),

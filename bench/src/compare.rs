@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, Error, Stat, Watch, ZooKeeper};
 use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
 
 /// One script step: its line number, text and the stated result (if any).
@@ -280,8 +281,12 @@ impl Interpreter {
                 self.queue(arg(1)?)?.put(&d)?;
                 "ok".into()
             }
-            "qget" => Self::item(self.queue(arg(1)?)?.get()?),
-            "qtake" => Self::item(self.queue(arg(1)?)?.take_timeout(Duration::from_secs(10))?),
+            "qget" => Self::item(self.queue(arg(1)?)?.try_take()?),
+            "qtake" => Self::item(
+                self.queue(arg(1)?)?
+                    .take(Duration::from_secs(10))
+                    .optional()?,
+            ),
             "qtake_after_put" => {
                 let other = connect(&self.hosts).map_err(|e| StepError::Script(e.to_string()))?;
                 let full = self.path(arg(1)?);
@@ -293,7 +298,7 @@ impl Interpreter {
                         thread::sleep(Duration::from_millis(200));
                         other_q.put(&d)
                     });
-                    let taken = q.take_timeout(Duration::from_secs(10));
+                    let taken = q.take(Duration::from_secs(10)).optional();
                     let put = putter
                         .join()
                         .map_err(|_| StepError::Script("putter panicked".into()));
@@ -321,7 +326,7 @@ impl Interpreter {
                             let (items, full) = (&items, &full);
                             s.spawn(move || -> Result<(), StepError> {
                                 let q = Queue::new(zk, full)?;
-                                while let Some(item) = q.get()? {
+                                while let Some(item) = q.try_take()? {
                                     items
                                         .lock()
                                         .expect("not poisoned")

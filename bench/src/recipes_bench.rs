@@ -8,6 +8,7 @@ use crate::usage::Usage;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Instant;
+use zookeeper::Timeout;
 use zookeeper::{Acl, CreateMode};
 use zookeeper_recipes::lock::Lock;
 use zookeeper_recipes::queue::Queue;
@@ -43,7 +44,7 @@ pub fn queue(p: &Params, base: &str) -> Result<Vec<Row>> {
                 let (taken, got, producer) = (&taken, &got, &producer);
                 s.spawn(move || -> Result<()> {
                     loop {
-                        let item = q.take()?;
+                        let item = q.take(Timeout::Never)?;
                         if item == STOP {
                             return Ok(());
                         }
@@ -111,7 +112,7 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
                 let (holders, overlap) = (&holders, &overlap);
                 s.spawn(move || -> Result<()> {
                     for _ in 0..per {
-                        let guard = lock.acquire()?;
+                        let guard = lock.acquire(Timeout::Never)?;
                         if holders.fetch_add(1, Ordering::SeqCst) != 0 {
                             overlap.fetch_add(1, Ordering::SeqCst);
                         }
@@ -170,14 +171,14 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     let queue = Queue::new(&zk, &qpath)?;
     let u0 = Usage::now();
     let t = Instant::now();
-    queue.take()?;
+    queue.take(Timeout::Never)?;
     let mut first = row("qs_first_take", 1, t.elapsed().as_secs_f64(), 0);
     first.4 = u0.fields_since();
     let takes = p.takes.min(p.n - 1);
     let u0 = Usage::now();
     let t = Instant::now();
     for _ in 0..takes {
-        queue.take()?;
+        queue.take(Timeout::Never)?;
     }
     let mut rest = row("qs_take", takes, t.elapsed().as_secs_f64(), 0);
     rest.4 = u0.fields_since();

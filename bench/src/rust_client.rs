@@ -325,7 +325,7 @@ fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
         .collect::<Result<Vec<_>>>()?;
     let generators = handles
         .iter()
-        .map(|zk| IdGenerator::with_batch(zk, &ctr, batch))
+        .map(|zk| IdGenerator::new(zk, &ctr).and_then(|ids| ids.with_batch(batch)))
         .collect::<Result<Vec<_>, _>>()?;
     let ids = Mutex::new(Vec::with_capacity(per * p.workers));
     let t = Instant::now();

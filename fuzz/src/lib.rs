@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 use zookeeper::{
-    validate_path, Acl, CreateMode, Error, Op, Perms, WatcherType, ZooKeeper, MAX_DATA_LEN, MAX_TTL,
+    validate_path, Acl, CreateMode, Error, Op, Perms, WatchRemoval, WatcherType, ZooKeeper,
+    MAX_DATA_LEN, MAX_TTL,
 };
 
 // ---------------------------------------------------------------- the path oracle
@@ -297,16 +298,16 @@ impl<'a> Input<'a> {
             },
             1 => Op::Delete {
                 path: self.string(),
-                version: self.version(),
+                version: self.version().into(),
             },
             2 => Op::SetData {
                 path: self.string(),
                 data: self.data(),
-                version: self.version(),
+                version: self.version().into(),
             },
             _ => Op::Check {
                 path: self.string(),
-                version: self.version(),
+                version: self.version().into(),
             },
         }
     }
@@ -535,7 +536,15 @@ fn one_request(zk: &ZooKeeper, input: &mut Input<'_>) {
             verdict(
                 "remove_watches",
                 e,
-                zk.remove_watches(&path, which, input.bool()),
+                zk.remove_watches(
+                    &path,
+                    which,
+                    if input.bool() {
+                        WatchRemoval::Local
+                    } else {
+                        WatchRemoval::Server
+                    },
+                ),
             );
         }
         12 => {

@@ -78,6 +78,7 @@
 //! "leaves". If `enter` times out, the participant withdraws its node, but others may
 //! already have been released counting it.
 
+use crate::error::LossReason;
 use crate::recovery::{restart_dir, unwatch, wait_or_unwatch, Restart};
 use crate::support::{
     check_base_path, create_if_absent, create_sequential, delete_node, members, op_deadline, retry,
@@ -88,7 +89,7 @@ use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::time::Duration;
-use zookeeper::{Error, ZooKeeper};
+use zookeeper::{Error, Timeout, ZooKeeper};
 
 /// A barrier znode: [`wait`](Self::wait) blocks while it exists. Cheap to clone
 /// (`Clone` shares the session); usable from any thread.
@@ -148,7 +149,8 @@ impl Barrier {
     /// Blocks until the barrier is absent. `Err(Timeout)` if it is still set after
     /// `timeout` (the wait's watch is taken off again); a session error if the session
     /// ends while waiting.
-    pub fn wait(&self, timeout: Duration) -> Result<()> {
+    pub fn wait(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         loop {
             let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&self.path))?;
@@ -297,7 +299,8 @@ impl DoubleBarrier {
     /// `InvalidArgument` error. At the end of the directory's sequence counter it waits
     /// (within the timeout) for the directory to empty and restarts it; if it does not
     /// empty in time the error is [`RecipeError::SequenceExhausted`].
-    pub fn enter(&self, timeout: Duration) -> Result<()> {
+    pub fn enter(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         let mut entered = self.entered.lock();
         if entered.is_some() {
@@ -389,9 +392,7 @@ impl DoubleBarrier {
             let mine = children.iter().any(|c| c == name);
             let round = Round::of(children);
             let decided = if !mine {
-                Err(RecipeError::Lost(
-                    "the participant node vanished (session expired or node deleted)",
-                ))
+                Err(RecipeError::Lost(LossReason::NodeGone))
             } else if let Some(x) = round.readies.iter().copied().find(|x| *x >= seq) {
                 Ok(Some(x))
             } else {
@@ -438,7 +439,8 @@ impl DoubleBarrier {
     /// Leaving without having entered is an `InvalidArgument` error. After a timeout
     /// this participant has usually left already (unless it was the lowest, which leaves
     /// last); calling `leave` again resumes.
-    pub fn leave(&self, timeout: Duration) -> Result<()> {
+    pub fn leave(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         let mut entered = self.entered.lock();
         let Some(Entered { name, round_max }) = entered.clone() else {

@@ -61,14 +61,14 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_recipes::bounded_queue::{BoundedQueue, Offer};
-//! use zookeeper::ZooKeeper;
+//! use zookeeper::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let uploads = BoundedQueue::new(&zk, "/uploads", 2)?;
 //! uploads.put(b"a")?;
 //! uploads.put(b"b")?;
 //! assert_eq!(uploads.try_put(b"c")?, Offer::Full);
-//! assert_eq!(uploads.take()?, b"a");
+//! assert_eq!(uploads.take(Timeout::Never)?, b"a");
 //! assert_eq!(uploads.try_put(b"c")?, Offer::Enqueued);
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
@@ -78,7 +78,7 @@ use crate::recovery::children_or_none;
 use crate::support::{check_base_path, ensure_dir, retry, Deadline};
 use crate::{NodeOptions, RecipeError, Result};
 use std::time::Duration;
-use zookeeper::{Error, Op, ZooKeeper};
+use zookeeper::{Error, Op, Timeout, ZooKeeper};
 
 /// What a bounded put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,19 +222,15 @@ impl BoundedQueue {
         in_range.len() + past_end.len()
     }
 
-    /// Takes the head item without blocking: `None` if the queue is empty.
-    pub fn get(&self) -> Result<Option<Vec<u8>>> {
-        self.queue.get()
+    /// Takes the head item without waiting: `None` if there is none now.
+    pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
+        self.queue.try_take()
     }
 
-    /// Takes the head item, blocking until there is one.
-    pub fn take(&self) -> Result<Vec<u8>> {
-        self.queue.take()
-    }
-
-    /// Takes the head item, blocking at most `timeout` (see [`Queue::take_timeout`]).
-    pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
-        self.queue.take_timeout(timeout)
+    /// Takes the head item, waiting at most `timeout` ([`Timeout::Never`]: as long as it
+    /// takes): `Err(Timeout)` if none came (see [`Queue::take`]).
+    pub fn take(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
+        self.queue.take(timeout)
     }
 
     /// The number of items in the queue now.

@@ -52,6 +52,7 @@
 //! does not stop it: the watch survives reconnection and the thread re-reads once
 //! connected again.
 
+use crate::error::LossReason;
 use crate::support::{await_reconnect, check_event, op_deadline, session_error};
 use crate::{RecipeError, Result};
 use crossbeam_channel::{select, Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
@@ -282,7 +283,7 @@ impl ConfigWatch {
                 }
                 // `follower` drops here: receivers learn that the watch has ended.
             })
-            .map_err(|_| RecipeError::Lost("could not start the config watch thread"))?;
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ConfigWatch {
             path: path.to_string(),
             own: ConfigReceiver::new(Arc::clone(&shared)),
@@ -315,7 +316,7 @@ impl ConfigWatch {
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => Err(self
                 .end_reason()
-                .unwrap_or(RecipeError::Lost("config watch stopped"))),
+                .unwrap_or(RecipeError::Lost(LossReason::Closed))),
         }
     }
 

@@ -51,14 +51,14 @@
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let retries = DelayedQueue::new(&zk, "/retries")?;
 //! retries.put_after(b"retry job 7", Duration::from_secs(30))?;
-//! assert_eq!(retries.get()?, None); // not due yet
+//! assert_eq!(retries.try_take()?, None); // not due yet
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::queue::{now_millis, Order, Queue};
 use crate::{NodeOptions, RecipeError, Result};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use zookeeper::ZooKeeper;
+use zookeeper::{Timeout, ZooKeeper};
 
 /// A distributed delayed queue (see the [module docs](self)). `Send + Sync`.
 #[derive(Debug)]
@@ -120,20 +120,15 @@ impl DelayedQueue {
         Ok(UNIX_EPOCH + Duration::from_millis(due))
     }
 
-    /// Takes the earliest due item without blocking: `None` if no item is due.
-    pub fn get(&self) -> Result<Option<Vec<u8>>> {
-        self.queue.get()
+    /// Takes the earliest due item without waiting: `None` if there is none now.
+    pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
+        self.queue.try_take()
     }
 
-    /// Takes the earliest due item, blocking until one is due.
-    pub fn take(&self) -> Result<Vec<u8>> {
-        self.queue.take()
-    }
-
-    /// Takes the earliest due item, blocking at most `timeout` (`None` if none fell due
-    /// meanwhile; see [`Queue::take_timeout`]).
-    pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
-        self.queue.take_timeout(timeout)
+    /// Takes the earliest due item, waiting at most `timeout` ([`Timeout::Never`]: as long as it
+    /// takes): `Err(Timeout)` if none came (see [`Queue::take`]).
+    pub fn take(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
+        self.queue.take(timeout)
     }
 
     /// The number of items in the queue now, due or not.
@@ -141,7 +136,7 @@ impl DelayedQueue {
         self.queue.len()
     }
 
-    /// Threads blocked in `take`/`take_timeout` on this value right now (for monitoring
+    /// Threads blocked in `take` on this value right now (for monitoring
     /// and tests).
     pub fn waiting(&self) -> usize {
         self.queue.waiting()

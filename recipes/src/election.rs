@@ -59,16 +59,17 @@
 //!   [`fencing_token`](LeaderElection::fencing_token) where the resource supports one.
 //! - No fairness beyond join order; a candidate that rejoins goes to the back.
 
+use crate::error::LossReason;
 use crate::support::{
     check_base_path, create_member, delete_node, op_deadline, ordered_members, retry,
-    wait_for_change, Deadline, Member, NodeWait, Patience, SeqDir,
+    wait_for_change, Deadline, DeadlineExt, Member, NodeWait, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::{Error, ZooKeeper};
+use zookeeper::{Error, Timeout, ZooKeeper};
 
 /// Name prefix of candidate nodes.
 const CANDIDATE: &str = "candidate-";
@@ -162,7 +163,7 @@ impl LeaderElection {
 
     fn check_joined(&self) -> Result<()> {
         if self.resigned.load(Ordering::SeqCst) {
-            return Err(RecipeError::Lost("this candidate has resigned"));
+            return Err(RecipeError::Lost(LossReason::Resigned));
         }
         Ok(())
     }
@@ -174,7 +175,7 @@ impl LeaderElection {
         let list = self.candidates(op_deadline(&self.zk))?;
         match list.iter().position(|m| m.name == self.name) {
             Some(index) => Ok(index == 0),
-            None => Err(RecipeError::Lost("the candidate node is gone")),
+            None => Err(RecipeError::Lost(LossReason::NodeGone)),
         }
     }
 
@@ -182,7 +183,8 @@ impl LeaderElection {
     /// `Err(Timeout)` after `timeout` (the candidate stays in the election; no watch
     /// stays registered); `Err(Lost)` if its node disappears; a session error if the
     /// session ends.
-    pub fn wait_until_leader(&self, timeout: Duration) -> Result<()> {
+    pub fn wait_until_leader(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         self.check_joined()?;
         let deadline = Deadline::after(timeout);
         loop {
@@ -190,7 +192,7 @@ impl LeaderElection {
             let index = list
                 .iter()
                 .position(|m| m.name == self.name)
-                .ok_or(RecipeError::Lost("the candidate node is gone"))?;
+                .ok_or(RecipeError::Lost(LossReason::NodeGone))?;
             if index == 0 {
                 return Ok(());
             }

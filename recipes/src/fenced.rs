@@ -35,17 +35,18 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_recipes::lock::Lock;
-//! use zookeeper::{Op, ZooKeeper};
+//! use zookeeper::{Op, Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let lock = Lock::new(&zk, "/locks/config")?;
-//! let guard = lock.acquire()?;
+//! let guard = lock.acquire(Timeout::Never)?;
 //! // Applied only if this guard still holds the lock when the server runs it.
 //! guard.fenced_multi(&[Op::set_data("/config/current", b"v2", -1)])?;
 //! guard.release()?;
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
+use crate::error::LossReason;
 use crate::{RecipeError, Result};
 use zookeeper::{Error, Op, OpResult, ZooKeeper};
 
@@ -67,9 +68,9 @@ pub(crate) fn fenced_multi(zk: &ZooKeeper, held: &[&str], ops: &[Op]) -> Result<
     all.extend_from_slice(ops);
     match zk.multi(&all) {
         Ok(mut results) => Ok(results.split_off(held.len())),
-        Err(Error::MultiFailed { index, .. }) if index < held.len() => Err(RecipeError::Lost(
-            "fenced write refused: the lock node is gone or changed",
-        )),
+        Err(Error::MultiFailed { index, .. }) if index < held.len() => {
+            Err(RecipeError::Lost(LossReason::NodeGone))
+        }
         Err(Error::MultiFailed { index, error }) => {
             Err(RecipeError::ZooKeeper(Error::MultiFailed {
                 index: index - held.len(),

@@ -12,7 +12,7 @@
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! // Once, when the counter is set up (generators never create it):
 //! IdGenerator::create_counter(&zk, "/app/item-ids", &NodeOptions::default())?;
-//! let ids = IdGenerator::with_batch(&zk, "/app/item-ids", 50)?; // one CAS per 50 ids
+//! let ids = IdGenerator::new(&zk, "/app/item-ids").and_then(|ids| ids.with_batch(50))?; // one CAS per 50 ids
 //! let first = ids.next_id()?;
 //! let second = ids.next_id()?; // served from the local batch
 //! assert_ne!(first, second);
@@ -81,6 +81,7 @@
 //! - Ids already reserved into a generator's local batch are still handed out after the
 //!   counter was deleted (they were reserved before).
 
+use crate::error::LossReason;
 use crate::support::{await_reconnect, create_if_absent, op_deadline, retry, Deadline};
 use crate::util::guid;
 use crate::NodeOptions;
@@ -90,7 +91,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::{CreateMode, Error, Op, Stat, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, Stat, Timeout, ZooKeeper};
 
 /// Default time `next_id` may take (retries on conflicts and connection loss included).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -151,11 +152,6 @@ struct Counters {
     reads: AtomicU64,
 }
 
-/// What a generator reports once its counter node is gone.
-const COUNTER_DELETED: &str = "the id counter node was deleted";
-/// What opening a counter that does not exist reports.
-const COUNTER_MISSING: &str =
-    "the id counter node does not exist (never created with IdGenerator::create_counter, or deleted)";
 /// Name prefix of the marker child a write at data version -1 creates (see the module docs).
 const WRAP_MARKER: &str = "wrap-";
 
@@ -195,30 +191,18 @@ impl IdGenerator {
         create_if_absent(zk, path, b"0", nodes, op_deadline(zk))
     }
 
-    /// A generator reserving one id per CAS (the seed's behaviour), on the existing
-    /// counter `path` (see [`create_counter`](Self::create_counter)).
+    /// A generator reserving one id per CAS, on the existing counter `path` (see
+    /// [`create_counter`](Self::create_counter)). A missing counter is
+    /// [`RecipeError::Lost`]: it is never created here.
     pub fn new(zk: &ZooKeeper, path: &str) -> Result<IdGenerator> {
-        IdGenerator::with_batch(zk, path, 1)
-    }
-
-    /// A generator reserving `batch` ids per CAS and serving them locally, on the
-    /// existing counter `path`. `batch` must be at least 1. A missing counter is
-    /// [`RecipeError::Lost`]: it is never created here (see
-    /// [`create_counter`](Self::create_counter)).
-    pub fn with_batch(zk: &ZooKeeper, path: &str, batch: u64) -> Result<IdGenerator> {
-        if batch == 0 {
-            return Err(RecipeError::InvalidArgument(
-                "the batch size must be at least 1",
-            ));
-        }
         crate::support::check_base_path(path)?;
         if retry(zk, op_deadline(zk), || zk.exists(path))?.is_none() {
-            return Err(RecipeError::Lost(COUNTER_MISSING));
+            return Err(RecipeError::Lost(LossReason::CounterMissing));
         }
         Ok(IdGenerator {
             zk: zk.clone(),
             path: path.to_string(),
-            batch,
+            batch: 1,
             timeout: DEFAULT_TIMEOUT,
             nodes: NodeOptions::default(),
             local: Mutex::new(0..0),
@@ -226,6 +210,19 @@ impl IdGenerator {
             attempt: AtomicU64::new(0),
             counters: Counters::default(),
         })
+    }
+
+    /// Reserves `batch` ids per CAS and serves them locally (default 1). `batch` must be
+    /// at least 1 ([`RecipeError::InvalidArgument`] otherwise). Ids reserved under the
+    /// old size are still served first.
+    pub fn with_batch(mut self, batch: u64) -> Result<IdGenerator> {
+        if batch == 0 {
+            return Err(RecipeError::InvalidArgument(
+                "the batch size must be at least 1",
+            ));
+        }
+        self.batch = batch;
+        Ok(self)
     }
 
     /// The ACL of the marker child a write at data version -1 creates (see the module
@@ -257,13 +254,13 @@ impl IdGenerator {
         local.end - local.start
     }
 
-    /// The next id: from the local batch, or from a new batch reserved by CAS.
+    /// The next id: from the local batch, or from a new batch reserved by CAS, within
+    /// the generator's timeout ([`with_timeout`](Self::with_timeout)).
     pub fn next_id(&self) -> Result<u64> {
-        self.next_id_timeout(self.timeout)
+        self.next_id_within(self.timeout)
     }
 
-    /// [`next_id`](Self::next_id) with an explicit timeout.
-    pub fn next_id_timeout(&self, timeout: Duration) -> Result<u64> {
+    fn next_id_within(&self, timeout: Duration) -> Result<u64> {
         let deadline = Deadline::after(timeout);
         let mut local = self
             .local
@@ -280,7 +277,8 @@ impl IdGenerator {
 
     /// Reserves `n` contiguous ids with one successful CAS (bypassing the local batch)
     /// and returns them as a range.
-    pub fn reserve(&self, n: u64, timeout: Duration) -> Result<Range<u64>> {
+    pub fn reserve(&self, n: u64, timeout: impl Into<Timeout>) -> Result<Range<u64>> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         if n == 0 {
             return Err(RecipeError::InvalidArgument("reserve at least one id"));
         }
@@ -319,7 +317,9 @@ impl IdGenerator {
             self.zk.get(&self.path)
         });
         match read {
-            Err(RecipeError::ZooKeeper(Error::NoNode)) => Err(RecipeError::Lost(COUNTER_DELETED)),
+            Err(RecipeError::ZooKeeper(Error::NoNode)) => {
+                Err(RecipeError::Lost(LossReason::CounterDeleted))
+            }
             other => other,
         }
     }
@@ -369,7 +369,9 @@ impl IdGenerator {
                     }
                     Sent::Refused => None,
                     Sent::Failed(error) if error.is_retryable() => Some(error),
-                    Sent::Failed(Error::NoNode) => return Err(RecipeError::Lost(COUNTER_DELETED)),
+                    Sent::Failed(Error::NoNode) => {
+                        return Err(RecipeError::Lost(LossReason::CounterDeleted))
+                    }
                     Sent::Failed(error) => return Err(error.into()),
                 };
                 let outcome = match error {

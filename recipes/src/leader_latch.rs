@@ -135,6 +135,7 @@
 //! - Fairness beyond join order; a latch that relinquishes joins again at the back.
 //! - Exclusion with peers of another layout on the same path.
 
+use crate::error::LossReason;
 use crate::events::{receiving_methods, Buffer, EventQueue};
 use crate::lifecycle::{Client, ConnectionEvent, ConnectionState, StateFeed};
 use crate::support::{check_base_path, create_dir, finish_in_background, members, session_error};
@@ -148,7 +149,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zookeeper::{CreateMode, Error, EventType, SessionState, Watch, ZooKeeper};
+use zookeeper::{CreateMode, Error, EventType, SessionState, Timeout, Watch, ZooKeeper};
 
 // ---------------------------------------------------------------------------------------
 // Layouts.
@@ -573,9 +574,9 @@ impl LeadershipGuard {
     pub fn check(&self) -> Result<()> {
         match self.term.end() {
             None => Ok(()),
-            Some(TermEnd::Lost(reason)) => Err(RecipeError::Lost(reason.as_str())),
-            Some(TermEnd::Relinquished) => Err(RecipeError::Lost("leadership relinquished")),
-            Some(TermEnd::LatchClosed) => Err(RecipeError::Lost("the latch was closed")),
+            Some(TermEnd::Lost(reason)) => Err(RecipeError::Lost(LossReason::Leadership(reason))),
+            Some(TermEnd::Relinquished) => Err(RecipeError::Lost(LossReason::Relinquished)),
+            Some(TermEnd::LatchClosed) => Err(RecipeError::Lost(LossReason::Closed)),
         }
     }
 
@@ -816,13 +817,13 @@ impl LeaderLatch {
                         term.finish(TermEnd::Lost(LeadershipLost::Closed));
                     }
                     state.status = LatchStatus::Ended;
-                    state.end = Some(RecipeError::Lost("the latch thread panicked"));
+                    state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));
                     drop(state);
                     guard_shared.changed.notify_all();
                     guard_queue.close();
                 }
             })
-            .map_err(|_| RecipeError::Lost("could not start the latch thread"))?;
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(LeaderLatch {
             shared,
             events: LeadershipEvents { queue },
@@ -865,8 +866,9 @@ impl LeaderLatch {
 
     /// Waits until the latch leads and returns the term's guard: `Err(Timeout)` after
     /// `timeout` (the latch stays in line; the wait itself registers nothing), or the
-    /// reason the latch stopped (`Lost("the latch was closed")`, a session error).
-    pub fn await_leadership(&self, timeout: Duration) -> Result<LeadershipGuard> {
+    /// reason the latch stopped (`Lost(LossReason::Closed)`, a session error).
+    pub fn await_leadership(&self, timeout: impl Into<Timeout>) -> Result<LeadershipGuard> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = crate::events::deadline_after(timeout);
         let mut state = self.shared.state.lock();
         loop {
@@ -880,7 +882,7 @@ impl LeaderLatch {
                 return Err(state
                     .end
                     .clone()
-                    .unwrap_or(RecipeError::Lost("the latch was closed")));
+                    .unwrap_or(RecipeError::Lost(LossReason::Closed)));
             }
             if self
                 .shared
@@ -1343,7 +1345,7 @@ impl Worker {
     /// Takes the watch off (locally: the server's copy fires into nothing).
     fn unwatch(&mut self) {
         if let Some(armed) = self.watch.take() {
-            let _ = self.zk.remove_watch(&armed.watch, true);
+            let _ = self.zk.remove_watch(&armed.watch);
             self.shared.armed.fetch_sub(1, Ordering::Relaxed);
         }
     }

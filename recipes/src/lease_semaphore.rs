@@ -30,17 +30,19 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+//! use zookeeper_recipes::OptionalExtension;
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let pool = LeaseSemaphore::new(&zk, "/app/pool", 5, SemaphoreLayout::Curator)?;
-//! if let Some(leases) = pool.acquire(2, Duration::from_secs(10))? {
+//! if let Some(leases) = pool.acquire(2, Duration::from_secs(10)).optional()? {
 //!     // ... use two of the five ...
 //!     drop(leases);
 //! }
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
+use crate::error::LossReason;
 use crate::lock::{uuid_text, Lock, LockLayout};
 use crate::support::{
     await_watch, check_base_path, create_member, delete_eventually, delete_on_drop, op_deadline,
@@ -50,7 +52,7 @@ use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper::{Acl, CreateMode, Error, Timeout, ZooKeeper};
 
 /// Whose lease layout a [`LeaseSemaphore`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -129,8 +131,10 @@ impl LeaseSemaphore {
         }
     }
 
-    /// `n` leases within `timeout` (one deadline for all), or `None` and none held.
-    pub fn acquire(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
+    /// `n` leases within `timeout` (one deadline for all; [`Timeout::Never`]: as long as
+    /// it takes), or `Err(Timeout)` and none held.
+    pub fn acquire(&self, n: u32, timeout: impl Into<Timeout>) -> Result<Vec<Lease>> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         if n == 0 || n > self.max {
             return Err(RecipeError::InvalidArgument(
                 "asked for no leases or more than the maximum",
@@ -145,16 +149,16 @@ impl LeaseSemaphore {
             match self.acquire_one(left)? {
                 Some(lease) => leases.push(lease),
                 // Dropping `leases` returns the ones taken so far.
-                None => return Ok(None),
+                None => return Err(RecipeError::Timeout),
             }
         }
-        Ok(Some(leases))
+        Ok(leases)
     }
 
     /// One lease within `timeout`.
     fn acquire_one(&self, timeout: Duration) -> Result<Option<Lease>> {
         let deadline = Deadline::after(timeout);
-        let Some(lock) = self.guard.acquire_timeout(timeout)? else {
+        let Some(lock) = self.guard.acquire_within(timeout)? else {
             return Ok(None);
         };
         let result = match self.layout {
@@ -185,7 +189,7 @@ impl LeaseSemaphore {
                 self.zk.get_children_watch(&self.leases_dir)
             })?;
             if !children.contains(&created.name) {
-                return Err(RecipeError::Lost("the lease node is gone"));
+                return Err(RecipeError::Lost(LossReason::NodeGone));
             }
             if children.len() <= self.max as usize {
                 crate::support::withdraw_watch(&self.zk, &watch);

@@ -53,5 +53,5 @@ pub(crate) mod support;
 pub mod util;
 pub mod work_queue;
 
-pub use error::{RecipeError, Result};
+pub use error::{LossReason, OptionalExtension, RecipeError, Result};
 pub use nodes::NodeOptions;

@@ -67,6 +67,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::error::LossReason;
 use crate::events::{receiving_methods, Buffer, EventQueue};
 use crate::{RecipeError, Result};
 use crossbeam_channel::{select, Receiver, Select, Sender, TryRecvError};
@@ -302,7 +303,7 @@ impl ConnectionStates {
         let thread = std::thread::Builder::new()
             .name("zk-connection-states".into())
             .spawn(move || pump(events, translator, &feed, &stop_rx))
-            .map_err(|_| RecipeError::Lost("could not start the connection-state thread"))?;
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ConnectionStates {
             queue,
             _pump: Some(Pump {
@@ -510,7 +511,7 @@ impl ManagedZooKeeper {
         let thread = std::thread::Builder::new()
             .name("zk-managed-session".into())
             .spawn(move || run_monitor(&monitor, &stop_rx))
-            .map_err(|_| RecipeError::Lost("could not start the session monitor thread"))?;
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ManagedZooKeeper {
             owner: Arc::new(Owner {
                 shared,

@@ -23,9 +23,9 @@
 //! such nodes. The acquisition then restarts the counter: it deletes the directory, which
 //! the server allows only once it is empty (atomically, so no holder or waiter can be in
 //! it), and creates it afresh. While the directory still has holders or waiters, the
-//! acquisition waits for them to finish, within its timeout: `acquire` waits as long as
-//! it takes, `acquire_timeout` returns `None` at its deadline, `try_acquire` returns
-//! `None` at once. This never admits two holders: every live lock node is in one
+//! acquisition waits for them to finish, within its timeout: `acquire(Timeout::Never)`
+//! waits as long as it takes, `acquire(duration)` returns `Err(Timeout)` at its
+//! deadline, `try_acquire` returns `None` at once. This never admits two holders: every live lock node is in one
 //! incarnation of the directory, ordered by numbers below the limit. Waiters that
 //! arrive at the end are not ordered among themselves across the restart (whoever
 //! creates first in the new directory goes first).
@@ -111,22 +111,23 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_recipes::lock::Lock;
-//! use zookeeper::ZooKeeper;
+//! use zookeeper_recipes::{lock::Lock, OptionalExtension};
+//! use zookeeper::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let lock = Lock::new(&zk, "/locks/resource")?;
 //! {
-//!     let guard = lock.acquire()?;
+//!     let guard = lock.acquire(Timeout::Never)?;
 //!     // ... the critical section, writing with guard.fencing_token() ...
 //!     assert!(!guard.is_lost());
 //! } // released here (or call guard.release() to see errors)
-//! if let Some(guard) = lock.acquire_timeout(Duration::from_secs(1))? {
+//! if let Some(guard) = lock.acquire(Duration::from_secs(1)).optional()? {
 //!     guard.release()?;
 //! }
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
+use crate::error::LossReason;
 use crate::support::{
     check_base_path, create_member, default_reconnect_timeout, delete_eventually, delete_on_drop,
     ordered_members, retry, wait_for_change, Deadline, Member, NodeWait, Patience, SeqDir,
@@ -141,7 +142,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use zookeeper::{Error, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper::{Error, SessionState, Timeout, WatchedEvent, ZooKeeper};
 
 /// Why a held lock was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -354,23 +355,23 @@ impl Lock {
         &self.dir
     }
 
-    /// Blocks until the lock is held.
-    pub fn acquire(&self) -> Result<LockGuard> {
-        self.acquire_with(Wait::Until(Deadline::never()))?
-            .ok_or(RecipeError::Lost("lock wait ended without the lock"))
+    /// Waits for the lock, at most `timeout` ([`Timeout::Never`]: as long as it takes);
+    /// `Err(Timeout)` if it was not acquired in time (this attempt's node is removed
+    /// again, in the background if the server cannot be reached). The deadline holds for
+    /// every step, including a connection loss during the create or the listing.
+    pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<LockGuard> {
+        self.acquire_with(Wait::Until(timeout.into().deadline()))?
+            .ok_or(RecipeError::Timeout)
     }
 
-    /// Takes the lock if it is free now; never waits for a holder.
+    /// [`acquire`](Self::acquire) for the recipes built on this lock: `None` on timeout.
+    pub(crate) fn acquire_within(&self, timeout: impl Into<Timeout>) -> Result<Option<LockGuard>> {
+        self.acquire_with(Wait::Until(timeout.into().deadline()))
+    }
+
+    /// Takes the lock if it is free now; never waits for a holder (`None`: it is held).
     pub fn try_acquire(&self) -> Result<Option<LockGuard>> {
         self.acquire_with(Wait::No)
-    }
-
-    /// Blocks at most `timeout` for the lock: `None` if it was not acquired in time (this
-    /// attempt's node is removed again, in the background if the server cannot be
-    /// reached). The deadline holds for every step, including a connection loss during
-    /// the create or the listing; errors other than reaching the deadline are reported.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.acquire_with(Wait::Until(Deadline::after(timeout)))
     }
 
     /// The label ([`with_label`](Self::with_label)) of the current holder's node, `None`
@@ -462,9 +463,7 @@ impl Lock {
         loop {
             let nodes = self.sorted_nodes(patience)?;
             let Some(position) = nodes.iter().position(|node| node.name == name) else {
-                return Err(RecipeError::Lost(
-                    "the lock node vanished while waiting (session expired or node deleted)",
-                ));
+                return Err(RecipeError::Lost(LossReason::NodeGone));
             };
             if position == 0 {
                 return Ok(true);
@@ -1141,7 +1140,7 @@ impl LockGuard {
     /// `ops`.
     pub fn fenced_multi(&self, ops: &[zookeeper::Op]) -> Result<Vec<zookeeper::OpResult>> {
         if let Some(reason) = self.lost_reason() {
-            return Err(RecipeError::Lost(reason.as_str()));
+            return Err(RecipeError::Lost(LossReason::Lock(reason)));
         }
         crate::fenced::fenced_multi(&self.zk, &[&self.node], ops)
     }
@@ -1178,7 +1177,7 @@ impl LockGuard {
             Err(e) => return Err(e),
         }
         match lost {
-            Some(reason) => Err(RecipeError::Lost(reason.as_str())),
+            Some(reason) => Err(RecipeError::Lost(LossReason::Lock(reason))),
             None => Ok(()),
         }
     }

@@ -86,6 +86,7 @@
 //!   the cache may not be reported).
 
 use crate::cache::{CacheEvent, CacheEvents, ChildrenCache, NodeData};
+use crate::error::LossReason;
 use crate::events::Next;
 use crate::leader_latch::curator_protected_prefix;
 use crate::lifecycle::{Client, ConnectionEvent, ConnectionState, StateFeed};
@@ -102,7 +103,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zookeeper::{CreateMode, Error, EventType, Watch, ZooKeeper};
+use zookeeper::{CreateMode, Error, EventType, Timeout, Watch, ZooKeeper};
 
 // ---------------------------------------------------------------------------------------
 // Persistent node.
@@ -289,12 +290,12 @@ impl PersistentNode {
                 if std::panic::catch_unwind(run).is_err() {
                     let mut state = panic_shared.state.lock();
                     state.status = NodeStatus::Ended;
-                    state.end = Some(RecipeError::Lost("the node thread panicked"));
+                    state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));
                     drop(state);
                     panic_shared.changed.notify_all();
                 }
             })
-            .map_err(|_| RecipeError::Lost("could not start the node thread"))?;
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(PersistentNode {
             shared,
             wake,
@@ -327,7 +328,8 @@ impl PersistentNode {
 
     /// Waits until the node exists and returns its actual path: `Err(Timeout)`, or the
     /// reason the node stopped.
-    pub fn wait_created(&self, timeout: Duration) -> Result<String> {
+    pub fn wait_created(&self, timeout: impl Into<Timeout>) -> Result<String> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = crate::events::deadline_after(timeout);
         let mut state = self.shared.state.lock();
         loop {
@@ -340,7 +342,7 @@ impl PersistentNode {
                 return Err(state
                     .end
                     .clone()
-                    .unwrap_or(RecipeError::Lost("the node was closed")));
+                    .unwrap_or(RecipeError::Lost(LossReason::Closed)));
             }
             if self
                 .shared
@@ -676,7 +678,7 @@ impl NodeWorker {
 
     fn unwatch(&mut self) {
         if let Some((watch, _)) = self.watch.take() {
-            let _ = self.zk.remove_watch(&watch, true);
+            let _ = self.zk.remove_watch(&watch);
             self.shared.armed.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -848,7 +850,7 @@ impl NodeWorker {
             Ok((None, watch)) => {
                 // Gone meanwhile; an `exists` watch on an absent node stays registered
                 // until the node is created: take it off.
-                let _ = self.zk.remove_watch(&watch, true);
+                let _ = self.zk.remove_watch(&watch);
                 self.dirty = true;
                 Flow::Go
             }

@@ -24,21 +24,21 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_recipes::multi_lock::MultiLock;
-//! use zookeeper::ZooKeeper;
+//! use zookeeper::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let both = MultiLock::new(&zk, &["/locks/account-2", "/locks/account-1"])?;
-//! if let Some(guard) = both.acquire_timeout(Duration::from_secs(5))? {
+//! if let Ok(guard) = both.acquire(Duration::from_secs(5)) {
 //!     // ... move money between the two accounts ...
 //!     guard.release()?;
 //! }
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
+use crate::error::LossReason;
 use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
 use crate::{NodeOptions, RecipeError, Result};
-use std::time::{Duration, Instant};
-use zookeeper::{Op, OpResult, ZooKeeper};
+use zookeeper::{Op, OpResult, Timeout, ZooKeeper};
 
 /// Several locks taken together (see the [module docs](self)). `Send + Sync`.
 #[derive(Debug)]
@@ -93,16 +93,6 @@ impl MultiLock {
         self.locks.iter().map(Lock::path).collect()
     }
 
-    /// Blocks until every lock is held.
-    pub fn acquire(&self) -> Result<MultiGuard> {
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            // On error the guards taken so far are dropped: released.
-            guards.push(lock.acquire()?);
-        }
-        Ok(self.guard(guards))
-    }
-
     /// Every lock if all are free now; else none is held and the answer is `None`.
     pub fn try_acquire(&self) -> Result<Option<MultiGuard>> {
         let mut guards = Vec::with_capacity(self.locks.len());
@@ -115,22 +105,17 @@ impl MultiLock {
         Ok(Some(self.guard(guards)))
     }
 
-    /// Every lock within `timeout` (one deadline for all); `None` if not all could be
-    /// had in time, and then none is held.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MultiGuard>> {
-        let deadline = Instant::now().checked_add(timeout);
+    /// Every lock within `timeout` (one deadline for all; [`Timeout::Never`]: as long as
+    /// it takes); `Err(Timeout)` if not all could be had in time, and then none is held.
+    pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<MultiGuard> {
+        let deadline = timeout.into().deadline();
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
-            let left = match deadline {
-                Some(at) => at.saturating_duration_since(Instant::now()),
-                None => Duration::MAX,
-            };
-            match lock.acquire_timeout(left)? {
-                Some(guard) => guards.push(guard),
-                None => return Ok(None),
-            }
+            let left = Timeout::from(deadline.remaining());
+            // On error the guards taken so far are dropped: released.
+            guards.push(lock.acquire(left)?);
         }
-        Ok(Some(self.guard(guards)))
+        Ok(self.guard(guards))
     }
 
     fn guard(&self, guards: Vec<LockGuard>) -> MultiGuard {
@@ -170,7 +155,7 @@ impl MultiGuard {
     /// all locks are held (see [`fenced`](crate::fenced)).
     pub fn fenced_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
         if let Some(reason) = self.lost_reason() {
-            return Err(RecipeError::Lost(reason.as_str()));
+            return Err(RecipeError::Lost(LossReason::Lock(reason)));
         }
         let nodes: Vec<&str> = self.guards.iter().map(LockGuard::node).collect();
         crate::fenced::fenced_multi(&self.zk, &nodes, ops)

@@ -45,20 +45,20 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_recipes::priority_queue::PriorityQueue;
-//! use zookeeper::ZooKeeper;
+//! use zookeeper::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let jobs = PriorityQueue::new(&zk, "/jobs")?;
 //! jobs.put(b"batch report", 100)?;
 //! jobs.put(b"page the on-call", 0)?;
-//! assert_eq!(jobs.take()?, b"page the on-call");
+//! assert_eq!(jobs.take(Timeout::Never)?, b"page the on-call");
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
 use crate::queue::{Order, Queue};
 use crate::{NodeOptions, Result};
 use std::time::Duration;
-use zookeeper::ZooKeeper;
+use zookeeper::{Timeout, ZooKeeper};
 
 /// A distributed priority queue (see the [module docs](self)). `Send + Sync`.
 #[derive(Debug)]
@@ -104,21 +104,15 @@ impl PriorityQueue {
             .map(drop)
     }
 
-    /// Takes the item first in priority order without blocking: `None` if the queue is
-    /// empty.
-    pub fn get(&self) -> Result<Option<Vec<u8>>> {
-        self.queue.get()
+    /// Takes the item first in priority order without waiting: `None` if there is none now.
+    pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
+        self.queue.try_take()
     }
 
-    /// Takes the item first in priority order, blocking until there is one.
-    pub fn take(&self) -> Result<Vec<u8>> {
-        self.queue.take()
-    }
-
-    /// Takes the item first in priority order, blocking at most `timeout` (`None` if
-    /// none came; see [`Queue::take_timeout`]).
-    pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
-        self.queue.take_timeout(timeout)
+    /// Takes the item first in priority order, waiting at most `timeout` ([`Timeout::Never`]: as long as it
+    /// takes): `Err(Timeout)` if none came (see [`Queue::take`]).
+    pub fn take(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
+        self.queue.take(timeout)
     }
 
     /// The number of items in the queue now.
@@ -126,7 +120,7 @@ impl PriorityQueue {
         self.queue.len()
     }
 
-    /// Threads blocked in `take`/`take_timeout` on this value right now (for monitoring
+    /// Threads blocked in `take` on this value right now (for monitoring
     /// and tests).
     pub fn waiting(&self) -> usize {
         self.queue.waiting()

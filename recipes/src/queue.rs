@@ -53,7 +53,7 @@
 //!   (at-least-once). Use [`WorkQueue`](crate::work_queue::WorkQueue) when items must be
 //!   acknowledged after processing.
 //! - An item whose `delete` this consumer sent is never lost: after a lost reply the
-//!   consumer reconnects (within the reconnect timeout, even past a `take_timeout`
+//!   consumer reconnects (within the reconnect timeout, even past a `take`
 //!   deadline), `sync`s and looks; the item is either still in the queue (then the take
 //!   goes on, or leaves it there at its deadline) or returned. If the outcome cannot be
 //!   learnt (reconnect timeout, session over) the item is returned too.
@@ -79,16 +79,16 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_recipes::queue::Queue;
-//! use zookeeper::ZooKeeper;
+//! use zookeeper_recipes::{queue::Queue, OptionalExtension};
+//! use zookeeper::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let queue = Queue::new(&zk, "/myfirstqueue")?;
 //! queue.put(b"queue item 1")?;
 //! queue.put(b"queue item 2")?;
-//! assert_eq!(queue.get()?.as_deref(), Some(&b"queue item 1"[..]));
-//! assert_eq!(queue.take()?, b"queue item 2");
-//! assert_eq!(queue.take_timeout(Duration::from_millis(100))?, None);
+//! assert_eq!(queue.try_take()?.as_deref(), Some(&b"queue item 1"[..]));
+//! assert_eq!(queue.take(Timeout::Never)?, b"queue item 2");
+//! assert_eq!(queue.take(Duration::from_millis(100)).optional()?, None);
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
@@ -103,7 +103,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::{CreateMode, Error, Op, OpResult, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, OpResult, Timeout, Watch, WatchedEvent, ZooKeeper};
 
 /// Name prefix of item nodes (followed by a guid, a dash and the sequence suffix).
 pub(crate) const ITEM_PREFIX: &str = "item";
@@ -424,7 +424,7 @@ impl ChildWatcher {
     /// registered until the next change.
     fn disarm(&self, zk: &ZooKeeper) {
         if let Some(watch) = self.state.lock().slot.take() {
-            let _ = zk.remove_watch(&watch, true);
+            let _ = zk.remove_watch(&watch);
         }
     }
 
@@ -560,12 +560,12 @@ impl ChildWatcher {
 /// ```no_run
 /// use std::time::Duration;
 /// use zookeeper_recipes::queue::Queue;
-/// use zookeeper::ZooKeeper;
+/// use zookeeper::{Timeout, ZooKeeper};
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 /// let jobs = Queue::new(&zk, "/jobs")?;
 /// std::thread::scope(|s| {
-///     s.spawn(|| jobs.take()); // blocks until the put below
+///     s.spawn(|| jobs.take(Timeout::Never)); // blocks until the put below
 ///     jobs.put(b"job 1").unwrap();
 /// });
 /// # Ok::<(), zookeeper_recipes::RecipeError>(())
@@ -740,8 +740,8 @@ impl Queue {
         }
     }
 
-    /// Takes the head item without blocking: `None` if the queue is empty.
-    pub fn get(&self) -> Result<Option<Vec<u8>>> {
+    /// Takes the head item without waiting: `None` if the queue is empty.
+    pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
         self.fresh_listing_for_order();
         loop {
             if let Some(data) = self.claim_cached(Deadline::never())? {
@@ -756,20 +756,19 @@ impl Queue {
         }
     }
 
-    /// Takes the head item, blocking until there is one.
-    pub fn take(&self) -> Result<Vec<u8>> {
+    /// Takes the head item, waiting at most `timeout` ([`Timeout::Never`]: as long as it
+    /// takes): `Err(Timeout)` if none came. An item whose delete was sent before the
+    /// deadline is returned even if confirming it takes longer (see the module docs).
+    pub fn take(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
+        let deadline = timeout.into().deadline();
         loop {
-            if let Some(data) = self.take_until(Deadline::never())? {
+            if let Some(data) = self.take_until(deadline)? {
                 return Ok(data);
             }
+            if deadline.expired() {
+                return Err(RecipeError::Timeout);
+            }
         }
-    }
-
-    /// Takes the head item, blocking at most `timeout`: `None` if none came. An item
-    /// whose delete was sent before the deadline is returned even if confirming it takes
-    /// longer (see the module docs).
-    pub fn take_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>> {
-        self.take_until(Deadline::after(timeout))
     }
 
     /// The number of items in the queue now.
@@ -789,7 +788,7 @@ impl Queue {
         self.watcher.events()
     }
 
-    /// Threads blocked in `take`/`take_timeout` on this value right now, waiting for the
+    /// Threads blocked in `take` on this value right now, waiting for the
     /// queue to change (for monitoring and tests).
     pub fn waiting(&self) -> usize {
         self.watcher.waiting() as usize
@@ -1058,8 +1057,8 @@ mod tests {
         assert!(zk.exists(&store.receipt(&id)).unwrap().is_none());
         assert_eq!(queue.len().unwrap(), 2, "the waiting items are kept");
 
-        assert!(queue.get().unwrap().is_some());
-        assert!(queue.get().unwrap().is_some());
+        assert!(queue.try_take().unwrap().is_some());
+        assert!(queue.try_take().unwrap().is_some());
         let id = guid();
         let name = wrapped(&id);
         assert_eq!(
@@ -1071,7 +1070,7 @@ mod tests {
         let (items, _) = split_items(zk.get_children(&path).unwrap());
         // The restarted counter: `receipts` took 0, the item 1.
         assert_eq!(crate::util::sequence_of(&items[0]), Some(1));
-        assert_eq!(queue.get().unwrap().as_deref(), Some(&b"fresh"[..]));
+        assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"fresh"[..]));
         let id = guid();
         assert_eq!(
             store

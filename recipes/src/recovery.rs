@@ -104,7 +104,7 @@ pub(crate) fn wait_or_unwatch(
 /// Takes `watch` off locally (it may have fired meanwhile: then there is nothing to take
 /// off).
 pub(crate) fn unwatch(zk: &ZooKeeper, watch: &Watch) {
-    match zk.remove_watch(watch, true) {
+    match zk.remove_watch(watch) {
         Ok(()) | Err(Error::NoWatcher) => {}
         Err(error) => log::debug!("recipes: removing a watch on {}: {error}", watch.path()),
     }

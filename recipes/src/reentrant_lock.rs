@@ -23,18 +23,19 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_recipes::reentrant_lock::ReentrantLock;
-//! use zookeeper::ZooKeeper;
+//! use zookeeper::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let lock = ReentrantLock::new(&zk, "/locks/account-7")?;
-//! let outer = lock.acquire()?;
-//! let inner = lock.acquire()?; // same thread: no wait, no request
+//! let outer = lock.acquire(Timeout::Never)?;
+//! let inner = lock.acquire(Timeout::Never)?; // same thread: no wait, no request
 //! assert_eq!(inner.hold_count(), 2);
 //! drop(inner);
 //! drop(outer); // the last hold deletes the node
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
+use crate::error::LossReason;
 use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
 use crate::{NodeOptions, Result};
 use parking_lot::Mutex;
@@ -42,7 +43,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::thread::{self, ThreadId};
 use std::time::Duration;
-use zookeeper::{Op, OpResult, ZooKeeper};
+use zookeeper::{Op, OpResult, Timeout, ZooKeeper};
 
 /// A reentrant distributed mutex (see the [module docs](self)). `Send + Sync`.
 pub struct ReentrantLock {
@@ -99,12 +100,14 @@ impl ReentrantLock {
         self.lock.path()
     }
 
-    /// Blocks until this thread holds the lock (at once if it already does).
-    pub fn acquire(&self) -> Result<ReentrantGuard<'_>> {
+    /// Waits at most `timeout` until this thread holds the lock (at once if it already
+    /// does; [`Timeout::Never`]: as long as it takes); `Err(Timeout)` if not acquired in
+    /// time (nothing is left behind: see [`Lock::acquire`]).
+    pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<ReentrantGuard<'_>> {
         if let Some(guard) = self.reenter() {
             return Ok(guard);
         }
-        let guard = self.lock.acquire()?;
+        let guard = self.lock.acquire(timeout)?;
         Ok(self.enter(guard))
     }
 
@@ -114,18 +117,6 @@ impl ReentrantLock {
             return Ok(Some(guard));
         }
         Ok(self.lock.try_acquire()?.map(|guard| self.enter(guard)))
-    }
-
-    /// Waits at most `timeout` for the lock; `None` if not acquired in time (nothing is
-    /// left behind: see [`Lock::acquire_timeout`]).
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<ReentrantGuard<'_>>> {
-        if let Some(guard) = self.reenter() {
-            return Ok(Some(guard));
-        }
-        Ok(self
-            .lock
-            .acquire_timeout(timeout)?
-            .map(|guard| self.enter(guard)))
     }
 
     /// How many holds the calling thread has (0 if it does not hold the lock).
@@ -224,7 +215,7 @@ impl ReentrantGuard<'_> {
             .lock
             .with_guard(|g| (g.client().clone(), g.node().to_string(), g.lost_reason()));
         if let Some(reason) = lost {
-            return Err(crate::RecipeError::Lost(reason.as_str()));
+            return Err(crate::RecipeError::Lost(LossReason::Lock(reason)));
         }
         crate::fenced::fenced_multi(&zk, &[&node], ops)
     }

@@ -76,17 +76,19 @@
 //! - Requests arriving at the counter's end are not ordered among themselves across the
 //!   restart.
 
+use crate::error::LossReason;
 use crate::lock::{kazoo_marker, uuid_text, LockLayout};
 use crate::support::{
     check_base_path, create_member, default_op_timeout, ordered_members, owned_node_guard, retry,
-    wait_for_change, Deadline, Member, NodeWait, OwnedNode, Patience, SeqDir, ANY_NAME,
+    wait_for_change, Deadline, DeadlineExt, Member, NodeWait, OwnedNode, Patience, SeqDir,
+    ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
-use crate::{RecipeError, Result};
+use crate::{OptionalExtension, RecipeError, Result};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
-use zookeeper::{Error, ZooKeeper};
+use zookeeper::{Error, Timeout, ZooKeeper};
 
 const READ: &str = "read-";
 const WRITE: &str = "write-";
@@ -175,19 +177,21 @@ impl ReadWriteLock {
         self
     }
 
-    /// The lock directory.
-    pub fn dir(&self) -> &str {
+    /// The lock directory (its path).
+    pub fn path(&self) -> &str {
         &self.dir
     }
 
     /// Acquires a shared (read) lock, waiting up to `timeout` for preceding writers.
-    pub fn read(&self, timeout: Duration) -> Result<ReadGuard> {
+    pub fn read(&self, timeout: impl Into<Timeout>) -> Result<ReadGuard> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         self.acquire(READ, timeout).map(|node| ReadGuard { node })
     }
 
     /// Acquires an exclusive (write) lock, waiting up to `timeout` for every preceding
     /// request.
-    pub fn write(&self, timeout: Duration) -> Result<WriteGuard> {
+    pub fn write(&self, timeout: impl Into<Timeout>) -> Result<WriteGuard> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         self.acquire(WRITE, timeout).map(|node| WriteGuard {
             node,
             zk: self.zk.clone(),
@@ -196,12 +200,12 @@ impl ReadWriteLock {
 
     /// A read lock if it can be had without waiting, else `None`.
     pub fn try_read(&self) -> Result<Option<ReadGuard>> {
-        optional(self.read(Duration::ZERO))
+        self.read(Duration::ZERO).optional()
     }
 
     /// A write lock if it can be had without waiting, else `None`.
     pub fn try_write(&self) -> Result<Option<WriteGuard>> {
-        optional(self.write(Duration::ZERO))
+        self.write(Duration::ZERO).optional()
     }
 
     fn acquire(&self, kind: &'static str, timeout: Duration) -> Result<OwnedNode> {
@@ -244,7 +248,7 @@ impl ReadWriteLock {
             let index = list
                 .iter()
                 .position(|m| m.name == node.name())
-                .ok_or(RecipeError::Lost("the lock request node is gone"))?;
+                .ok_or(RecipeError::Lost(LossReason::NodeGone))?;
             let blocker: Option<&Member> = if kind == READ {
                 list[..index]
                     .iter()
@@ -263,14 +267,6 @@ impl ReadWriteLock {
                 NodeWait::TimedOut => return Err(RecipeError::Timeout),
             }
         }
-    }
-}
-
-fn optional<T>(result: Result<T>) -> Result<Option<T>> {
-    match result {
-        Ok(value) => Ok(Some(value)),
-        Err(RecipeError::Timeout) => Ok(None),
-        Err(error) => Err(error),
     }
 }
 

@@ -53,9 +53,11 @@
 //!   first meets the directory; a directory the server removed while idle is created
 //!   again by the next acquisition with its own `N`.
 
+use crate::error::LossReason;
 use crate::support::{
     await_watch, check_base_path, create_member, default_op_timeout, op_deadline, ordered_members,
-    owned_node_guard, retry, watch_node, withdraw_watch, Deadline, OwnedNode, Patience, SeqDir,
+    owned_node_guard, retry, watch_node, withdraw_watch, Deadline, DeadlineExt, OwnedNode,
+    Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -63,7 +65,7 @@ use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use zookeeper::{Error, ZooKeeper};
+use zookeeper::{Error, Timeout, ZooKeeper};
 
 /// Name prefix of lease nodes.
 const LEASE: &str = "lease-";
@@ -178,7 +180,8 @@ impl Semaphore {
     }
 
     /// Acquires a permit, waiting up to `timeout`. On timeout the request is withdrawn.
-    pub fn acquire(&self, timeout: Duration) -> Result<Lease> {
+    pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<Lease> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         let step_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
         if !self.checked.load(Ordering::Relaxed) {
@@ -241,7 +244,7 @@ impl Semaphore {
             let index = list
                 .iter()
                 .position(|m| m.name == lease.node())
-                .ok_or(RecipeError::Lost("the lease request node is gone"))?;
+                .ok_or(RecipeError::Lost(LossReason::NodeGone))?;
             if index < permits {
                 return Ok(());
             }

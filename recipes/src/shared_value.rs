@@ -75,8 +75,10 @@
 //! - [`ValueWatch`] does not deliver every intermediate value, and does not report a
 //!   deletion (the node's re-creation, with its initial value, is reported).
 
+use crate::error::LossReason;
 use crate::support::{
-    await_reconnect, check_base_path, check_event, create_if_absent, retry, session_error, Deadline,
+    await_reconnect, check_base_path, check_event, create_if_absent, retry, session_error,
+    Deadline, DeadlineExt,
 };
 use crate::{NodeOptions, RecipeError, Result};
 use crossbeam_channel::{select, Receiver, Sender};
@@ -795,7 +797,7 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
                 drop(state);
                 follower.latest.changed.notify_all();
             })
-            .map_err(|_| RecipeError::Lost("could not start the value watch thread"))?;
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ValueWatch {
             latest,
             seen: 0,
@@ -894,8 +896,8 @@ impl<L: Layout> Follower<L> {
                     Err(Error::NoNode) => Ok(watch),
                     Err(error) => {
                         // The value it guards is unknown: take it off and read afresh.
-                        if self.zk.remove_watch(&watch, false).is_err() {
-                            let _ = self.zk.remove_watch(&watch, true);
+                        if self.zk.remove_watch(&watch).is_err() {
+                            let _ = self.zk.remove_watch(&watch);
                         }
                         Err(error)
                     }
@@ -935,8 +937,8 @@ impl<L: Layout> Follower<L> {
                 recv(self.stop) -> _ => {
                     // Take the watch off, server side too (locally while disconnected),
                     // rather than leave it registered until the node changes.
-                    if self.zk.remove_watch(&watch, false).is_err() {
-                        let _ = self.zk.remove_watch(&watch, true);
+                    if self.zk.remove_watch(&watch).is_err() {
+                        let _ = self.zk.remove_watch(&watch);
                     }
                     return None;
                 }

@@ -21,47 +21,16 @@ use zookeeper::{CreateMode, Error, EventType, SessionState, Stat, Watch, Watched
 // Time: deadlines and patience.
 // ---------------------------------------------------------------------------------------
 
-/// Longest timeout honoured (longer ones are clamped): keeps `Instant` arithmetic inside
-/// the type's range.
-const MAX_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+pub(crate) use zookeeper::Deadline;
 
-/// A point in time a blocking call must not wait past, or none.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Deadline(Option<Instant>);
-
-impl Deadline {
-    /// `timeout` from now.
-    pub(crate) fn after(timeout: Duration) -> Deadline {
-        let now = Instant::now();
-        Deadline(Some(
-            now.checked_add(timeout.min(MAX_TIMEOUT))
-                .unwrap_or(now + Duration::from_secs(3600)),
-        ))
-    }
-
-    /// No deadline: wait as long as it takes.
-    pub(crate) fn never() -> Deadline {
-        Deadline(None)
-    }
-
-    /// The deadline's instant (`None`: no deadline).
-    pub(crate) fn instant(self) -> Option<Instant> {
-        self.0
-    }
-
-    /// Time left: zero once passed, `None` without a deadline.
-    pub(crate) fn remaining(self) -> Option<Duration> {
-        self.0
-            .map(|at| at.saturating_duration_since(Instant::now()))
-    }
-
-    /// Whether the deadline has passed.
-    pub(crate) fn expired(self) -> bool {
-        self.remaining().is_some_and(|left| left.is_zero())
-    }
-
+/// The recipes' check of a [`Deadline`].
+pub(crate) trait DeadlineExt {
     /// `Err(Timeout)` once the deadline has passed.
-    pub(crate) fn check(self) -> Result<()> {
+    fn check(self) -> Result<()>;
+}
+
+impl DeadlineExt for Deadline {
+    fn check(self) -> Result<()> {
         if self.expired() {
             return Err(RecipeError::Timeout);
         }
@@ -366,7 +335,7 @@ pub(crate) fn counted_wait<T>(waiting: &AtomicU64, wait: impl FnOnce() -> T) -> 
 /// registered until its node changes. Local removal: works while disconnected too; the
 /// server's copy then fires into nothing. Failing means it has fired or gone already.
 pub(crate) fn withdraw_watch(zk: &ZooKeeper, watch: &Watch) {
-    let _ = zk.remove_watch(watch, true);
+    let _ = zk.remove_watch(watch);
 }
 
 /// Waits for `watch` until `deadline`, counted in `waiting`: `Ok(Some(event))` once it

@@ -115,19 +115,20 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_recipes::work_queue::WorkQueue;
+//! use zookeeper_recipes::{work_queue::WorkQueue, OptionalExtension};
 //! use zookeeper::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let links = WorkQueue::new(&zk, "/crawler")?;
 //! links.put(b"https://example.com/")?;
-//! if let Some(item) = links.take_timeout(Duration::from_secs(1))? {
+//! if let Some(item) = links.take(Duration::from_secs(1)).optional()? {
 //!     println!("crawling {}", String::from_utf8_lossy(item.data()));
 //!     item.complete()?; // or item.release()? to give it back
 //! }
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
+use crate::error::LossReason;
 use crate::queue::{split_items, ItemStore, RECEIPTS};
 use crate::recovery::{children_or_none, name_in_range, random_below, restart_dir, Restart};
 use crate::support::{
@@ -144,7 +145,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use zookeeper::{CreateMode, Error, Op, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, Timeout, Watch, WatchedEvent, ZooKeeper};
 
 /// Largest item [`WorkQueue::put`] accepts: the client's data limit less room for the
 /// lock node a claim creates in the same multi.
@@ -248,7 +249,7 @@ impl Drop for WorkQueue {
         // the queue next changes.
         let mut head = self.head.lock();
         for watch in [head.items.take(), head.locks.take()].into_iter().flatten() {
-            let _ = self.zk.remove_watch(&watch, true);
+            let _ = self.zk.remove_watch(&watch);
         }
     }
 }
@@ -358,18 +359,18 @@ impl WorkQueue {
         self.claim_any(Deadline::never(), false)
     }
 
-    /// Claims an item, waiting as long as it takes.
-    pub fn take(&self) -> Result<WorkItem> {
+    /// Claims an item, waiting at most `timeout` ([`Timeout::Never`]: as long as it
+    /// takes): `Err(Timeout)` if none became available.
+    pub fn take(&self, timeout: impl Into<Timeout>) -> Result<WorkItem> {
+        let deadline = timeout.into().deadline();
         loop {
-            if let Some(item) = self.take_until(Deadline::never())? {
+            if let Some(item) = self.take_until(deadline)? {
                 return Ok(item);
             }
+            if deadline.expired() {
+                return Err(RecipeError::Timeout);
+            }
         }
-    }
-
-    /// Claims an item, waiting at most `timeout`: `None` if none became available.
-    pub fn take_timeout(&self, timeout: Duration) -> Result<Option<WorkItem>> {
-        self.take_until(Deadline::after(timeout))
     }
 
     /// Items in the queue now, in progress or not.
@@ -697,9 +698,7 @@ impl WorkQueue {
             let mut line = members(children, ANY_NAME);
             line.retain(|w| w.in_range());
             let Some(position) = line.iter().position(|w| w.name == waiter) else {
-                return Err(RecipeError::Lost(
-                    "the waiter node vanished (session expired or node deleted)",
-                ));
+                return Err(RecipeError::Lost(LossReason::NodeGone));
             };
             if position == 0 {
                 return self.head_turn(deadline);
@@ -1000,9 +999,7 @@ impl WorkItem {
             match self.zk.multi(ops) {
                 Ok(_) => return Ok(()),
                 Err(Error::MultiFailed { .. }) => {
-                    return Err(RecipeError::Lost(
-                        "the work item is no longer held by this claim",
-                    ))
+                    return Err(RecipeError::Lost(LossReason::NotHeld))
                 }
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
@@ -1028,9 +1025,7 @@ impl WorkItem {
                     return if applied {
                         Ok(())
                     } else {
-                        Err(RecipeError::Lost(
-                            "the work item is no longer held by this claim",
-                        ))
+                        Err(RecipeError::Lost(LossReason::NotHeld))
                     };
                 }
                 Err(error) => return Err(error.into()),

@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper_recipes::bounded_queue::{BoundedQueue, Offer};
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
 
 #[test]
@@ -29,10 +31,10 @@ fn a_full_queue_refuses_until_a_take() {
         Offer::Full
     );
     assert_eq!(queue.len().unwrap(), 2, "a refused put left nothing behind");
-    assert_eq!(queue.get().unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"a"[..]));
     assert_eq!(queue.try_put(b"c").unwrap(), Offer::Enqueued);
-    assert_eq!(queue.take().unwrap(), b"b");
-    assert_eq!(queue.take().unwrap(), b"c");
+    assert_eq!(queue.take(Timeout::Never).unwrap(), b"b");
+    assert_eq!(queue.take(Timeout::Never).unwrap(), b"c");
     assert!(queue.is_empty().unwrap());
 }
 
@@ -84,7 +86,8 @@ fn concurrent_producers_never_exceed_the_bound() {
         let len = observer.len().unwrap();
         assert!(len <= MAX, "{len} items in a queue bounded at {MAX}");
         let item = observer
-            .take_timeout(Duration::from_secs(30))
+            .take(Duration::from_secs(30))
+            .optional()
             .unwrap()
             .expect("an item");
         assert!(seen.insert(item), "an item delivered twice");
@@ -107,9 +110,9 @@ fn a_blocked_put_wakes_on_a_take_elsewhere() {
         thread::spawn(move || producer.put_timeout(b"second", Duration::from_secs(60)))
     };
     wait_until("the producer is blocked", || producer.waiting() == 1);
-    assert_eq!(consumer.take().unwrap(), b"first");
+    assert_eq!(consumer.take(Timeout::Never).unwrap(), b"first");
     assert_eq!(blocked.join().unwrap().unwrap(), Offer::Enqueued);
-    assert_eq!(consumer.take().unwrap(), b"second");
+    assert_eq!(consumer.take(Timeout::Never).unwrap(), b"second");
 }
 
 /// The put's multi (item, receipt, gate) is applied but its reply lost: the put
@@ -134,9 +137,9 @@ fn a_put_whose_reply_is_lost_is_applied_once() {
     assert_eq!(observer.exists(&path).unwrap().unwrap().version, 1);
     assert_eq!(queue.try_put(b"twice").unwrap(), Offer::Enqueued);
     assert_eq!(queue.try_put(b"thrice").unwrap(), Offer::Full);
-    assert_eq!(queue.get().unwrap().as_deref(), Some(&b"once"[..]));
-    assert_eq!(queue.get().unwrap().as_deref(), Some(&b"twice"[..]));
-    assert_eq!(queue.get().unwrap(), None);
+    assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"once"[..]));
+    assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"twice"[..]));
+    assert_eq!(queue.try_take().unwrap(), None);
 }
 
 /// At the ends of the server's counters, on a server started from a crafted data
@@ -185,8 +188,11 @@ fn the_bound_holds_at_the_counters_ends() {
     assert_eq!(end.len().unwrap(), 1, "the out-of-range item was removed");
     assert_eq!(end.try_put(b"second").unwrap(), Offer::Enqueued);
     assert_eq!(end.try_put(b"third").unwrap(), Offer::Full);
-    assert_eq!(end.get().unwrap().as_deref(), Some(&b"past the end"[..]));
-    assert_eq!(end.get().unwrap().as_deref(), Some(&b"second"[..]));
+    assert_eq!(
+        end.try_take().unwrap().as_deref(),
+        Some(&b"past the end"[..])
+    );
+    assert_eq!(end.try_take().unwrap().as_deref(), Some(&b"second"[..]));
     drop((gate, end));
     zk.close().unwrap();
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use zookeeper_recipes::OptionalExtension;
 
 use zk_harness::history::{
     check_fifo, check_lock, check_queue, check_semaphore, check_unique_ids, check_work_queue,
@@ -136,7 +137,8 @@ fn lock_and_election_have_one_holder_across_the_sequence_end() {
             let mut out = Vec::new();
             for _ in 0..6 {
                 let guard = lock
-                    .acquire_timeout(WAIT)
+                    .acquire(WAIT)
+                    .optional()
                     .expect("acquire")
                     .expect("acquired within the deadline");
                 let start = monotonic_nanos();
@@ -398,7 +400,8 @@ fn queue_run(
                     while taken.load(Ordering::SeqCst) < total {
                         assert!(Instant::now() < deadline, "items missing after {WAIT:?}");
                         if let Some(data) = queue
-                            .take_timeout(Duration::from_millis(200))
+                            .take(Duration::from_millis(200))
+                            .optional()
                             .expect("take")
                         {
                             out.push(Take {
@@ -467,7 +470,8 @@ fn work_queue_run(
                 while done.load(Ordering::SeqCst) < total {
                     assert!(Instant::now() < deadline, "items missing after {WAIT:?}");
                     if let Some(item) = queue
-                        .take_timeout(Duration::from_millis(100))
+                        .take(Duration::from_millis(100))
+                        .optional()
                         .expect("take")
                     {
                         let name = String::from_utf8(item.data().to_vec()).expect("utf-8");
@@ -617,7 +621,9 @@ fn ids_and_shared_values_are_exact_across_the_version_ends() {
         ] {
             let path = counter.clone();
             let ids: Vec<IssuedId> = on_threads(&server, 4, move |i, zk| {
-                let ids = IdGenerator::with_batch(&zk, &path, batch).expect("generator");
+                let ids = IdGenerator::new(&zk, &path)
+                    .and_then(|ids| ids.with_batch(batch))
+                    .expect("generator");
                 (0..8)
                     .map(|_| IssuedId {
                         id: ids.next_id().expect("next id").to_string(),

@@ -9,7 +9,9 @@ use common::{
     child_session, connect, connect_to, opcode, report_and_hang, unique_path, Child, FaultProxy,
 };
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::OptionalExtension;
 
 const CHILD_ENV: &str = "RECIPES_DEAD_LETTER_TEST_CHILD";
 const CHILD_SESSION: Duration = Duration::from_secs(4);
@@ -66,7 +68,8 @@ fn a_killed_consumers_claim_counts_an_attempt() {
     assert_eq!(child.wait_for_marker("TOOK "), "poison 1");
     child.kill();
     let item = queue
-        .take_timeout(Duration::from_secs(30))
+        .take(Duration::from_secs(30))
+        .optional()
         .unwrap()
         .expect("the item came back after the child's session ended");
     assert_eq!(item.attempt(), 2);
@@ -90,7 +93,7 @@ fn child_consumer() {
         return;
     };
     let queue = WorkQueue::new(&zk, &path).unwrap().with_dead_letter(2);
-    let item = queue.take().unwrap();
+    let item = queue.take(Timeout::Never).unwrap();
     report_and_hang(&format!(
         "TOOK {} {}",
         String::from_utf8_lossy(item.data()),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
 use zookeeper_recipes::delayed_queue::DelayedQueue;
+use zookeeper_recipes::OptionalExtension;
 
 #[test]
 fn nothing_is_delivered_before_its_due_time() {
@@ -18,12 +19,17 @@ fn nothing_is_delivered_before_its_due_time() {
         .put_after(b"later", Duration::from_millis(1500))
         .unwrap();
     queue.put_after(b"now", Duration::ZERO).unwrap();
-    assert_eq!(queue.get().unwrap().unwrap(), b"now");
+    assert_eq!(queue.try_take().unwrap().unwrap(), b"now");
     if SystemTime::now() < later {
-        assert_eq!(queue.get().unwrap(), None, "delivered before its due time");
+        assert_eq!(
+            queue.try_take().unwrap(),
+            None,
+            "delivered before its due time"
+        );
     }
     let item = queue
-        .take_timeout(Duration::from_secs(30))
+        .take(Duration::from_secs(30))
+        .optional()
         .unwrap()
         .expect("delivered once due");
     assert!(SystemTime::now() >= later, "delivered before its due time");
@@ -43,7 +49,7 @@ fn earliest_due_first_then_put_order() {
     queue.put_at(b"d", ago(2)).unwrap();
     queue.put_at(b"epoch", SystemTime::UNIX_EPOCH).unwrap();
     let mut order = Vec::new();
-    while let Some(item) = queue.get().unwrap() {
+    while let Some(item) = queue.try_take().unwrap() {
         order.push(String::from_utf8(item).unwrap());
     }
     assert_eq!(order, ["epoch", "b", "c", "d", "a"]);
@@ -59,7 +65,7 @@ fn a_blocked_take_waits_for_the_due_time_without_polling() {
     let queue = DelayedQueue::new(&zk, &path).unwrap();
     let due = queue.put_after(b"due", Duration::from_secs(2)).unwrap();
     let before = proxy.requests().len();
-    let item = queue.take_timeout(Duration::from_secs(30)).unwrap();
+    let item = queue.take(Duration::from_secs(30)).optional().unwrap();
     assert_eq!(item.as_deref(), Some(&b"due"[..]));
     assert!(SystemTime::now() >= due);
     let sent: Vec<i32> = proxy.requests()[before..]
@@ -89,14 +95,14 @@ fn a_put_due_now_wakes_a_take_waiting_for_a_later_item() {
         .unwrap();
     let taker = {
         let consumer = Arc::clone(&consumer);
-        thread::spawn(move || consumer.take_timeout(Duration::from_secs(30)))
+        thread::spawn(move || consumer.take(Duration::from_secs(30)).optional())
     };
     wait_until("the consumer is blocked", || consumer.waiting() == 1);
     let producer = DelayedQueue::new(&connect(), &path).unwrap();
     producer.put_after(b"now", Duration::ZERO).unwrap();
     assert_eq!(taker.join().unwrap().unwrap().as_deref(), Some(&b"now"[..]));
     assert_eq!(consumer.len().unwrap(), 1, "the later item stays");
-    assert_eq!(consumer.get().unwrap(), None);
+    assert_eq!(consumer.try_take().unwrap(), None);
 }
 
 /// A put whose reply is lost enqueues exactly once.
@@ -109,5 +115,5 @@ fn a_put_whose_reply_is_lost_enqueues_once() {
     queue.put_after(b"once", Duration::ZERO).unwrap();
     assert!(proxy.has_cut());
     assert_eq!(queue.len().unwrap(), 1);
-    assert_eq!(queue.get().unwrap().unwrap(), b"once");
+    assert_eq!(queue.try_take().unwrap().unwrap(), b"once");
 }

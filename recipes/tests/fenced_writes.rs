@@ -5,6 +5,7 @@ mod common;
 
 use common::{connect, connect_to, unique_path, Proxy};
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper::{Acl, CreateMode, Error, Op, OpResult, ZooKeeper};
 use zookeeper_recipes::lock::{Lock, LockLayout};
 use zookeeper_recipes::multi_lock::MultiLock;
@@ -33,7 +34,7 @@ fn fenced_write_applies_while_held() {
         let lock = Lock::new(&zk, &format!("{path}/{layout:?}"))
             .unwrap()
             .with_layout(layout);
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         let results = guard
             .fenced_multi(&[Op::set_data(&data, format!("{layout:?}").as_bytes(), -1)])
             .unwrap();
@@ -44,7 +45,7 @@ fn fenced_write_applies_while_held() {
     }
     // A failing operation of the caller's is reported with its own index.
     let lock = Lock::new(&zk, &format!("{path}/native")).unwrap();
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     let missing = format!("{path}-missing");
     match guard.fenced_multi(&[
         Op::set_data(&data, b"x", -1),
@@ -77,9 +78,12 @@ fn stale_holder_cannot_write() {
     let path = unique_path("stale");
     let data = data_node(&zk, &path);
     let lock = Lock::new(&zk, &path).unwrap();
-    let stale = lock.acquire().unwrap();
+    let stale = lock.acquire(Timeout::Never).unwrap();
     other.delete(stale.node(), None).unwrap();
-    let fresh = Lock::new(&other, &path).unwrap().acquire().unwrap();
+    let fresh = Lock::new(&other, &path)
+        .unwrap()
+        .acquire(Timeout::Never)
+        .unwrap();
     fresh
         .fenced_multi(&[Op::set_data(&data, b"fresh", -1)])
         .unwrap();
@@ -102,8 +106,8 @@ fn stale_holder_cannot_write() {
         Err(RecipeError::Lost(_))
     ));
     let reentrant = ReentrantLock::new(&zk, &format!("{path}-re")).unwrap();
-    let outer = reentrant.acquire().unwrap();
-    let inner = reentrant.acquire().unwrap();
+    let outer = reentrant.acquire(Timeout::Never).unwrap();
+    let inner = reentrant.acquire(Timeout::Never).unwrap();
     other.delete(&inner.node(), None).unwrap();
     assert!(matches!(
         inner.fenced_multi(&[Op::set_data(&data, b"stale", -1)]),
@@ -111,7 +115,7 @@ fn stale_holder_cannot_write() {
     ));
     drop((inner, outer));
     let multi = MultiLock::new(&zk, &[&format!("{path}-m1"), &format!("{path}-m2")]).unwrap();
-    let both = multi.acquire().unwrap();
+    let both = multi.acquire(Timeout::Never).unwrap();
     both.fenced_multi(&[Op::set_data(&data, b"both", -1)])
         .unwrap();
     other.delete(both.guards()[1].node(), None).unwrap();
@@ -138,14 +142,17 @@ fn expired_holder_cannot_write() {
     let lock = Lock::new(&zk, &path)
         .unwrap()
         .with_disconnect_grace(Duration::from_secs(60));
-    let stale = lock.acquire().unwrap();
+    let stale = lock.acquire(Timeout::Never).unwrap();
     proxy.cut();
     let thief = ZooKeeper::builder(&hosts)
         .session(zk.client_id().unwrap())
         .connect()
         .unwrap();
     thief.close().unwrap();
-    let fresh = Lock::new(&other, &path).unwrap().acquire().unwrap();
+    let fresh = Lock::new(&other, &path)
+        .unwrap()
+        .acquire(Timeout::Never)
+        .unwrap();
     fresh
         .fenced_multi(&[Op::set_data(&data, b"fresh", -1)])
         .unwrap();

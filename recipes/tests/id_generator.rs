@@ -56,7 +56,9 @@ fn ids_start_at_one_and_increase() {
     assert_eq!((stats.ids, stats.reservations, stats.conflicts), (2, 2, 0));
 
     // A second generator on the same counter continues above it.
-    let batched = IdGenerator::with_batch(&zk, &path, 10).unwrap();
+    let batched = IdGenerator::new(&zk, &path)
+        .and_then(|ids| ids.with_batch(10))
+        .unwrap();
     assert_eq!(batched.next_id().unwrap(), 3);
     assert_eq!(batched.remaining_in_batch(), 9);
     assert_eq!(ids.next_id().unwrap(), 13);
@@ -76,7 +78,7 @@ fn seeded_and_corrupt_counters() {
     assert!(matches!(ids.next_id(), Err(RecipeError::Corrupt(_))));
 
     assert!(matches!(
-        IdGenerator::with_batch(&zk, &path, 0),
+        IdGenerator::new(&zk, &path).and_then(|ids| ids.with_batch(0)),
         Err(RecipeError::InvalidArgument(_))
     ));
 
@@ -91,7 +93,11 @@ fn unique_across_eight_threads() {
     let hosts = zk_harness::shared_test_connect_string();
     let shared_zk = connect_to(&hosts);
     let path = counter(&shared_zk, "threads");
-    let shared = Arc::new(IdGenerator::with_batch(&shared_zk, &path, 7).unwrap());
+    let shared = Arc::new(
+        IdGenerator::new(&shared_zk, &path)
+            .and_then(|ids| ids.with_batch(7))
+            .unwrap(),
+    );
     let per_thread = 150;
     let workers: Vec<_> = (0..8)
         .map(|worker| {
@@ -102,7 +108,9 @@ fn unique_across_eight_threads() {
                 let ids: &IdGenerator = if worker < 4 {
                     own_zk = connect_to(&hosts);
                     let batch = if worker % 2 == 0 { 1 } else { 5 };
-                    own = IdGenerator::with_batch(&own_zk, &path, batch).unwrap();
+                    own = IdGenerator::new(&own_zk, &path)
+                        .and_then(|ids| ids.with_batch(batch))
+                        .unwrap();
                     &own
                 } else {
                     &shared
@@ -142,7 +150,9 @@ fn child_process_entry() {
     let count: usize = parts.next().unwrap().parse().unwrap();
     let batch: u64 = parts.next().unwrap().parse().unwrap();
     let zk = connect();
-    let ids = IdGenerator::with_batch(&zk, &path, batch).unwrap();
+    let ids = IdGenerator::new(&zk, &path)
+        .and_then(|ids| ids.with_batch(batch))
+        .unwrap();
     // Two threads per process, sharing the generator.
     let drawn: Vec<u64> = thread::scope(|s| {
         let handles: Vec<_> = (0..2)
@@ -185,7 +195,9 @@ fn unique_across_processes() {
         .collect();
     // The parent draws too, concurrently with the children.
     let zk = connect_to(&hosts);
-    let ids = IdGenerator::with_batch(&zk, &path, 2).unwrap();
+    let ids = IdGenerator::new(&zk, &path)
+        .and_then(|ids| ids.with_batch(2))
+        .unwrap();
     let mut all: Vec<u64> = (0..100).map(|_| ids.next_id().unwrap()).collect();
     for (index, child) in children.into_iter().enumerate() {
         let output = child.wait_with_output().unwrap();
@@ -212,7 +224,9 @@ fn run_workers(hosts: &str, path: &str, workers: usize, per_worker: usize, batch
             let (hosts, path) = (hosts.to_string(), path.to_string());
             thread::spawn(move || {
                 let zk = connect_to(&hosts);
-                let ids = IdGenerator::with_batch(&zk, &path, batch).unwrap();
+                let ids = IdGenerator::new(&zk, &path)
+                    .and_then(|ids| ids.with_batch(batch))
+                    .unwrap();
                 let drawn: Vec<u64> = (0..per_worker).map(|_| ids.next_id().unwrap()).collect();
                 (drawn, ids.stats())
             })
@@ -269,10 +283,12 @@ fn unique_across_server_restart() {
             thread::spawn(move || {
                 let zk = connect_to(&hosts);
                 let batch = [1, 3, 1, 4][worker];
-                let ids = IdGenerator::with_batch(&zk, &path, batch).unwrap();
+                let ids = IdGenerator::new(&zk, &path)
+                    .and_then(|ids| ids.with_batch(batch))
+                    .unwrap();
                 let mut drawn = Vec::new();
                 while !stop.load(Ordering::SeqCst) {
-                    let id = ids.next_id_timeout(Duration::from_secs(30)).unwrap();
+                    let id = ids.next_id().unwrap();
                     drawn.push(id);
                     let _ = sender.send(id);
                 }
@@ -320,7 +336,9 @@ fn a_deleted_counter_is_an_error_not_a_restart() {
     assert!(zk.exists(&never).unwrap().is_none());
 
     let path = counter(&zk, "deleted");
-    let ids = IdGenerator::with_batch(&zk, &path, 3).unwrap();
+    let ids = IdGenerator::new(&zk, &path)
+        .and_then(|ids| ids.with_batch(3))
+        .unwrap();
     let drawn: Vec<u64> = (0..6).map(|_| ids.next_id().unwrap()).collect();
     assert_eq!(drawn, [1, 2, 3, 4, 5, 6]);
     assert_eq!(ids.remaining_in_batch(), 0);
@@ -328,7 +346,7 @@ fn a_deleted_counter_is_an_error_not_a_restart() {
     assert!(matches!(ids.next_id(), Err(RecipeError::Lost(_))));
     // A generator opened afterwards (another process, a restart) must not start over.
     assert!(matches!(
-        IdGenerator::with_batch(&zk, &path, 3),
+        IdGenerator::new(&zk, &path).and_then(|ids| ids.with_batch(3)),
         Err(RecipeError::Lost(_))
     ));
     assert!(

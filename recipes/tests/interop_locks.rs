@@ -8,10 +8,12 @@ use common::{connect, unique_path};
 use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{max_overlap, monotonic_ns, sections_at, Participant, Peer, Section};
+use zookeeper::Timeout;
 use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 use zookeeper_recipes::lock::{Lock, LockLayout};
 use zookeeper_recipes::reentrant_lock::ReentrantLock;
 use zookeeper_recipes::rwlock::ReadWriteLock;
+use zookeeper_recipes::OptionalExtension;
 
 const T: Duration = Duration::from_secs(180);
 /// Critical sections per participant.
@@ -98,7 +100,7 @@ fn mutex_interop(participant: Participant, layout: LockLayout) {
             let run: OurRun = Box::new(move || {
                 let zk = connect();
                 let lock = Lock::new(&zk, &path).unwrap().with_layout(layout);
-                our_sections(&who, || lock.acquire().unwrap())
+                our_sections(&who, || lock.acquire(Timeout::Never).unwrap())
             });
             (name, run)
         })
@@ -127,7 +129,7 @@ fn kazoo_sees_only_the_kazoo_layout() {
     let mut kazoo = start(Participant::KazooLock, &path);
 
     let native = Lock::new(&zk, &path).unwrap();
-    let held = native.acquire().unwrap();
+    let held = native.acquire(Timeout::Never).unwrap();
     kazoo.send_acquire().unwrap();
     kazoo.finish_acquire(T).unwrap();
     eprintln!("native layout: kazoo acquired while our guard was held (overlap)");
@@ -140,7 +142,7 @@ fn kazoo_sees_only_the_kazoo_layout() {
     let kazoo_layout = Lock::new(&zk, &path)
         .unwrap()
         .with_layout(LockLayout::Kazoo);
-    let held = kazoo_layout.acquire().unwrap();
+    let held = kazoo_layout.acquire(Timeout::Never).unwrap();
     kazoo.send_acquire().unwrap();
     assert!(
         !kazoo.answered_within(Duration::from_millis(1500)).unwrap(),
@@ -235,7 +237,9 @@ fn semaphore_interop(participant: Participant, layout: SemaphoreLayout) {
             let run: OurRun = Box::new(move || {
                 let zk = connect();
                 let pool = LeaseSemaphore::new(&zk, &path, PERMITS, layout).unwrap();
-                our_sections(&who, || pool.acquire(1, T).unwrap().expect("a lease"))
+                our_sections(&who, || {
+                    pool.acquire(1, T).optional().unwrap().expect("a lease")
+                })
             });
             (name, run)
         })
@@ -283,8 +287,8 @@ fn curator_mutex_and_reentrant_lock() {
             .unwrap()
             .with_layout(LockLayout::Curator);
         our_sections("rust-reentrant", || {
-            let outer = lock.acquire().unwrap();
-            let inner = lock.acquire().unwrap();
+            let outer = lock.acquire(Timeout::Never).unwrap();
+            let inner = lock.acquire(Timeout::Never).unwrap();
             assert_eq!(inner.hold_count(), 2);
             (inner, outer)
         })

@@ -743,9 +743,12 @@ fn a_lost_create_is_found_on_a_lagging_member_after_sync() {
     let path = unique_path("lagging");
     let admin = connect_to(&ens.member(a).connect_string());
     zookeeper_recipes::util::ensure_path(&admin, &path).unwrap();
-    ens.stall_member(b).unwrap(); // (waits for B to have the directory first)
     let proxy = ens.proxy(a);
     let zk = connect_to(&ens.connect_string(a));
+    // Stall B only once it has the client's session: a client that has seen a zxid
+    // (a ping reply carries the server's latest) is refused by a member behind it
+    // ("has seen zxid ... client must try another server") and never reconnects there.
+    ens.stall_member(b).unwrap(); // (waits for B to catch up first)
     let mark = proxy.mark();
     proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE2);
     proxy.redirect(ens.member(b).connect_string()).unwrap();

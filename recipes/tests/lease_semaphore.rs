@@ -8,6 +8,7 @@ use common::{assert_no_leftover_contexts, connect, connect_to, unique_path};
 use ordered_support::{eventually, op, shared_server_addr, RequestProxy};
 use std::time::Duration;
 use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
 
 #[test]
@@ -20,6 +21,7 @@ fn acquire_n_is_all_or_nothing() {
         let theirs = LeaseSemaphore::new(&other, &path, 3, layout).unwrap();
         let two = pool
             .acquire(2, Duration::from_secs(30))
+            .optional()
             .unwrap()
             .expect("two free");
         assert_eq!(two.len(), 2);
@@ -27,6 +29,7 @@ fn acquire_n_is_all_or_nothing() {
         // Two more do not fit: none is kept.
         assert!(theirs
             .acquire(2, Duration::from_millis(300))
+            .optional()
             .unwrap()
             .is_none());
         assert_eq!(
@@ -36,13 +39,19 @@ fn acquire_n_is_all_or_nothing() {
         );
         let one = theirs
             .acquire(1, Duration::from_secs(30))
+            .optional()
             .unwrap()
             .expect("the third");
-        assert!(theirs.acquire(1, Duration::ZERO).unwrap().is_none());
+        assert!(theirs
+            .acquire(1, Duration::ZERO)
+            .optional()
+            .unwrap()
+            .is_none());
         let mut two = two;
         two.pop().unwrap().release().unwrap();
         let again = theirs
             .acquire(1, Duration::from_secs(30))
+            .optional()
             .unwrap()
             .expect("a released lease is free again");
         assert!(again[0].is_held().unwrap());
@@ -62,7 +71,7 @@ fn kazoo_layout_checks_the_maximum() {
     let zk = connect();
     let path = unique_path("max");
     let pool = LeaseSemaphore::new(&zk, &path, 2, SemaphoreLayout::Kazoo).unwrap();
-    drop(pool.acquire(1, Duration::from_secs(30)).unwrap());
+    drop(pool.acquire(1, Duration::from_secs(30)).optional().unwrap());
     assert_eq!(zk.get(&path).unwrap().0, b"2");
     let other = LeaseSemaphore::new(&zk, &path, 3, SemaphoreLayout::Kazoo).unwrap();
     assert!(matches!(
@@ -90,7 +99,7 @@ fn lost_lease_create_is_not_repeated() {
             proxy.wait_lost(2);
             taking.join().unwrap()
         });
-        let leases = leases.unwrap().expect("a lease");
+        let leases = leases.unwrap();
         let direct = connect();
         let held = pool.held().unwrap();
         eprintln!("{layout:?}: {held} lease(s) after two lost creates");

@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use zookeeper::Timeout;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::lock::{Lock, LockLost};
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::{NodeOptions, RecipeError};
 
 /// Set in a child process started by `holder_killed_in_another_process_releases_the_lock`.
@@ -55,7 +57,7 @@ fn mutual_exclusion_between_threads() {
             let counter = Arc::clone(&counter);
             thread::spawn(move || {
                 for _ in 0..ROUNDS {
-                    let guard = lock.acquire().unwrap();
+                    let guard = lock.acquire(Timeout::Never).unwrap();
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                     let value = counter.load(Ordering::SeqCst);
                     thread::yield_now();
@@ -92,7 +94,8 @@ fn try_and_timed_acquire() {
 
     let started = Instant::now();
     assert!(other
-        .acquire_timeout(Duration::from_millis(300))
+        .acquire(Duration::from_millis(300))
+        .optional()
         .unwrap()
         .is_none());
     let waited = started.elapsed();
@@ -117,7 +120,7 @@ fn release_wakes_only_the_next_waiter() {
     const WAITERS: usize = 5;
     let path = unique_path("herd");
     let holder = Lock::new(&connect(), &path).unwrap();
-    let guard = holder.acquire().unwrap();
+    let guard = holder.acquire(Timeout::Never).unwrap();
 
     let locks: Vec<Arc<Lock>> = (0..WAITERS)
         .map(|_| Arc::new(Lock::new(&connect(), &path).unwrap()))
@@ -131,7 +134,7 @@ fn release_wakes_only_the_next_waiter() {
         let lock = Arc::clone(lock);
         let got_tx = got_tx.clone();
         threads.push(thread::spawn(move || {
-            let guard = lock.acquire().unwrap();
+            let guard = lock.acquire(Timeout::Never).unwrap();
             got_tx.send(i).unwrap();
             release_rx.recv().unwrap();
             guard.release().unwrap();
@@ -166,7 +169,7 @@ fn guard_reports_its_node_deleted() {
     let zk = connect();
     let path = unique_path("deleted");
     let lock = Lock::new(&zk, &path).unwrap();
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     let lost = guard.lost();
     assert!(!guard.is_lost());
     connect().delete(guard.node(), None).unwrap();
@@ -194,8 +197,8 @@ fn guard_reports_session_loss() {
     let tolerant = Lock::new(&zk, &format!("{path}/tolerant"))
         .unwrap()
         .with_disconnect_grace(Duration::from_secs(60));
-    let strict_guard = strict.acquire().unwrap();
-    let tolerant_guard = tolerant.acquire().unwrap();
+    let strict_guard = strict.acquire(Timeout::Never).unwrap();
+    let tolerant_guard = tolerant.acquire(Timeout::Never).unwrap();
     let strict_lost = strict_guard.lost();
     let tolerant_lost = tolerant_guard.lost();
 
@@ -248,7 +251,7 @@ fn losses_before_the_first_lost_call_are_reported() {
     let zk = connect();
     let path = unique_path("late");
     let lock = Lock::new(&zk, &path).unwrap();
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     assert_no_leftover_contexts(&zk);
     connect().delete(guard.node(), None).unwrap();
     assert_eq!(
@@ -265,7 +268,7 @@ fn losses_before_the_first_lost_call_are_reported() {
     let proxy = Proxy::start(server);
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &unique_path("late-disconnect")).unwrap();
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     proxy.cut();
     wait_until("the disconnection reported", || guard.is_lost());
     assert_eq!(guard.lost_reason(), Some(LockLost::Disconnected));
@@ -274,7 +277,7 @@ fn losses_before_the_first_lost_call_are_reported() {
     zk.wait_connected(Duration::from_secs(20)).unwrap();
     assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
     // Back in touch, a new acquisition is not lost.
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     assert!(!guard.is_lost());
     guard.release().unwrap();
 }
@@ -284,7 +287,7 @@ fn own_release_is_never_reported_as_a_loss() {
     let zk = connect();
     let lock = Lock::new(&zk, &unique_path("own-release")).unwrap();
     for _ in 0..3 {
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         let lost = guard.lost();
         // Wait for the monitor to set the watch on the node, so the delete fires it.
         wait_until("own-node watch set", || zk.live_contexts() == 1);
@@ -297,7 +300,7 @@ fn own_release_is_never_reported_as_a_loss() {
     }
     // The fired watches are gone; a guard nobody asked about sets none.
     assert_no_leftover_contexts(&zk);
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     assert_no_leftover_contexts(&zk);
     guard.release().unwrap();
 }
@@ -316,7 +319,8 @@ fn holder_killed_in_another_process_releases_the_lock() {
     let killed_at = Instant::now();
     child.kill(); // SIGKILL: no cleanup, the session just stops talking
     let guard = lock
-        .acquire_timeout(Duration::from_secs(30))
+        .acquire(Duration::from_secs(30))
+        .optional()
         .unwrap()
         .expect("the lock came back");
     let waited = killed_at.elapsed();
@@ -338,7 +342,7 @@ fn child_lock_holder() {
         return;
     };
     let lock = Lock::new(&zk, &path).unwrap();
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     report_and_hang(&format!("LOCKED {}", guard.node()));
 }
 
@@ -347,12 +351,13 @@ fn child_lock_holder() {
 fn timed_out_acquisitions_leave_nothing_registered() {
     let path = unique_path("leak");
     let holder = Lock::new(&connect(), &path).unwrap();
-    let _guard = holder.acquire().unwrap();
+    let _guard = holder.acquire(Timeout::Never).unwrap();
     let zk = connect();
     let lock = Lock::new(&zk, &path).unwrap();
     for _ in 0..30 {
         assert!(lock
-            .acquire_timeout(Duration::from_millis(10))
+            .acquire(Duration::from_millis(10))
+            .optional()
             .unwrap()
             .is_none());
     }
@@ -384,7 +389,7 @@ fn lost_create_reply_is_looked_up_after_a_sync() {
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &path).unwrap();
     proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     assert_eq!(proxy.connections(), 2, "one reconnection");
     let log = proxy.log();
     let create = log
@@ -426,7 +431,7 @@ fn acquire_timeout_keeps_its_deadline_during_the_create() {
     proxy.set_up(false);
     proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
     let started = Instant::now();
-    let outcome = lock.acquire_timeout(Duration::from_millis(500));
+    let outcome = lock.acquire(Duration::from_millis(500)).optional();
     let waited = started.elapsed();
     eprintln!("acquire_timeout(500 ms) with the reply lost: {outcome:?} after {waited:?}");
     assert!(matches!(outcome, Ok(None)), "{outcome:?}");
@@ -456,7 +461,7 @@ fn dropping_a_guard_while_disconnected_is_cheap() {
     let path = unique_path("cheap-drop");
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &path).unwrap();
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     let node = guard.node().to_string();
     proxy.cut();
     let started = Instant::now();
@@ -484,12 +489,12 @@ fn guard_acquired_after_a_reconnect_is_not_lost() {
     let proxy = RequestProxy::start(&shared_server_addr());
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &unique_path("after-reconnect")).unwrap();
-    lock.acquire().unwrap().release().unwrap();
+    lock.acquire(Timeout::Never).unwrap().release().unwrap();
     for round in 0..5 {
         proxy.cut();
         wait_until("disconnected", || !zk.state().is_connected());
         proxy.set_up(true);
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         assert_eq!(guard.lost_reason(), None, "round {round}");
         guard.release().unwrap();
     }
@@ -538,7 +543,7 @@ fn nodes_past_the_counters_end_take_no_part() {
     assert_eq!(other.holder().unwrap().as_deref(), Some("real"));
     // A waiter (number 5) waits for the real holder only.
     let waiter = thread::spawn(move || {
-        let guard = other.acquire().unwrap();
+        let guard = other.acquire(Timeout::Never).unwrap();
         let sequence = guard.sequence();
         guard.release().unwrap();
         (other, sequence)
@@ -552,7 +557,8 @@ fn nodes_past_the_counters_end_take_no_part() {
     // Now the counter is at its end (6): attempts give up, leaving nothing behind.
     assert!(other.try_acquire().unwrap().is_none());
     assert!(other
-        .acquire_timeout(Duration::from_millis(300))
+        .acquire(Duration::from_millis(300))
+        .optional()
         .unwrap()
         .is_none());
     assert_eq!(zk.get_children(&path).unwrap().len(), crafted.len());
@@ -577,14 +583,14 @@ fn at_the_counters_end_an_acquisition_waits_for_the_holders_then_restarts() {
     let lock = Lock::new(&zk, &path)
         .unwrap()
         .with_node_options(options.clone());
-    lock.acquire().unwrap().release().unwrap(); // number 0
-    let holder = lock.acquire().unwrap(); // number 1, the last below the limit
+    lock.acquire(Timeout::Never).unwrap().release().unwrap(); // number 0
+    let holder = lock.acquire(Timeout::Never).unwrap(); // number 1, the last below the limit
     let before = zk.exists(&path).unwrap().unwrap().czxid;
     let other = Lock::new(&connect(), &path)
         .unwrap()
         .with_node_options(options);
     let waiter = thread::spawn(move || {
-        let guard = other.acquire().unwrap();
+        let guard = other.acquire(Timeout::Never).unwrap();
         let seen = (guard.sequence(), guard.fencing_token());
         guard.release().unwrap();
         seen
@@ -634,7 +640,7 @@ fn mutual_exclusion_across_counter_restarts() {
                     .unwrap()
                     .with_node_options(NodeOptions::default().sequence_limit(4));
                 for _ in 0..ROUNDS {
-                    let guard = lock.acquire().unwrap();
+                    let guard = lock.acquire(Timeout::Never).unwrap();
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                     assert!((0..4).contains(&guard.sequence()), "{}", guard.sequence());
                     let token = guard.fencing_token();
@@ -676,7 +682,7 @@ fn fencing_token_grows_where_the_sequence_restarts() {
         if round == 5 {
             zk.delete(&path, None).unwrap(); // idle: e.g. a container the server removed
         }
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         sequences.push(guard.sequence());
         assert!(guard.fencing_token() > last, "round {round}");
         last = guard.fencing_token();
@@ -697,7 +703,7 @@ fn node_options_acl_protects_the_lock() {
     let lock = Lock::new(&zk, &path)
         .unwrap()
         .with_node_options(owner_only.clone());
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     let stranger = connect();
     assert_eq!(
         stranger.delete(guard.node(), None),
@@ -730,7 +736,7 @@ fn a_disconnection_nobody_watched_still_counts() {
     let proxy = RequestProxy::start(&shared_server_addr());
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &unique_path("unwatched")).unwrap();
-    let guard = lock.acquire().unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
     proxy.cut();
     wait_until("disconnected", || !zk.state().is_connected());
     proxy.set_up(true);
@@ -747,7 +753,7 @@ fn acquire_timeout_keeps_its_deadline_while_waiting_disconnected() {
     let path = unique_path("deadline-wait");
     let direct = connect();
     let holder = Lock::new(&direct, &path).unwrap();
-    let guard = holder.acquire().unwrap();
+    let guard = holder.acquire(Timeout::Never).unwrap();
     let proxy = RequestProxy::start(&shared_server_addr());
     let zk = connect_to(&proxy.addr);
     let lock = Arc::new(Lock::new(&zk, &path).unwrap());
@@ -756,7 +762,8 @@ fn acquire_timeout_keeps_its_deadline_while_waiting_disconnected() {
         thread::spawn(move || {
             let started = Instant::now();
             let outcome = lock
-                .acquire_timeout(Duration::from_secs(2))
+                .acquire(Duration::from_secs(2))
+                .optional()
                 .map(|g| g.is_some());
             (outcome, started.elapsed())
         })
@@ -791,7 +798,7 @@ fn foreign_layouts_find_a_lost_create() {
         let zk = connect_to(&proxy.addr);
         let lock = Lock::new(&zk, &path).unwrap().with_layout(layout);
         proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         proxy.wait_lost(1);
         let children = connect().get_children(&path).unwrap();
         eprintln!("{layout:?}: after the lost create: {children:?}");

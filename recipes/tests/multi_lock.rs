@@ -7,8 +7,10 @@ use common::{connect, unique_path};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper_recipes::lock::Lock;
 use zookeeper_recipes::multi_lock::MultiLock;
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
 
 #[test]
@@ -17,11 +19,15 @@ fn all_or_nothing() {
     let other = connect();
     let base = unique_path("all");
     let (a, b) = (format!("{base}/a"), format!("{base}/b"));
-    let blocker = Lock::new(&other, &b).unwrap().acquire().unwrap();
+    let blocker = Lock::new(&other, &b)
+        .unwrap()
+        .acquire(Timeout::Never)
+        .unwrap();
     let multi = MultiLock::new(&zk, &[&b, &a, &b]).unwrap();
     assert_eq!(multi.paths(), vec![a.as_str(), b.as_str()]);
     assert!(multi
-        .acquire_timeout(Duration::from_millis(300))
+        .acquire(Duration::from_millis(300))
+        .optional()
         .unwrap()
         .is_none());
     assert!(multi.try_acquire().unwrap().is_none());
@@ -67,7 +73,8 @@ fn opposite_orders_do_not_deadlock() {
                 let multi = MultiLock::new(&zk, &paths).unwrap();
                 for _ in 0..20 {
                     let guard = multi
-                        .acquire_timeout(Duration::from_secs(120))
+                        .acquire(Duration::from_secs(120))
+                        .optional()
                         .unwrap()
                         .expect("no deadlock");
                     if inside.fetch_add(1, Ordering::SeqCst) != 0 {

@@ -13,6 +13,7 @@ use zookeeper_recipes::barrier::{Barrier, DoubleBarrier};
 use zookeeper_recipes::id_generator::IdGenerator;
 use zookeeper_recipes::queue::Queue;
 use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -75,10 +76,10 @@ fn queue_nodes_take_the_acl() {
     no_auth(stranger.delete(&format!("{path}/{item}"), None));
     no_auth(stranger.set(&format!("{path}/{item}"), b"forged", None));
     assert!(matches!(
-        Queue::new(&stranger, &path).unwrap().get(),
+        Queue::new(&stranger, &path).unwrap().try_take(),
         Err(RecipeError::ZooKeeper(Error::NoAuth))
     ));
-    assert_eq!(queue.get().unwrap().as_deref(), Some(&b"secret"[..]));
+    assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"secret"[..]));
 }
 
 #[test]
@@ -89,7 +90,7 @@ fn work_queue_nodes_take_the_acl() {
         .unwrap()
         .with_node_options(only_alice());
     queue.put(b"job").unwrap();
-    let item = queue.take_timeout(WAIT).unwrap().expect("claimed");
+    let item = queue.take(WAIT).optional().unwrap().expect("claimed");
     for dir in ["items", "locks", "receipts"] {
         assert_alice_only(&zk, &format!("{path}/{dir}"));
     }
@@ -105,7 +106,8 @@ fn work_queue_nodes_take_the_acl() {
     // An idle consumer's waiter node too (a deadline long enough for the take to join
     // the line on a loaded machine before it gives up).
     assert!(queue
-        .take_timeout(Duration::from_secs(2))
+        .take(Duration::from_secs(2))
+        .optional()
         .unwrap()
         .is_none());
     assert_alice_only(&zk, &format!("{path}/waiters"));
@@ -166,13 +168,13 @@ fn container_directories_go_when_empty_and_come_back() {
         .unwrap()
         .with_node_options(containers.clone());
     queue.put(b"one").unwrap();
-    assert_eq!(queue.get().unwrap().as_deref(), Some(&b"one"[..]));
+    assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"one"[..]));
     wait_until("the emptied queue container removed", || {
         gone("/apps/queue")
     });
     queue.put(b"two").unwrap();
     assert_eq!(
-        queue.take_timeout(WAIT).unwrap().as_deref(),
+        queue.take(WAIT).optional().unwrap().as_deref(),
         Some(&b"two"[..])
     );
 
@@ -180,7 +182,8 @@ fn container_directories_go_when_empty_and_come_back() {
         .unwrap()
         .with_node_options(containers.clone());
     work.put(b"job").unwrap();
-    work.take_timeout(WAIT)
+    work.take(WAIT)
+        .optional()
         .unwrap()
         .unwrap()
         .complete()
@@ -192,7 +195,8 @@ fn container_directories_go_when_empty_and_come_back() {
     }
     work.put(b"again").unwrap();
     let item = work
-        .take_timeout(WAIT)
+        .take(WAIT)
+        .optional()
         .unwrap()
         .expect("recreated and claimed");
     assert_eq!(item.data(), b"again");

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
+use zookeeper::Timeout;
 use zookeeper::{CreateMode, EventType, Op, ZooKeeper};
 use zookeeper_recipes::election::LeaderElection;
 use zookeeper_recipes::lock::{Lock, LockGuard, LockLost};
@@ -150,7 +151,7 @@ fn background_cleanup_gives_up_and_lets_the_session_go() {
     {
         let zk = ZooKeeper::connect(&proxy.addr, Duration::from_secs(2)).unwrap();
         let lock = Lock::new(&zk, &unique_path("gone")).unwrap();
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         proxy.cut(); // the server is unreachable from now on
         drop(guard);
     }
@@ -176,7 +177,7 @@ fn the_monitor_lets_go_of_the_handle() {
         let lock = Lock::new(&zk, &unique_path("grace"))
             .unwrap()
             .with_disconnect_grace(Duration::from_secs(5));
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         assert!(
             eventually(Duration::from_secs(5), || threads_named("zk-lock-monitor")
                 == 1),
@@ -216,7 +217,7 @@ fn container_directories_go_when_idle_and_come_back() {
         .with_node_options(containers.clone());
     let wait = Duration::from_secs(20);
     for round in 0..2 {
-        let guard = lock.acquire().unwrap();
+        let guard = lock.acquire(Timeout::Never).unwrap();
         let write = rw.write(wait).unwrap();
         let lease = sem.acquire(wait).unwrap();
         let candidate =

@@ -8,8 +8,10 @@ use common::{connect, connect_to, opcode, unique_path, wait_until, FaultProxy};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper::{Acl, CreateMode};
 use zookeeper_recipes::priority_queue::PriorityQueue;
+use zookeeper_recipes::OptionalExtension;
 
 #[test]
 fn items_come_out_by_priority_then_in_put_order() {
@@ -20,15 +22,15 @@ fn items_come_out_by_priority_then_in_put_order() {
     }
     assert_eq!(queue.len().unwrap(), 6);
     let mut order = String::new();
-    while let Some(item) = queue.get().unwrap() {
+    while let Some(item) = queue.try_take().unwrap() {
         order.push_str(std::str::from_utf8(&item).unwrap());
     }
     assert_eq!(order, "dabfce");
     // The extremes of the range.
     queue.put(b"last", u32::MAX).unwrap();
     queue.put(b"first", 0).unwrap();
-    assert_eq!(queue.take().unwrap(), b"first");
-    assert_eq!(queue.take().unwrap(), b"last");
+    assert_eq!(queue.take(Timeout::Never).unwrap(), b"first");
+    assert_eq!(queue.take(Timeout::Never).unwrap(), b"last");
 }
 
 /// A take decides on a listing of its own: an urgent item put after the previous take
@@ -41,11 +43,11 @@ fn a_later_urgent_item_is_not_passed_over() {
     for i in 0..4 {
         queue.put(format!("routine {i}").as_bytes(), 10).unwrap();
     }
-    assert_eq!(queue.get().unwrap().unwrap(), b"routine 0");
+    assert_eq!(queue.try_take().unwrap().unwrap(), b"routine 0");
     let other = PriorityQueue::new(&connect(), &path).unwrap();
     other.put(b"urgent", 1).unwrap();
-    assert_eq!(queue.get().unwrap().unwrap(), b"urgent");
-    assert_eq!(queue.take().unwrap(), b"routine 1");
+    assert_eq!(queue.try_take().unwrap().unwrap(), b"urgent");
+    assert_eq!(queue.take(Timeout::Never).unwrap(), b"routine 1");
 }
 
 #[test]
@@ -53,12 +55,15 @@ fn a_blocked_take_wakes_on_a_put() {
     let path = unique_path("blocked");
     let consumer = Arc::new(PriorityQueue::new(&connect(), &path).unwrap());
     assert_eq!(
-        consumer.take_timeout(Duration::from_millis(100)).unwrap(),
+        consumer
+            .take(Duration::from_millis(100))
+            .optional()
+            .unwrap(),
         None
     );
     let taker = {
         let consumer = Arc::clone(&consumer);
-        thread::spawn(move || consumer.take_timeout(Duration::from_secs(60)))
+        thread::spawn(move || consumer.take(Duration::from_secs(60)).optional())
     };
     wait_until("the consumer is blocked", || consumer.waiting() == 1);
     let producer_zk = connect();
@@ -82,9 +87,9 @@ fn a_put_whose_reply_is_lost_enqueues_once() {
     queue.put(b"high", 2).unwrap();
     assert!(proxy.has_cut());
     assert_eq!(queue.len().unwrap(), 2);
-    assert_eq!(queue.get().unwrap().unwrap(), b"high");
-    assert_eq!(queue.get().unwrap().unwrap(), b"low");
-    assert_eq!(queue.get().unwrap(), None);
+    assert_eq!(queue.try_take().unwrap().unwrap(), b"high");
+    assert_eq!(queue.try_take().unwrap().unwrap(), b"low");
+    assert_eq!(queue.try_take().unwrap(), None);
 }
 
 /// An item numbered past the counter's end, even at the highest priority, is never
@@ -109,9 +114,13 @@ fn items_past_the_counters_end_take_no_part() {
         CreateMode::Ephemeral,
     )
     .unwrap();
-    assert_eq!(queue.get().unwrap().unwrap(), b"in range");
-    assert_eq!(queue.get().unwrap(), None, "a wrapped item was delivered");
+    assert_eq!(queue.try_take().unwrap().unwrap(), b"in range");
+    assert_eq!(
+        queue.try_take().unwrap(),
+        None,
+        "a wrapped item was delivered"
+    );
     peer.close().unwrap();
-    assert_eq!(queue.get().unwrap(), None);
+    assert_eq!(queue.try_take().unwrap(), None);
     assert!(zk.exists(&crafted).unwrap().is_none(), "orphan left behind");
 }

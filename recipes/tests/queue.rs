@@ -12,8 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use zookeeper::Timeout;
 use zookeeper::{Acl, CreateMode};
 use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::OptionalExtension;
 
 /// Waits until `n` threads are blocked in `take` on `queue`.
 fn wait_until_blocked(queue: &Queue, n: usize) {
@@ -39,19 +41,19 @@ fn items_come_out_in_put_order() {
     for i in 0..12 {
         let expected = format!("queue item {i}").into_bytes();
         let got = if i % 2 == 0 {
-            queue.get().unwrap().unwrap()
+            queue.try_take().unwrap().unwrap()
         } else {
-            queue.take().unwrap()
+            queue.take(Timeout::Never).unwrap()
         };
         assert_eq!(got, expected);
     }
-    assert_eq!(queue.get().unwrap(), None);
+    assert_eq!(queue.try_take().unwrap(), None);
     assert!(queue.is_empty().unwrap());
     // Binary and empty items round-trip.
     queue.put(&[0, 255, 10, 0]).unwrap();
     queue.put(b"").unwrap();
-    assert_eq!(queue.get().unwrap().unwrap(), vec![0, 255, 10, 0]);
-    assert_eq!(queue.get().unwrap().unwrap(), Vec::<u8>::new());
+    assert_eq!(queue.try_take().unwrap().unwrap(), vec![0, 255, 10, 0]);
+    assert_eq!(queue.try_take().unwrap().unwrap(), Vec::<u8>::new());
 }
 
 #[test]
@@ -62,7 +64,7 @@ fn take_times_out_then_wakes_on_put() {
 
     let started = Instant::now();
     assert_eq!(
-        queue.take_timeout(Duration::from_millis(300)).unwrap(),
+        queue.take(Duration::from_millis(300)).optional().unwrap(),
         None
     );
     let waited = started.elapsed();
@@ -77,7 +79,8 @@ fn take_times_out_then_wakes_on_put() {
         let consumer_queue = Arc::clone(&consumer_queue);
         thread::spawn(move || {
             let got = consumer_queue
-                .take_timeout(Duration::from_secs(20))
+                .take(Duration::from_secs(20))
+                .optional()
                 .unwrap();
             done.send(()).unwrap();
             (got, consumer_queue.wakeups())
@@ -103,7 +106,7 @@ fn take_times_out_then_wakes_on_put() {
             let queue = Arc::clone(&queue);
             let sent = sent.clone();
             thread::spawn(move || {
-                let item = queue.take_timeout(Duration::from_secs(20)).unwrap();
+                let item = queue.take(Duration::from_secs(20)).optional().unwrap();
                 sent.send(item).unwrap();
             })
         })
@@ -127,7 +130,10 @@ fn take_times_out_then_wakes_on_put() {
         taker.join().unwrap();
     }
     // A timed-out take leaves its armed watch to the value, which removes it on drop.
-    assert_eq!(other.take_timeout(Duration::from_millis(50)).unwrap(), None);
+    assert_eq!(
+        other.take(Duration::from_millis(50)).optional().unwrap(),
+        None
+    );
     drop((queue, consumer_queue, other));
     assert_no_leftover_contexts(&zk);
     assert_no_leftover_contexts(&consumer_zk);
@@ -155,7 +161,7 @@ fn concurrent_consumers_never_get_the_same_item() {
         consumers.push(thread::spawn(move || {
             let mut got = Vec::new();
             while taken.load(Ordering::SeqCst) < ITEMS {
-                if let Some(item) = queue.take_timeout(Duration::from_millis(200)).unwrap() {
+                if let Some(item) = queue.take(Duration::from_millis(200)).optional().unwrap() {
                     taken.fetch_add(1, Ordering::SeqCst);
                     got.push(String::from_utf8(item).unwrap());
                 }
@@ -181,7 +187,7 @@ fn concurrent_consumers_never_get_the_same_item() {
     let distinct: BTreeSet<_> = all.iter().cloned().collect();
     let expected: BTreeSet<_> = (0..ITEMS).map(|i| format!("{i:05}")).collect();
     assert_eq!(distinct, expected);
-    assert_eq!(producer.get().unwrap(), None);
+    assert_eq!(producer.try_take().unwrap(), None);
 }
 
 #[test]
@@ -249,7 +255,7 @@ fn puts_survive_a_server_kill_without_duplicates_or_losses() {
 
     let consumer = Queue::new(&connect_to(&connect_string), path).unwrap();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    while let Some(item) = consumer.get().unwrap() {
+    while let Some(item) = consumer.try_take().unwrap() {
         *seen.entry(String::from_utf8(item).unwrap()).or_default() += 1;
     }
     let outcomes = outcomes.lock().unwrap();
@@ -305,15 +311,20 @@ fn items_past_the_counters_end_are_never_delivered() {
     }
     queue.put(b"second").unwrap();
     assert_eq!(queue.len().unwrap(), 2, "only in-range items count");
-    assert_eq!(queue.get().unwrap().as_deref(), Some(&b"first"[..]));
+    assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"first"[..]));
     assert_eq!(
         queue
-            .take_timeout(Duration::from_secs(5))
+            .take(Duration::from_secs(5))
+            .optional()
             .unwrap()
             .as_deref(),
         Some(&b"second"[..])
     );
-    assert_eq!(queue.get().unwrap(), None, "a wrapped item was delivered");
+    assert_eq!(
+        queue.try_take().unwrap(),
+        None,
+        "a wrapped item was delivered"
+    );
     for item in &crafted {
         assert!(
             zk.exists(item).unwrap().is_some(),
@@ -322,7 +333,7 @@ fn items_past_the_counters_end_are_never_delivered() {
     }
     // The peer dies: its receipts go, the next listing removes the orphans.
     peer.close().unwrap();
-    assert_eq!(queue.get().unwrap(), None);
+    assert_eq!(queue.try_take().unwrap(), None);
     for item in &crafted {
         assert!(zk.exists(item).unwrap().is_none(), "orphan {item} left");
     }
@@ -348,7 +359,7 @@ fn an_item_whose_delete_was_sent_is_never_lost() {
     proxy.cut_after_matching(1, |r| r.op == zk_harness::OpCode::DELETE);
     let (done_tx, done) = mpsc::channel();
     let taker = thread::spawn(move || {
-        let got = consumer.take_timeout(Duration::from_millis(300));
+        let got = consumer.take(Duration::from_millis(300)).optional();
         done_tx.send(()).unwrap();
         got
     });
@@ -375,7 +386,7 @@ fn the_recovery_read_after_a_lost_delete_is_synced() {
     // Put on another session: this one's pipelined receipt delete must not take the cut.
     Queue::new(&connect(), &path).unwrap().put(b"item").unwrap();
     proxy.cut_after(opcode::DELETE);
-    assert_eq!(consumer.get().unwrap().as_deref(), Some(&b"item"[..]));
+    assert_eq!(consumer.try_take().unwrap().as_deref(), Some(&b"item"[..]));
     assert!(proxy.has_cut());
     let requests = proxy.requests();
     let last = requests.iter().map(|r| r.connection).max().unwrap();
@@ -388,7 +399,7 @@ fn the_recovery_read_after_a_lost_delete_is_synced() {
         sync.is_some() && sync < read,
         "no sync before the recovery read: {after:?} (all: {requests:?})"
     );
-    assert_eq!(consumer.get().unwrap(), None, "delivered once");
+    assert_eq!(consumer.try_take().unwrap(), None, "delivered once");
 }
 
 /// A thread riding out a lost connection while registering the queue's watch must not
@@ -404,11 +415,11 @@ fn a_take_riding_out_a_reconnect_blocks_no_other_take() {
             .unwrap()
             .with_reconnect_timeout(Duration::from_secs(60)),
     );
-    queue.get().unwrap(); // creates nothing, but proves the session works
+    queue.try_take().unwrap(); // creates nothing, but proves the session works
     proxy.cut();
     let patient = {
         let queue = Arc::clone(&queue);
-        thread::spawn(move || queue.take())
+        thread::spawn(move || queue.take(Timeout::Never))
     };
     // Let the patient take reach its watch registration (nothing signals it; if it has
     // not, the other take registers instead and the test proves less, never fails).
@@ -417,7 +428,7 @@ fn a_take_riding_out_a_reconnect_blocks_no_other_take() {
     let impatient = {
         let queue = Arc::clone(&queue);
         thread::spawn(move || {
-            let got = queue.take_timeout(Duration::from_millis(300));
+            let got = queue.take(Duration::from_millis(300)).optional();
             done_tx.send(()).unwrap();
             got
         })

@@ -7,8 +7,10 @@ use common::{connect, unique_path};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper_recipes::lock::{Lock, LockLayout};
 use zookeeper_recipes::reentrant_lock::ReentrantLock;
+use zookeeper_recipes::OptionalExtension;
 
 #[test]
 fn owner_reenters_and_last_hold_releases() {
@@ -17,10 +19,11 @@ fn owner_reenters_and_last_hold_releases() {
     let path = unique_path("reenter");
     let lock = ReentrantLock::new(&zk, &path).unwrap();
     let plain = Lock::new(&other, &path).unwrap();
-    let outer = lock.acquire().unwrap();
+    let outer = lock.acquire(Timeout::Never).unwrap();
     let inner = lock.try_acquire().unwrap().expect("the owner re-enters");
     let third = lock
-        .acquire_timeout(Duration::ZERO)
+        .acquire(Duration::ZERO)
+        .optional()
         .unwrap()
         .expect("the owner re-enters");
     assert_eq!(outer.hold_count(), 3);
@@ -52,7 +55,7 @@ fn other_threads_of_the_same_value_are_excluded() {
             .unwrap()
             .with_layout(LockLayout::Curator),
     );
-    let held = lock.acquire().unwrap();
+    let held = lock.acquire(Timeout::Never).unwrap();
     let (to_main, from_thread) = std::sync::mpsc::channel();
     let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
     let worker = {
@@ -62,7 +65,7 @@ fn other_threads_of_the_same_value_are_excluded() {
             let refused = lock.try_acquire().unwrap().is_none();
             to_main.send(refused).unwrap();
             from_main.recv().unwrap();
-            let guard = lock.acquire().unwrap();
+            let guard = lock.acquire(Timeout::Never).unwrap();
             let count = guard.hold_count();
             drop(guard);
             count

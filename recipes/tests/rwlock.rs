@@ -40,7 +40,7 @@ fn readers_share_writers_exclude() {
     );
     drop(w);
     // Timed-out requests withdrew their nodes: nothing is left.
-    assert!(zk.get_children(lock.dir()).unwrap().is_empty());
+    assert!(zk.get_children(lock.path()).unwrap().is_empty());
 }
 
 /// A reader queued behind a writer does not overtake it (FIFO), and is released when

@@ -13,8 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use zookeeper::Timeout;
 use zookeeper::{Acl, CreateMode, ZooKeeper};
 use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
 
 /// Set in a child process started by `consumer_killed_mid_item_gives_it_back`.
@@ -46,7 +48,7 @@ fn take_and_complete_in_fifo_order() {
     }
     assert_eq!(queue.len().unwrap(), 5);
     for i in 0..5 {
-        let item = queue.take().unwrap();
+        let item = queue.take(Timeout::Never).unwrap();
         assert_eq!(item.data(), format!("link {i}").as_bytes());
         assert_eq!(queue.in_progress().unwrap(), 1);
         assert!(item.is_held().unwrap());
@@ -57,7 +59,8 @@ fn take_and_complete_in_fifo_order() {
 
     let started = Instant::now();
     assert!(queue
-        .take_timeout(Duration::from_millis(300))
+        .take(Duration::from_millis(300))
+        .optional()
         .unwrap()
         .is_none());
     assert!(started.elapsed() >= Duration::from_millis(300));
@@ -79,7 +82,8 @@ fn release_and_drop_give_items_back() {
     assert_eq!(item.data(), b"only item");
     drop(item); // an unfinished item is given back
     let item = first
-        .take_timeout(Duration::from_secs(5))
+        .take(Duration::from_secs(5))
+        .optional()
         .unwrap()
         .expect("dropped item came back");
     item.complete().unwrap();
@@ -128,7 +132,8 @@ fn concurrent_consumers_process_each_item_once() {
             let processed = Arc::clone(&processed);
             thread::spawn(move || {
                 while done.load(Ordering::SeqCst) < ITEMS {
-                    let Some(item) = queue.take_timeout(Duration::from_millis(300)).unwrap() else {
+                    let Some(item) = queue.take(Duration::from_millis(300)).optional().unwrap()
+                    else {
                         continue;
                     };
                     let data = String::from_utf8(item.data().to_vec()).unwrap();
@@ -173,7 +178,8 @@ fn idle_consumers_are_not_herded() {
             let done_tx = done_tx.clone();
             thread::spawn(move || loop {
                 let item = queue
-                    .take_timeout(Duration::from_secs(60))
+                    .take(Duration::from_secs(60))
+                    .optional()
                     .unwrap()
                     .expect("an item within 60 s");
                 let stop = item.data() == b"stop";
@@ -247,7 +253,8 @@ fn consumer_killed_mid_item_gives_it_back() {
     let killed_at = Instant::now();
     child.kill(); // SIGKILL mid-item
     let item = queue
-        .take_timeout(Duration::from_secs(30))
+        .take(Duration::from_secs(30))
+        .optional()
         .unwrap()
         .expect("the item came back");
     let waited = killed_at.elapsed();
@@ -270,7 +277,7 @@ fn child_consumer() {
         return;
     };
     let queue = WorkQueue::new(&zk, &path).unwrap();
-    let item = queue.take().unwrap();
+    let item = queue.take(Timeout::Never).unwrap();
     report_and_hang(&format!("TOOK {}", String::from_utf8_lossy(item.data())));
 }
 
@@ -380,7 +387,8 @@ fn dropping_an_item_does_not_wait_for_the_server() {
     );
     proxy.restore();
     let item = other
-        .take_timeout(Duration::from_secs(30))
+        .take(Duration::from_secs(30))
+        .optional()
         .unwrap()
         .expect("released after the reconnection");
     assert_eq!(item.data(), b"half done");

@@ -51,8 +51,8 @@ pub use security::SaslConfig;
 pub use security::TlsConfig;
 pub use timeout::{Deadline, Timeout, Version};
 pub use types::{
-    Acl, ClientId, CreateMode, EventType, Perms, SessionState, Stat, WatchedEvent, WatcherType,
-    MAX_TTL,
+    Acl, ClientId, CreateMode, EventType, Perms, SessionState, Stat, WatchRemoval, WatchedEvent,
+    WatcherType, MAX_TTL,
 };
 pub use watch::Watch;
 

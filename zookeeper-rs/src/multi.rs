@@ -1,5 +1,6 @@
 //! Operations of an atomic `multi` and their results.
 
+use crate::timeout::Version;
 use crate::types::{Acl, CreateMode, Stat};
 
 /// One operation of a multi (all succeed or none is applied).
@@ -16,64 +17,69 @@ pub enum Op {
         /// Mode (TTL and container modes are not supported inside a multi by the C client).
         mode: CreateMode,
     },
-    /// Delete a node at `version` (-1: any).
+    /// Delete a node at `version`.
     Delete {
         /// Path.
         path: String,
-        /// Expected version, -1 for any.
-        version: i32,
+        /// Expected version.
+        version: Version,
     },
-    /// Set a node's data at `version` (-1: any).
+    /// Set a node's data at `version`.
     SetData {
         /// Path.
         path: String,
         /// New data.
         data: Vec<u8>,
-        /// Expected version, -1 for any.
-        version: i32,
+        /// Expected version.
+        version: Version,
     },
-    /// Fail the multi unless the node is at `version` (-1: exists).
+    /// Fail the multi unless the node is at `version` ([`Version::Any`]: unless it exists).
     Check {
         /// Path.
         path: String,
-        /// Expected version, -1 for any.
-        version: i32,
+        /// Expected version.
+        version: Version,
     },
 }
 
 impl Op {
     /// `Create` with an open ACL.
     pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Op {
+        Op::create_with_acl(path, data, &Acl::open_unsafe(), mode)
+    }
+
+    /// `Create` with the given ACL.
+    pub fn create_with_acl(path: &str, data: &[u8], acl: &[Acl], mode: CreateMode) -> Op {
         Op::Create {
             path: path.into(),
             data: data.into(),
-            acl: Acl::open_unsafe(),
+            acl: acl.to_vec(),
             mode,
         }
     }
 
     /// `Delete`.
-    pub fn delete(path: &str, version: i32) -> Op {
+    pub fn delete(path: &str, version: impl Into<Version>) -> Op {
         Op::Delete {
             path: path.into(),
-            version,
+            version: version.into(),
         }
     }
 
     /// `SetData`.
-    pub fn set_data(path: &str, data: &[u8], version: i32) -> Op {
+    pub fn set_data(path: &str, data: &[u8], version: impl Into<Version>) -> Op {
         Op::SetData {
             path: path.into(),
             data: data.into(),
-            version,
+            version: version.into(),
         }
     }
 
     /// `Check`.
-    pub fn check(path: &str, version: i32) -> Op {
+    pub fn check(path: &str, version: impl Into<Version>) -> Op {
         Op::Check {
             path: path.into(),
-            version,
+            version: version.into(),
         }
     }
 }

@@ -9,7 +9,8 @@ use crate::error::{Error, Result};
 use crate::multi::{Op, OpResult};
 use crate::path::{c_path, c_string, check_data};
 use crate::reply::{Payload, Reply, ZkFuture};
-use crate::types::{Acl, CreateMode, Stat, WatcherType};
+use crate::timeout::Version;
+use crate::types::{Acl, CreateMode, Stat, WatchRemoval, WatcherType};
 use crate::watch::Watch;
 use crate::watch_table::{WatchKind, WatchRequest};
 use std::ffi::CString;
@@ -33,8 +34,8 @@ fn stat_of(stat: Option<Stat>) -> Result<Stat> {
     stat.ok_or(Error::SystemError)
 }
 
-fn version_of(version: Option<i32>) -> c_int {
-    version.unwrap_or(-1)
+fn version_of(version: Version) -> c_int {
+    version.as_raw()
 }
 
 fn data_ptr(data: &[u8]) -> (*const c_char, c_int) {
@@ -180,12 +181,13 @@ impl ZooKeeper {
     // ---------------- delete ----------------
 
     /// Deletes a node at `version` (`None`: any version).
-    pub fn delete(&self, path: &str, version: Option<i32>) -> Result<()> {
+    pub fn delete(&self, path: &str, version: impl Into<Version>) -> Result<()> {
         self.delete_async(path, version).wait()
     }
 
     /// Async [`delete`](Self::delete).
-    pub fn delete_async(&self, path: &str, version: Option<i32>) -> ZkFuture<()> {
+    pub fn delete_async(&self, path: &str, version: impl Into<Version>) -> ZkFuture<()> {
+        let version = version.into();
         let path = match c_path(path, false) {
             Ok(path) => path,
             Err(error) => return ZkFuture::failed(error),
@@ -341,12 +343,18 @@ impl ZooKeeper {
     // ---------------- set ----------------
 
     /// Sets the node's data at `version` (`None`: any); returns the new `Stat` (`zoo_set2`).
-    pub fn set(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
+    pub fn set(&self, path: &str, data: &[u8], version: impl Into<Version>) -> Result<Stat> {
         self.set_async(path, data, version).wait()
     }
 
     /// Async [`set`](Self::set).
-    pub fn set_async(&self, path: &str, data: &[u8], version: Option<i32>) -> ZkFuture<Stat> {
+    pub fn set_async(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: impl Into<Version>,
+    ) -> ZkFuture<Stat> {
+        let version = version.into();
         let checked = c_path(path, false).and_then(|c| {
             check_data(data)?;
             check_request_len(request_len(path, data, &[]))?;
@@ -495,12 +503,18 @@ impl ZooKeeper {
     }
 
     /// Replaces the node's ACL at ACL `version` (`None`: any).
-    pub fn set_acl(&self, path: &str, acl: &[Acl], version: Option<i32>) -> Result<()> {
+    pub fn set_acl(&self, path: &str, acl: &[Acl], version: impl Into<Version>) -> Result<()> {
         self.set_acl_async(path, acl, version).wait()
     }
 
     /// Async [`set_acl`](Self::set_acl).
-    pub fn set_acl_async(&self, path: &str, acl: &[Acl], version: Option<i32>) -> ZkFuture<()> {
+    pub fn set_acl_async(
+        &self,
+        path: &str,
+        acl: &[Acl],
+        version: impl Into<Version>,
+    ) -> ZkFuture<()> {
+        let version = version.into();
         if acl.is_empty() {
             return ZkFuture::failed(Error::InvalidAcl);
         }
@@ -791,18 +805,18 @@ impl ZooKeeper {
     // ---------------- watch removal ----------------
 
     /// Removes this handle's watches on `path` of the given type (`zoo_remove_all_watches`).
-    /// With `local`, only the client forgets them (works while disconnected); without, the
-    /// server does too and answers `NoWatcher` if it had none. Each removed [`Watch`]
-    /// receives a `NotWatching` event.
+    /// With [`WatchRemoval::Local`], only the client forgets them (works while
+    /// disconnected); with [`WatchRemoval::Server`], the server does too and answers
+    /// `NoWatcher` if it had none. Each removed [`Watch`] receives a `NotWatching` event.
     ///
     /// A watch set concurrently (its read not yet answered) is either removed too or
-    /// stays armed and fires later: never both, never neither. Without `local` the
+    /// stays armed and fires later: never both, never neither. On the server the
     /// request is asynchronous in C, so no lock is held while the server answers: a
     /// concurrent `close` never waits for it (the C client's blocking form can wait
     /// forever if it races the end of the session, ZOOKEEPER-2802).
-    pub fn remove_watches(&self, path: &str, which: WatcherType, local: bool) -> Result<()> {
+    pub fn remove_watches(&self, path: &str, which: WatcherType, from: WatchRemoval) -> Result<()> {
         let c_path = c_path(path, false)?;
-        if !local {
+        if from == WatchRemoval::Server {
             return self
                 .submit(
                     Some(WatchRequest::Remove(path, which)),
@@ -850,13 +864,11 @@ impl ZooKeeper {
     /// Removes one watch; it receives a `NotWatching` event. `NoWatcher` if it already
     /// fired or was removed.
     ///
-    /// Only the client forgets it, whatever `local` says: the server keeps one watch per
-    /// path and type for the whole session, shared with every other watch there (the C
-    /// client's `zoo_remove_watches` for one watcher does not remove it from the server
-    /// either; without `local` it only checks that the server has one). When it was the
-    /// last watch on its path and kind, the C registration is released.
-    pub fn remove_watch(&self, watch: &Watch, local: bool) -> Result<()> {
-        let _ = local;
+    /// Only the client forgets it: the server keeps one watch per path and type for the
+    /// whole session, shared with every other watch there (the C client's
+    /// `zoo_remove_watches` for one watcher does not remove it from the server either).
+    /// When it was the last watch on its path and kind, the C registration is released.
+    pub fn remove_watch(&self, watch: &Watch) -> Result<()> {
         if watch.table.client() != self.client_key() {
             return Err(Error::InvalidArgument(
                 "the watch belongs to another handle",
@@ -985,7 +997,7 @@ fn multi_buffers(ops: &[Op]) -> Result<Box<MultiBuffers>> {
             Op::Delete { path, version } => {
                 let path = c_path(path, false)?;
                 // SAFETY: `c_op` is ours; the path is kept alive in `_keep_alive`.
-                unsafe { sys::zoo_delete_op_init(c_op, path.as_ptr(), *version) };
+                unsafe { sys::zoo_delete_op_init(c_op, path.as_ptr(), version.as_raw()) };
                 keep.push(Box::new(path));
             }
             Op::SetData {
@@ -999,13 +1011,15 @@ fn multi_buffers(ops: &[Op]) -> Result<Box<MultiBuffers>> {
                 let stat: *mut sys::Stat = &mut stats[index];
                 // SAFETY: `c_op` and `stat` are ours and outlive the completion; path and
                 // data are valid through the submission, where C serializes them.
-                unsafe { sys::zoo_set_op_init(c_op, path.as_ptr(), value, len, *version, stat) };
+                unsafe {
+                    sys::zoo_set_op_init(c_op, path.as_ptr(), value, len, version.as_raw(), stat)
+                };
                 keep.push(Box::new(path));
             }
             Op::Check { path, version } => {
                 let path = c_path(path, false)?;
                 // SAFETY: `c_op` is ours; the path is kept alive in `_keep_alive`.
-                unsafe { sys::zoo_check_op_init(c_op, path.as_ptr(), *version) };
+                unsafe { sys::zoo_check_op_init(c_op, path.as_ptr(), version.as_raw()) };
                 keep.push(Box::new(path));
             }
         }

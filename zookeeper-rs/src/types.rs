@@ -331,3 +331,12 @@ impl WatcherType {
         }
     }
 }
+
+/// Where [`ZooKeeper::remove_watches`](crate::ZooKeeper::remove_watches) removes watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchRemoval {
+    /// The server removes them too (a request; `NoWatcher` if it had none).
+    Server,
+    /// Only this client forgets them; no request, so it works while disconnected.
+    Local,
+}

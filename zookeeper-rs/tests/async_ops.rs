@@ -9,7 +9,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Duration;
-use zookeeper::{Acl, CreateMode, Error, EventType, Op, OpResult, Perms, WatcherType, ZooKeeper};
+use zookeeper::{
+    Acl, CreateMode, Error, EventType, Op, OpResult, Perms, WatchRemoval, WatcherType, ZooKeeper,
+};
 
 #[test]
 fn create_modes_async() {
@@ -369,8 +371,12 @@ fn futures_complete_on_other_threads_and_when_dropped() {
     let (data, stat) = zk.get(&path).unwrap();
     assert_eq!((data.as_slice(), stat.version), (&b"99"[..], 100));
     assert_eq!(zk.live_contexts(), 0);
-    zk.remove_watches(&format!("{path}/missing-7"), WatcherType::Any, false)
-        .unwrap();
+    zk.remove_watches(
+        &format!("{path}/missing-7"),
+        WatcherType::Any,
+        WatchRemoval::Server,
+    )
+    .unwrap();
     assert_eq!(zk.live_contexts(), 0);
     zk.close().unwrap();
     assert_eq!(zk.live_contexts(), 0);

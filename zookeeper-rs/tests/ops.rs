@@ -5,7 +5,7 @@ mod common;
 
 use common::{connect, create, create_mode, unique};
 use std::time::Duration;
-use zookeeper::{Acl, CreateMode, Error, Perms, ZooKeeper, MAX_DATA_LEN};
+use zookeeper::{Acl, CreateMode, Error, Perms, WatchRemoval, ZooKeeper, MAX_DATA_LEN};
 
 fn sequence_suffix<'a>(created: &'a str, prefix: &str) -> &'a str {
     let suffix = created
@@ -461,7 +461,7 @@ fn assert_all_reject(zk: &ZooKeeper, bad: &str) {
     is_invalid(zk.set_acl(bad, &acl, None), "set_acl");
     is_invalid(zk.sync(bad).map(drop), "sync");
     is_invalid(
-        zk.remove_watches(bad, zookeeper::WatcherType::Any, false),
+        zk.remove_watches(bad, zookeeper::WatcherType::Any, WatchRemoval::Server),
         "remove_watches",
     );
     is_invalid(

@@ -10,7 +10,9 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
-use zookeeper::{Error, EventType, SessionState, Watch, WatcherType, ZkFuture, ZooKeeper};
+use zookeeper::{
+    Error, EventType, SessionState, Watch, WatchRemoval, WatcherType, ZkFuture, ZooKeeper,
+};
 
 /// Waits for every future, in order.
 fn all<T>(futures: Vec<ZkFuture<T>>) -> Vec<T> {
@@ -140,7 +142,7 @@ fn close_racing_remove_watches_at_expiry_never_hangs() {
                             Err(Error::ConnectionLoss) => {}
                             Err(_) => break,
                         }
-                        match zk.remove_watches(&path, WatcherType::Any, false) {
+                        match zk.remove_watches(&path, WatcherType::Any, WatchRemoval::Server) {
                             Ok(()) | Err(Error::NoWatcher) | Err(Error::ConnectionLoss) => {}
                             Err(_) => break,
                         }
@@ -183,7 +185,7 @@ fn close_does_not_wait_for_a_watch_removal_on_a_frozen_server() {
         let zk = zk.clone();
         let path = path.clone();
         thread::spawn(move || {
-            let _ = sender.send(zk.remove_watches(&path, WatcherType::Any, false));
+            let _ = sender.send(zk.remove_watches(&path, WatcherType::Any, WatchRemoval::Server));
         })
     };
     // No event says the request has reached C; give it a moment (if it has not, the

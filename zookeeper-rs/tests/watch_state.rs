@@ -8,7 +8,7 @@ mod common;
 use common::{connect, create, unique, WAIT};
 use std::thread;
 use std::time::Instant;
-use zookeeper::{Error, EventType, Watch, WatchedEvent, WatcherType, ZkFuture};
+use zookeeper::{Error, EventType, Watch, WatchRemoval, WatchedEvent, WatcherType, ZkFuture};
 
 fn fired(watch: &Watch) -> WatchedEvent {
     watch
@@ -79,9 +79,9 @@ fn watches_on_one_path_and_kind_share_one_registration() {
 
     // Dropping or removing one does not unregister the others.
     drop(dropped);
-    zk.remove_watch(&removed, true).unwrap();
+    zk.remove_watch(&removed).unwrap();
     assert_eq!(fired(&removed).event_type, EventType::NotWatching);
-    assert_eq!(zk.remove_watch(&removed, false), Err(Error::NoWatcher));
+    assert_eq!(zk.remove_watch(&removed), Err(Error::NoWatcher));
     assert_eq!(zk.live_contexts(), 2);
 
     let other = connect();
@@ -123,7 +123,8 @@ fn a_watch_is_a_future() {
     // Removal and close end a pending one too.
     let (_, _, mut removed) = zk.get_watch(&path).unwrap();
     assert!(common::poll_once(&mut removed).is_pending());
-    zk.remove_watches(&path, WatcherType::Data, true).unwrap();
+    zk.remove_watches(&path, WatcherType::Data, WatchRemoval::Local)
+        .unwrap();
     let event = common::block_on(removed).unwrap();
     assert_eq!(event.event_type, EventType::NotWatching);
     let (_, mut pending) = zk.exists_watch(&format!("{path}/x")).unwrap();
@@ -190,7 +191,17 @@ fn removal_races_watching_reads(local: bool) {
         let remover = {
             let zk = zk.clone();
             let path = path.clone();
-            thread::spawn(move || zk.remove_watches(&path, WatcherType::Any, local))
+            thread::spawn(move || {
+                zk.remove_watches(
+                    &path,
+                    WatcherType::Any,
+                    if local {
+                        WatchRemoval::Local
+                    } else {
+                        WatchRemoval::Server
+                    },
+                )
+            })
         };
         // Watching reads whose replies land before, during and after the removal.
         let by_exists: Vec<_> = (0..10).map(|_| zk.exists_watch_async(&path)).collect();

@@ -5,7 +5,9 @@ mod common;
 
 use common::{connect, create, create_mode, unique, WAIT};
 use std::time::Duration;
-use zookeeper::{CreateMode, Error, EventType, SessionState, Watch, WatchedEvent, WatcherType};
+use zookeeper::{
+    CreateMode, Error, EventType, SessionState, Watch, WatchRemoval, WatchedEvent, WatcherType,
+};
 
 fn fired(watch: &Watch) -> WatchedEvent {
     watch
@@ -147,7 +149,8 @@ fn remove_watches_delivers_not_watching() {
     assert_eq!(zk.live_contexts(), 3);
 
     // Data watches only: the child watch stays.
-    zk.remove_watches(&path, WatcherType::Data, false).unwrap();
+    zk.remove_watches(&path, WatcherType::Data, WatchRemoval::Server)
+        .unwrap();
     for watch in [&data1, &data2] {
         let event = fired(watch);
         assert_eq!(event.event_type, EventType::NotWatching);
@@ -162,17 +165,18 @@ fn remove_watches_delivers_not_watching() {
 
     // Nothing left to remove: the server says so.
     assert_eq!(
-        zk.remove_watches(&path, WatcherType::Any, false),
+        zk.remove_watches(&path, WatcherType::Any, WatchRemoval::Server),
         Err(Error::NoWatcher)
     );
     // Children watches, then all.
     let (_, children) = zk.get_children_watch(&path).unwrap();
     let (_, _, data) = zk.get_watch(&path).unwrap();
-    zk.remove_watches(&path, WatcherType::Children, false)
+    zk.remove_watches(&path, WatcherType::Children, WatchRemoval::Server)
         .unwrap();
     assert_eq!(fired(&children).event_type, EventType::NotWatching);
     assert_eq!(data.try_get(), Ok(None));
-    zk.remove_watches(&path, WatcherType::Any, false).unwrap();
+    zk.remove_watches(&path, WatcherType::Any, WatchRemoval::Server)
+        .unwrap();
     assert_eq!(fired(&data).event_type, EventType::NotWatching);
     assert_eq!(zk.live_contexts(), 0);
 }
@@ -182,7 +186,8 @@ fn remove_watches_local() {
     let zk = connect();
     let path = unique("w-remove-local");
     let (_, watch) = zk.exists_watch(&path).unwrap();
-    zk.remove_watches(&path, WatcherType::Any, true).unwrap();
+    zk.remove_watches(&path, WatcherType::Any, WatchRemoval::Local)
+        .unwrap();
     assert_eq!(fired(&watch).event_type, EventType::NotWatching);
     // The server still holds its watch; its event finds no watcher on the client.
     create(&zk, &path, b"");
@@ -199,22 +204,22 @@ fn remove_one_watch() {
     let (_, _, removed) = zk.get_watch(&path).unwrap();
     let (_, _, kept) = zk.get_watch(&path).unwrap();
     let (_, child) = zk.get_children_watch(&path).unwrap();
-    zk.remove_watch(&removed, false).unwrap();
+    zk.remove_watch(&removed).unwrap();
     let event = fired(&removed);
     assert_eq!(
         (event.event_type, event.path.as_str()),
         (EventType::NotWatching, path.as_str())
     );
     // Removing it again: it is gone.
-    assert_eq!(zk.remove_watch(&removed, false), Err(Error::NoWatcher));
-    assert_eq!(zk.remove_watch(&removed, true), Err(Error::NoWatcher));
+    assert_eq!(zk.remove_watch(&removed), Err(Error::NoWatcher));
+    assert_eq!(zk.remove_watch(&removed), Err(Error::NoWatcher));
 
     zk.set(&path, b"x", None).unwrap();
     assert_event(&kept, EventType::NodeDataChanged, &path);
     // A fired watch cannot be removed.
-    assert_eq!(zk.remove_watch(&kept, false), Err(Error::NoWatcher));
+    assert_eq!(zk.remove_watch(&kept), Err(Error::NoWatcher));
 
-    zk.remove_watch(&child, true).unwrap();
+    zk.remove_watch(&child).unwrap();
     assert_eq!(fired(&child).event_type, EventType::NotWatching);
     assert_eq!(zk.live_contexts(), 0);
 
@@ -222,7 +227,7 @@ fn remove_one_watch() {
     let other = connect();
     let (_, foreign) = other.exists_watch(&path).unwrap();
     assert!(matches!(
-        zk.remove_watch(&foreign, false),
+        zk.remove_watch(&foreign),
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(foreign.try_get(), Ok(None));
@@ -235,7 +240,7 @@ fn config_watch_registers_and_is_removable() {
     assert!(data.is_empty());
     assert_eq!(watch.path(), "/zookeeper/config");
     assert_eq!(zk.live_contexts(), 1);
-    zk.remove_watch(&watch, false).unwrap();
+    zk.remove_watch(&watch).unwrap();
     assert_eq!(fired(&watch).event_type, EventType::NotWatching);
     assert_eq!(zk.live_contexts(), 0);
 }

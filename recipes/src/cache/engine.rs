@@ -362,14 +362,14 @@ impl Worker {
     /// Removes a watch this cache no longer wants (locally: the server's copy fires
     /// into nothing).
     fn unwatch(&self, watch: Watch) {
-        let _ = self.zk.remove_watch(&watch, true);
+        let _ = self.zk.remove_watch(&watch);
         count_armed(&self.shared, -1);
     }
 
     fn arm(&mut self, path: &str, kind: Kind, watch: Watch) {
         let Some(node) = self.nodes.get_mut(path) else {
             // Not followed any more: take it off again.
-            let _ = self.zk.remove_watch(&watch, true);
+            let _ = self.zk.remove_watch(&watch);
             return;
         };
         let slot = match kind {
@@ -379,7 +379,7 @@ impl Worker {
         // A slot is normally empty here; it is not when the root came back between two
         // reads of one batch (an exists watch armed by the first). Keep one watch.
         if let Some(old) = slot.replace(watch) {
-            let _ = self.zk.remove_watch(&old, true);
+            let _ = self.zk.remove_watch(&old);
         } else {
             count_armed(&self.shared, 1);
         }

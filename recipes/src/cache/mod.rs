@@ -91,6 +91,7 @@ pub use children::ChildrenCache;
 pub use node::NodeCache;
 pub use tree::{TreeCache, TreeCacheBuilder};
 
+use crate::error::LossReason;
 use crate::events::{receiving_methods, EventQueue};
 use crate::{RecipeError, Result};
 use buffer::CacheBuffer;
@@ -275,11 +276,11 @@ impl Core {
                 // A bug must not leave the cache looking alive: report it as the end.
                 let run = std::panic::AssertUnwindSafe(move || worker.run());
                 if std::panic::catch_unwind(run).is_err() {
-                    guard_shared.set_ended(Some(RecipeError::Lost("the cache thread panicked")));
+                    guard_shared.set_ended(Some(RecipeError::Lost(LossReason::WorkerFailed)));
                     guard_queue.close();
                 }
             })
-            .map_err(|_| RecipeError::Lost("could not start the cache thread"))?;
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(Core {
             shared,
             events: CacheEvents { queue },
@@ -300,7 +301,7 @@ impl Core {
                 return Err(status
                     .end
                     .clone()
-                    .unwrap_or(RecipeError::Lost("the cache was closed")));
+                    .unwrap_or(RecipeError::Lost(LossReason::Closed)));
             }
             if self
                 .shared
