@@ -6,6 +6,8 @@
 //! ```text
 //! <path>/item-<guid>-<seq>   one persistent sequential node per item, data = the item
 //! <path>/receipts/<guid>     ephemeral put receipt, only while a put is being confirmed
+//! <path>/receipts/took-<consumer>-<item>
+//!                            ephemeral take marker, only while a take is being confirmed
 //! ```
 //!
 //! # How it works
@@ -16,8 +18,11 @@
 //!   "look for my guid among the children" check the post describes). The receipt is
 //!   deleted right after (pipelined, so a put costs one round trip).
 //! - Consumers list the children, order them by sequence suffix, and claim the first by
-//!   `get` then `delete`; a `NoNode` means another consumer won that item, so they move on
-//!   to the next cached name, and list again only when the cached list is used up.
+//!   `get`, then one `multi` deleting the item and creating an ephemeral take marker
+//!   named by the consumer and the item; a `NoNode` means another consumer won that item,
+//!   so they move on to the next cached name, and list again only when the cached list
+//!   is used up. The marker answers "was my take applied?" after a lost reply; it is
+//!   deleted right after (without waiting for the answer).
 //! - [`take`](Queue::take) registers a child watch *before* the listing it decides on, and
 //!   sleeps on a condition variable until that watch fires: the post's Condition pattern,
 //!   without its lost wake-up. One child watch at a time per `Queue` value serves every
@@ -47,16 +52,18 @@
 //! - FIFO by server sequence number: items are handed out in enqueue order (the order
 //!   the server applied the puts). With several consumers, *delivery* follows that order,
 //!   processing of course may not.
-//! - An item is delivered to at most one consumer, except in one case: a consumer whose
-//!   connection drops during its `delete` and finds the item gone after reconnecting
-//!   cannot tell whether its delete or another consumer's won; it returns the item
-//!   (at-least-once). Use [`WorkQueue`](crate::work_queue::WorkQueue) when items must be
-//!   acknowledged after processing.
-//! - An item whose `delete` this consumer sent is never lost: after a lost reply the
+//! - An item is delivered to at most one consumer. A consumer whose connection drops
+//!   during its take reconnects, `sync`s and looks: the item still there means its take
+//!   did not apply; its own take marker there means it did; neither means another
+//!   consumer took the item, which is then not returned here. The one exception: if the
+//!   outcome cannot be learnt (the reconnect timeout passed, or the session ended and its
+//!   marker with it), the item is returned (at least once rather than lost). Use
+//!   [`WorkQueue`](crate::work_queue::WorkQueue) when items must be acknowledged after
+//!   processing.
+//! - An item whose take this consumer sent is never lost: after a lost reply the
 //!   consumer reconnects (within the reconnect timeout, even past a `take`
-//!   deadline), `sync`s and looks; the item is either still in the queue (then the take
-//!   goes on, or leaves it there at its deadline) or returned. If the outcome cannot be
-//!   learnt (reconnect timeout, session over) the item is returned too.
+//!   deadline) and looks as above; the item is either still in the queue (then the take
+//!   goes on, or leaves it there at its deadline) or returned.
 //! - `put` returning `Ok` means the item is in the queue exactly once, also when the
 //!   connection dropped mid-put (the receipt check). A `put` that fails with
 //!   `SessionExpired` or a connection loss that outlasts the reconnect timeout may or may
@@ -103,7 +110,9 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::{CreateMode, Error, Op, OpResult, Timeout, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{
+    CreateMode, Error, Op, OpResult, Timeout, Version, Watch, WatchedEvent, ZooKeeper,
+};
 
 /// Name prefix of item nodes (followed by a guid, a dash and the sequence suffix).
 pub(crate) const ITEM_PREFIX: &str = "item";
@@ -580,6 +589,8 @@ pub struct Queue {
     /// Item names from the last listing not yet tried, in sequence order.
     cache: Mutex<VecDeque<String>>,
     watcher: ChildWatcher,
+    /// This consumer's id in its take markers.
+    taker: String,
 }
 
 impl std::fmt::Debug for Queue {
@@ -665,6 +676,7 @@ impl Queue {
             order: Order::Fifo,
             cache: Mutex::new(VecDeque::new()),
             watcher: ChildWatcher::new(path),
+            taker: guid(),
         })
     }
 
@@ -875,9 +887,12 @@ impl Queue {
         }
     }
 
-    /// `get` then `delete` one item.
+    /// `get` one item, then delete it in one multi with an ephemeral take marker
+    /// `<receipts>/took-<taker>-<item>`: if the reply is lost, the marker tells whether
+    /// the delete that applied was ours or another consumer's.
     fn claim(&self, name: &str, deadline: Deadline) -> Result<Claimed> {
         let path = format!("{}/{name}", self.path);
+        let marker = format!("{}/took-{}-{name}", self.store.receipts, self.taker);
         let patience = self.patience.before(deadline);
         loop {
             let (data, stat) = match retry(&self.zk, patience, || self.zk.get(&path)) {
@@ -885,41 +900,76 @@ impl Queue {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claimed::Missed),
                 Err(e) => return Err(e),
             };
-            match self.zk.delete(&path, Some(stat.version)) {
-                Ok(()) => return Ok(Claimed::Taken(data)),
-                Err(Error::NoNode) => return Ok(Claimed::Missed),
-                Err(Error::BadVersion) => continue, // rewritten meanwhile: read it again
+            let take = [
+                Op::delete(&path, stat.version),
+                Op::create_with_acl(
+                    &marker,
+                    b"",
+                    self.store.nodes.acl_list(),
+                    CreateMode::Ephemeral,
+                ),
+            ];
+            match self.zk.multi(&take) {
+                Ok(_) => {
+                    // The marker has done its job; its delete need not be waited for
+                    // (it is ephemeral: at worst it goes with the session).
+                    drop(self.zk.delete_async(&marker, Version::Any));
+                    return Ok(Claimed::Taken(data));
+                }
+                Err(Error::MultiFailed { index: 0, error }) => match *error {
+                    Error::NoNode => return Ok(Claimed::Missed),
+                    Error::BadVersion => continue, // rewritten meanwhile: read it again
+                    error => return Err(error.into()),
+                },
+                Err(Error::MultiFailed { index: 1, error }) => match *error {
+                    // The receipts node is gone (a container the server removed).
+                    Error::NoNode => self.store.ensure(&self.zk, patience)?,
+                    // A marker left by an earlier take of ours whose reply was lost.
+                    Error::NodeExists => {
+                        retry(&self.zk, patience, || {
+                            self.zk.delete(&marker, Version::Any).or_else(|e| match e {
+                                Error::NoNode => Ok(()),
+                                e => Err(e),
+                            })
+                        })?;
+                    }
+                    error => return Err(error.into()),
+                },
                 Err(error) if error.is_connection_loss() => {
-                    return Ok(self.resolve_lost_delete(&path, data))
+                    return Ok(self.resolve_lost_take(&path, &marker, data))
                 }
                 Err(error) => return Err(error.into()),
             }
         }
     }
 
-    /// Our delete of `path` was sent and its reply lost; `data` is the item. It is never
-    /// dropped: either the item is provably still in the queue (`Again`), or it is
-    /// delivered. The call's deadline does not apply here (the item may be ours already);
-    /// the reconnect timeout does. `sync` first, so a server we reconnected to has
-    /// applied everything the old connection sent before we look.
-    fn resolve_lost_delete(&self, path: &str, data: Vec<u8>) -> Claimed {
+    /// Our take of `path` (delete + `marker`) was sent and its reply lost; `data` is the
+    /// item. It is never dropped and never delivered twice while the session lasts:
+    /// after a `sync` (so a server we reconnected to has applied everything the old
+    /// connection sent), the item still there means the take did not apply (`Again`);
+    /// our marker there means it did (delivered); neither means another consumer took
+    /// it (`Missed`). The call's deadline does not apply here (the item may be ours
+    /// already); the reconnect timeout does.
+    fn resolve_lost_take(&self, path: &str, marker: &str, data: Vec<u8>) -> Claimed {
         let look = (|| {
             await_reconnect(&self.zk, self.patience, 1)?;
             retry(&self.zk, self.patience, || self.zk.sync(path))?;
-            retry(&self.zk, self.patience, || self.zk.exists(path))
+            if retry(&self.zk, self.patience, || self.zk.exists(path))?.is_some() {
+                return Ok(Claimed::Again);
+            }
+            if retry(&self.zk, self.patience, || self.zk.exists(marker))?.is_some() {
+                drop(self.zk.delete_async(marker, Version::Any));
+                return Ok(Claimed::Taken(data.clone()));
+            }
+            Ok::<_, RecipeError>(Claimed::Missed)
         })();
         match look {
-            Ok(Some(_)) => Claimed::Again,
-            Ok(None) => {
-                // Our delete or another consumer's: cannot tell; deliver it
-                // (at-least-once, see the module docs).
-                log::debug!("queue: delete of {path} lost with the connection");
-                Claimed::Taken(data)
-            }
+            Ok(claimed) => claimed,
             Err(error) => {
-                // Cannot find out (reconnect timeout, session over): the item may be ours
-                // and gone from the queue, so it is delivered rather than lost.
-                log::debug!("queue: outcome of deleting {path} unknown ({error})");
+                // Cannot find out (reconnect timeout, session over: the marker went with
+                // it). The item may be ours and gone from the queue, so it is delivered
+                // rather than lost: at least once, in this case only.
+                log::debug!("queue: outcome of taking {path} unknown ({error})");
                 Claimed::Taken(data)
             }
         }

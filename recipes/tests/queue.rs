@@ -356,7 +356,7 @@ fn an_item_whose_delete_was_sent_is_never_lost() {
     // Refuse reconnection before the cut fires, so the consumer cannot learn the
     // delete's outcome until `unblock` (the open connection keeps working until then).
     proxy.block();
-    proxy.cut_after_matching(1, |r| r.op == zk_harness::OpCode::DELETE);
+    proxy.cut_after_matching(1, |r| r.op == zk_harness::OpCode::MULTI);
     let (done_tx, done) = mpsc::channel();
     let taker = thread::spawn(move || {
         let got = consumer.take(Duration::from_millis(300)).optional();
@@ -375,17 +375,53 @@ fn an_item_whose_delete_was_sent_is_never_lost() {
     assert!(producer.is_empty().unwrap());
 }
 
-/// After a lost delete reply the consumer reads again only after a `sync`, so a member
+/// A consumer's take is held until another consumer has taken the same item, then its
+/// connection is cut: the item is gone when it looks again, and not by its own take. It
+/// must not return the item too (it used to: a plain delete could not tell whose delete
+/// won, so both consumers got it).
+#[test]
+fn an_item_another_consumer_took_is_not_delivered_twice() {
+    let proxy = zk_harness::FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
+    let slow_zk = connect_to(&proxy.connect_string());
+    let path = unique_path("whose-take");
+    let slow = Queue::new(&slow_zk, &path).unwrap();
+    let fast = Queue::new(&connect(), &path).unwrap();
+    fast.put(b"only").unwrap();
+
+    let (seen_tx, seen) = mpsc::channel();
+    let (open_tx, open) = mpsc::channel::<()>();
+    let (seen_tx, open) = (Mutex::new(seen_tx), Mutex::new(open));
+    // Hold the slow consumer's take (a multi) until the fast one has the item; then
+    // forward it (it fails: the item is gone) and cut before its reply.
+    proxy.cut_after_matching(1, move |r| {
+        if r.op != zk_harness::OpCode::MULTI {
+            return false;
+        }
+        seen_tx.lock().unwrap().send(()).unwrap();
+        let _ = open.lock().unwrap().recv();
+        true
+    });
+    let taker = thread::spawn(move || slow.take(Duration::from_secs(3)).optional());
+    seen.recv_timeout(Duration::from_secs(30))
+        .expect("the slow take was sent");
+    assert_eq!(fast.try_take().unwrap().as_deref(), Some(&b"only"[..]));
+    open_tx.send(()).unwrap();
+    proxy.wait_for_fired(1, Duration::from_secs(30)).unwrap();
+    let slow_got = taker.join().unwrap().unwrap();
+    assert_eq!(slow_got, None, "the item was delivered to both consumers");
+}
+
+/// After a lost take reply the consumer reads again only after a `sync`, so a member
 /// that has not applied the delete yet cannot make it conclude wrongly.
 #[test]
-fn the_recovery_read_after_a_lost_delete_is_synced() {
+fn the_recovery_read_after_a_lost_take_is_synced() {
     let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
     let consumer_zk = connect_to(&proxy.addr);
     let path = unique_path("synced");
     let consumer = Queue::new(&consumer_zk, &path).unwrap();
     // Put on another session: this one's pipelined receipt delete must not take the cut.
     Queue::new(&connect(), &path).unwrap().put(b"item").unwrap();
-    proxy.cut_after(opcode::DELETE);
+    proxy.cut_after(opcode::MULTI); // the take: delete + take marker
     assert_eq!(consumer.try_take().unwrap().as_deref(), Some(&b"item"[..]));
     assert!(proxy.has_cut());
     let requests = proxy.requests();
