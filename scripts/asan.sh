@@ -72,7 +72,7 @@ run "client and recipe suites" \
 # RSS and mallinfo mean nothing under ASan's allocator: the soak checks threads and
 # contexts; LeakSanitizer checks the heap.
 ZK_SOAK_SANITIZER=1 run "soak" \
-    "${cargo_test[@]}" -p zookeeper-c-examples --test soak -- "$@"
+    "${cargo_test[@]}" -p zookeeper-integration --test soak -- "$@"
 
 if [[ "${ASAN_SKIP_REPRO:-0}" != 1 && $# -eq 0 ]]; then
     echo "== ZOOKEEPER-4699 reproducer (set_servers while reconnecting; must be reported) =="

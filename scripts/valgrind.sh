@@ -19,7 +19,7 @@
 # the comments there). Nothing of ours is suppressed.
 #
 # Nothing is skipped by default (every test passes under memcheck); the soak
-# (tests/soak.rs, 100,000 watches) is left to native runs.
+# (integration/tests/soak.rs, 100,000 watches) is left to native runs.
 #
 # Environment:
 #   VALGRIND_TIMEOUT   seconds per binary before it is killed (default 240)

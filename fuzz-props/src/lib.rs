@@ -1,7 +1,6 @@
-//! Fuzz logic for the `zookeeper` crate, shared by the cargo-fuzz targets in
-//! `fuzz_targets/` and by plain `cargo test` loops over generated inputs (the tests at
-//! the end of this file, which the root package's `tests/hostile_input.rs` also includes
-//! with `#[path]`, so they run on stable Rust in the normal test suite too).
+//! Fuzz properties of the `zookeeper` crate, shared by the cargo-fuzz targets in
+//! `fuzz/fuzz_targets/` and by plain `cargo test` loops over generated inputs (the tests
+//! at the end of this file, which run on stable Rust in the normal test suite).
 //!
 //! Each entry point takes raw fuzzer bytes and panics only when a property fails:
 //!
@@ -735,7 +734,7 @@ impl Rng {
         (0..len).map(|_| self.next_u64() as u8).collect()
     }
 
-    /// A random path-like string: pieces of [`FRAGMENTS`] and random scalar values.
+    /// A random path-like string: pieces of `FRAGMENTS` and random scalar values.
     pub fn path(&mut self) -> String {
         let mut out = String::new();
         for _ in 0..self.next_u64() % 10 {
@@ -802,7 +801,7 @@ mod tests {
 
     #[test]
     fn oracle_matches_known_server_verdicts() {
-        // From the server table in tests/hostile_input.rs.
+        // From the server table in integration/tests/hostile_input.rs.
         for ok in [
             "/",
             "/a",

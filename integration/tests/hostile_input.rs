@@ -10,9 +10,9 @@
 //! bytes included). `zookeeper::validate_path` must accept exactly what the server
 //! accepts. Run with `--nocapture` to see the table.
 //!
-//! The fuzz targets' properties (`fuzz/src/lib.rs`, included below) also run here over
-//! generated inputs (`zk_fuzz::tests`, `ZK_FUZZ_ITERS` per property, default 100,000),
-//! so they are checked on stable Rust in the normal suite.
+//! The fuzz targets' properties (the `zookeeper-fuzz-props` crate) also run over
+//! generated inputs in that crate's own tests (`ZK_FUZZ_ITERS` per property, default
+//! 100,000), so they are checked on stable Rust in the normal suite.
 
 use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
@@ -27,10 +27,6 @@ use zookeeper::{
     WatcherType, ZooKeeper, MAX_DATA_LEN,
 };
 use zookeeper_sys as sys;
-
-#[path = "../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod zk_fuzz;
 
 /// Bound for any single wait in these tests.
 const WAIT: Duration = Duration::from_secs(20);

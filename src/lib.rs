@@ -1,1 +1,0 @@
-//! Ported seed examples and cross-crate tests live in examples/ and tests/.
