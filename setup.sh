@@ -8,7 +8,7 @@
 #                        crafted data dirs (counters at their ends) with the server's classes
 #   pkg-config           one of the ways build.rs looks for the C client
 #   python3-kazoo        the Python client the comparison benchmarks measure against
-#   python3-dev dpkg-dev build zkpython (seed 000's Python bindings) from Debian's source
+#   python3-dev dpkg-dev build zkpython (the C client's Python bindings) from Debian's source
 #                        package for the benchmarks and the behaviour comparison test
 #   valgrind             memory checking of the client and recipe tests
 #   npm                  only if missing: fetches the pinned C client source for `vendored`

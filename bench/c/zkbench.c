@@ -385,7 +385,7 @@ static void scenario_watch(int rnd, const char *base) {
   zk_close(writer);
 }
 
-/* ------------------------------------------------------------------ seed 000's queue */
+/* ------------------------------------------------------------------ the classic queue recipe */
 
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -411,7 +411,7 @@ static int get_and_delete(zhandle_t *zh, const char *node, char *buf, int *len) 
   return 1;
 }
 
-/* The post's block_dequeue: children with a watch, sorted, take the first still there,
+/* The classic blocking dequeue: children with a watch, sorted, take the first still there,
  * else wait for the watch. */
 static int block_dequeue(zhandle_t *zh, const char *qpath, struct event *ev, char *buf, int cap) {
   for (;;) {

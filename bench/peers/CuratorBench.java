@@ -11,7 +11,7 @@
  *   RSS peak_kb=<VmHWM>
  *
  * Recipes: SimpleDistributedQueue (offer / blocking take: the drop-in for ZooKeeper's own
- * queue recipe, the same shape as seed 000's queue), InterProcessMutex, and
+ * queue recipe, the same shape as the classic queue recipe), InterProcessMutex, and
  * DistributedAtomicLong (optimistic versioned set; add(batch) for the batched counter).
  * Curator does not expose how many watch events its recipes received: notif_unknown=1.
  *

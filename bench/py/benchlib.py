@@ -137,7 +137,7 @@ def scenario_sync(adapter, args, rnd, base):
 # ---------------------------------------------------------------- pipelined async
 
 class Window(object):
-    """At most `size` requests in flight; a Condition counts completions (seed 000's
+    """At most `size` requests in flight; a Condition counts completions (the zkpython
     pattern: the completion callback runs on the C completion thread)."""
 
     def __init__(self, size):
@@ -229,12 +229,12 @@ def scenario_watch(adapter, args, rnd, base):
         writer.close()
 
 
-# ---------------------------------------------------------------- seed 000's queue
+# ---------------------------------------------------------------- the classic queue recipe
 
 class PostQueue(object):
-    """The queue of seed 000's post (ZooKeeperQueue): sequential children of one znode;
+    """The classic ZooKeeper queue recipe (ZooKeeperQueue): sequential children of one znode;
     take = sorted get_children, get + delete the first one that is still there; blocking
-    take sets a child watch and waits on a Condition the watcher notifies. (The post's
+    take sets a child watch and waits on a Condition the watcher notifies. (The classic recipe's
     loop reads children[0] on every iteration; this takes `child`, as its text says.)"""
 
     def __init__(self, zk, path, notif):

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs bench/compare/behaviour.script through zkpython (seed 000's bindings) and prints
+"""Runs bench/compare/behaviour.script through zkpython (the C client's Python bindings) and prints
 one result line per step: `L<line> <result>`. `zookeeper-bench compare` runs the same
 script through our crates and diffs the two outputs.
 
@@ -125,7 +125,7 @@ class Interpreter(object):
             with self.cv:
                 got, self.events = self.events, []
             return "ok [%s]" % ",".join(sorted(got))
-        # --- the post's queue (ZooKeeperQueue): queue node created by the producer
+        # --- the classic queue (ZooKeeperQueue): queue node created by the producer
         if op == "qnew":
             try:
                 zookeeper.create(h, self.path(args[0]), "queue top level", ACL, 0)
@@ -177,7 +177,7 @@ class Interpreter(object):
 
 
 def benchlib_queue(conn, path):
-    """The post's queue (benchlib.PostQueue) over a zkpython handle; its errors arrive as
+    """The classic queue (benchlib.PostQueue) over a zkpython handle; its errors arrive as
     benchlib ZkErrors carrying the same kind names."""
     return PostQueue(conn, path, Counter())
 

@@ -5,7 +5,7 @@
 
 Async requests use kazoo's *_async calls (IAsyncResult.rawlink for completion); the lock
 scenario uses kazoo's own Lock recipe, the queue and id generator the same algorithms as
-the zkpython script (seed 000's queue; versioned compare-and-set).
+the zkpython script (the classic queue recipe; versioned compare-and-set).
 """
 
 import logging

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The benchmark scenarios through zkpython, the Python bindings of seed 000 (the
+"""The benchmark scenarios through zkpython, the C client's Python bindings (the
 `zookeeper` C extension, built by bench/zkpython/build.sh; put its lib dir on PYTHONPATH).
 
     PYTHONPATH=bench/zkpython/build/lib /usr/bin/python3 bench/py/zkpython_bench.py \
@@ -76,7 +76,7 @@ class Handle(object):
                     connected[0] = True
                 cv.notify_all()
 
-        # seed 000's connection pattern: hold the Condition across init, then wait.
+        # the zkpython connection pattern: hold the Condition across init, then wait.
         with cv:
             self.h = zookeeper.init(hosts, global_watcher, 10000)
             cv.wait_for(lambda: connected[0], 10.0)

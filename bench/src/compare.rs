@@ -1,5 +1,5 @@
 //! `compare`: runs `compare/behaviour.script` (basic ops with their error kinds, watches,
-//! seed 000's queue) through zkpython (`py/compare_behaviour.py`) and through our crates
+//! the classic queue recipe) through zkpython (`py/compare_behaviour.py`) and through our crates
 //! (this interpreter), then diffs the two outputs line by line and checks both against the
 //! results the script states. Any difference is an error (non-zero exit).
 

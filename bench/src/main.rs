@@ -1,5 +1,5 @@
 //! `zookeeper-bench`: paired Rust/C runs with CPU per op, scaling tables, and the same
-//! scenarios through our Rust crates, the raw C client, zkpython (seed 000's Python
+//! scenarios through our Rust crates, the raw C client, zkpython (the C client's Python
 //! bindings), kazoo and Curator, against servers the harness starts, printed as Markdown
 //! tables with ratios. See `bench/README.md`.
 //!
@@ -93,7 +93,7 @@ usage:
                   [--max-growth-mb 16]
       RSS of our client across N watch registrations + firings (fails if it grows).
   zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
-      Runs the behaviour script (basic ops, error kinds, watches, seed 000's queue)
+      Runs the behaviour script (basic ops, error kinds, watches, the classic queue recipe)
       through zkpython and through our crates; fails on any difference.
   zookeeper-bench serve [--fsync off|on]
       Starts one standalone server, prints HOSTS <connect string>, stops it when stdin

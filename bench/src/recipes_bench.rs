@@ -1,4 +1,4 @@
-//! The recipe scenarios through `recipes` (seed 000's queue, the lock): the Rust column,
+//! The recipe scenarios through `recipes` (the classic queue recipe, the lock): the Rust column,
 //! and the queue's scaling and put-cost measurements.
 
 use crate::rust_client::{

@@ -353,7 +353,7 @@ pub fn render_side(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> S
          one at a time. The queue and lock rows run each client's own recipe: Rust \
          `zookeeper_recipes::queue`/`zookeeper_recipes::lock`/`zookeeper_recipes::id_generator`, Curator \
          `SimpleDistributedQueue`/`InterProcessMutex`/`DistributedAtomicLong`, kazoo its `Lock`; \
-         C, zkpython and kazoo's queue and counter run seed 000's post algorithm and a versioned \
+         C, zkpython and kazoo's queue and counter run the classic queue algorithm and a versioned \
          get + set.",
         meta.rounds
     );

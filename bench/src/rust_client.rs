@@ -298,7 +298,7 @@ fn watch_latency(p: &Params, base: &str) -> Result<Vec<Row>> {
     Ok(vec![r])
 }
 
-// ------------------------------------------------------------------ seed 000's queue
+// ------------------------------------------------------------------ the classic queue recipe
 
 fn queue(p: &Params, base: &str) -> Result<Vec<Row>> {
     crate::recipes_bench::queue(p, base)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds zkpython, the Python bindings of seed 000 (the `zookeeper` C extension from
+# Builds zkpython, the C client's Python bindings (the `zookeeper` C extension from
 # ZooKeeper's contrib), for /usr/bin/python3 against the system libzookeeper_mt, into
 # bench/zkpython/build/ (gitignored). Its source is never committed: it is fetched from
 # Debian's source package `zookeeper` (3.8.0, the same release as libzookeeper-mt-dev)

@@ -1,4 +1,4 @@
-//! The next step seed 003 announces: workers that reload their configuration when it
+//! Workers that reload their configuration when it
 //! changes in ZooKeeper. A watcher thread prints every change it receives while an
 //! updater thread edits the node: first at a human pace (every value arrives), then in a
 //! burst (intermediate values may be coalesced, the last one always arrives), then it

@@ -1,7 +1,7 @@
-//! Seed 002's crawler queue, ported: producers add links to a locking work queue and
+//! A crawler queue: producers add links to a locking work queue and
 //! several workers take, lock and complete them. One worker "crashes" (its session ends)
 //! in the middle of a link, and the link comes back to the others. At the end each
-//! worker prints how many notifications it handled: seed 002 (and kazoo's
+//! worker prints how many notifications it handled: a lock-per-item work queue where every idle worker watches the directory (as kazoo's
 //! `LockingQueue`) wake every worker on every change; here a change wakes one or two.
 //!
 //! ```text
@@ -147,7 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let twice = done.values().filter(|&&n| n > 1).count();
     println!(
         "{} links crawled, {twice} of them twice; {notifications} notifications in all \
-         (seed 002 wakes every worker on every change: {} or more)",
+         (a directory watch per worker would wake every worker on every change: {} or more)",
         done.len(),
         total * WORKERS
     );

@@ -1,7 +1,7 @@
-//! Seed 003: distinct integer ids for workers that run in parallel, from one counter
+//! Distinct integer ids for workers that run in parallel, from one counter
 //! znode updated by versioned read + compare-and-set. Several worker threads (each with
 //! its own session, like separate processes) draw ids; the run prints each worker's
-//! count, checks that no id was handed out twice, and compares the seed's one-CAS-per-id
+//! count, checks that no id was handed out twice, and compares one-CAS-per-id
 //! scheme with the commenter's batches of 50.
 //!
 //! `cargo run --example id_generator` (uses `ZK_HOSTS` if set, else starts a server).

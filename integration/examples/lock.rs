@@ -1,4 +1,4 @@
-//! Seed 001's `LockTest`, ported: four threads ("processes"), each with its own
+//! A lock test: four threads ("processes"), each with its own
 //! ZooKeeper session, contend for one resource lock; each holds it for a moment and
 //! prints who holds it.
 //!
@@ -16,7 +16,7 @@ use zookeeper::ZooKeeper;
 use zookeeper_recipes::lock::Lock;
 
 const PROCESSES: usize = 4;
-/// Seed 001 holds the lock for 500 ms; a little less keeps the example quick.
+/// How long each holder keeps the lock (short, so the example is quick).
 const HOLD: Duration = Duration::from_millis(200);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,7 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     lock.holder()?.unwrap_or_default(),
                     guard.node().rsplit('/').next().unwrap_or_default(),
                 );
-                thread::sleep(HOLD); // the "work" of seed 001
+                thread::sleep(HOLD); // the "work"
                 println!("{id} Releasing Lock");
                 holders.fetch_sub(1, Ordering::SeqCst);
                 guard.release()?;

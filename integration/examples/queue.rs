@@ -1,4 +1,4 @@
-//! Seed 000's `queue.py` (Henry Robinson's ZooKeeper queue post), ported: queue three
+//! The classic ZooKeeper queue: queue three
 //! items, then consume everything in the queue.
 //!
 //! ```text

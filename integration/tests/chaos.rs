@@ -1,4 +1,4 @@
-//! Fault tolerance against a real 3-node ensemble on loopback (issue 6): members killed
+//! Fault tolerance against a real 3-node ensemble on loopback: members killed
 //! with SIGKILL, the leader killed under a write load, a member frozen with SIGSTOP, and
 //! the recipes (lock, work queue, id generator) run by separate processes while members
 //! are killed and restarted, one lock holder's session is expired and work-queue

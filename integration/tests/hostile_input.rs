@@ -1,4 +1,4 @@
-//! Hostile input (issue 6): garbage paths, oversized data, absurd versions, malformed
+//! Hostile input: garbage paths, oversized data, absurd versions, malformed
 //! ACLs and auth schemes, calls on closed and expired handles, a huge child list. Each
 //! must give a typed error (the variant is asserted); nothing may panic, abort or hang
 //! (every wait is bounded, and a watchdog ends the process if a test overruns).
@@ -794,7 +794,7 @@ fn data_at_and_over_the_limit() {
 }
 
 /// Data under the limit plus a long path can still exceed the server's request limit.
-/// What the client does then is recorded here (see the report in issue 6).
+/// What the client does then is recorded here .
 #[test]
 fn data_at_the_limit_with_a_long_path() {
     let _watchdog = Watchdog::new(

@@ -1,4 +1,4 @@
-//! Soak (issue 6, "Memory and threads"): 100,000 watch registrations and firings,
+//! Soak: 100,000 watch registrations and firings,
 //! 10,000 async requests in flight at close (twice: against a frozen server, where all
 //! of them are pending, and against a live one, where completions race the close), and
 //! 50 connect/close cycles. After each phase the process's resident set size

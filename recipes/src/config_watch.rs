@@ -1,5 +1,5 @@
-//! Config watch: follow one znode and receive its newest state (the next step seed 003
-//! announces: workers reloading their configuration when it changes).
+//! Config watch: follow one znode and receive its newest state (for workers that
+//! reload their configuration when it changes).
 //!
 //! [`ConfigWatch::start`] reads the node once (its current state is the first state
 //! every receiver sees), then a background thread waits on a one-shot watch and, after

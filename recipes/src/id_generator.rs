@@ -1,6 +1,6 @@
-//! Unique integer ids from a counter znode (seed 003): read the counter with its
+//! Unique integer ids from a counter znode: read the counter with its
 //! version, write the incremented value back *at that version* (a compare-and-set),
-//! and retry when the version moved (`BadVersion`). Batches, as the seed's commenter
+//! and retry when the version moved (`BadVersion`). Batches, as a common refinement
 //! proposes: one CAS reserves `N` ids, which are then served locally.
 //!
 //! ```no_run

@@ -3,11 +3,11 @@
 //!
 //! | recipe | module | from |
 //! |---|---|---|
-//! | FIFO queue with blocking take | [`queue`] | seed 000 |
-//! | lock watching only its predecessor | [`lock`] | seed 001 |
-//! | locking work queue without herd effect | [`work_queue`] | seed 002 |
-//! | id generator (CAS, batched) | [`id_generator`] | seed 003 |
-//! | config watch | [`config_watch`] | seed 003's next step |
+//! | FIFO queue with blocking take | [`queue`] | ZooKeeper recipes |
+//! | lock watching only its predecessor | [`lock`] | ZooKeeper recipes |
+//! | locking work queue without herd effect | [`work_queue`] | ZooKeeper recipes |
+//! | id generator (CAS, batched) | [`id_generator`] | ZooKeeper recipes |
+//! | config watch | [`config_watch`] | ZooKeeper recipes |
 //! | barrier, double barrier | [`barrier`] | ZooKeeper recipes |
 //! | leader election | [`election`] | ZooKeeper recipes |
 //! | read-write lock | [`rwlock`] | ZooKeeper recipes |

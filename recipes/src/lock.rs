@@ -1,4 +1,4 @@
-//! A distributed mutual-exclusion lock (seed 001 and the ZooKeeper lock recipe), whose
+//! A distributed mutual-exclusion lock (the ZooKeeper lock recipe), whose
 //! waiters watch only their predecessor and whose holder learns when the lock is lost.
 //!
 //! # Protocol

@@ -1,4 +1,4 @@
-//! A distributed FIFO queue (seed 000: the Python post's `ZooKeeperQueue`), with a
+//! A distributed FIFO queue (the classic ZooKeeper queue recipe), with a
 //! blocking take that cannot miss a wake-up and an enqueue that survives connection loss
 //! without duplicating items.
 //!
@@ -15,7 +15,7 @@
 //!   with a fresh guid) **and** an ephemeral receipt named by the same guid. If the reply
 //!   is lost (`CONNECTIONLOSS`), the receipt answers "was it applied?" after reconnecting
 //!   (and a `sync`), even if a consumer already took the item (the weakness of the plain
-//!   "look for my guid among the children" check the post describes). The receipt is
+//!   "look for my guid among the children" check the classic recipe uses). The receipt is
 //!   deleted right after (pipelined, so a put costs one round trip).
 //! - Consumers list the children, order them by sequence suffix, and claim the first by
 //!   `get`, then one `multi` deleting the item and creating an ephemeral take marker
@@ -24,7 +24,7 @@
 //!   is used up. The marker answers "was my take applied?" after a lost reply; it is
 //!   deleted right after (without waiting for the answer).
 //! - [`take`](Queue::take) registers a child watch *before* the listing it decides on, and
-//!   sleeps on a condition variable until that watch fires: the post's Condition pattern,
+//!   sleeps on a condition variable until that watch fires: a Condition-variable pattern,
 //!   without its lost wake-up. One child watch at a time per `Queue` value serves every
 //!   thread blocked in it (no watch per call, so nothing leaks when takes time out); no
 //!   lock is held while that watch is registered, so a thread riding out a lost

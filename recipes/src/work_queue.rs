@@ -1,4 +1,4 @@
-//! A locking work queue (seed 002's crawler queue): consumers take an item under an
+//! A locking work queue (a crawler's queue of links): consumers take an item under an
 //! ephemeral per-item lock, then [`complete`](WorkItem::complete) it (item and lock
 //! removed atomically) or [`release`](WorkItem::release) it; a crashed consumer's items
 //! come back when its session ends. Idle consumers wait without a herd effect.
@@ -37,7 +37,7 @@
 //!   crashed consumers); every other waiter watches only its predecessor in the line.
 //!   When the head claims an item it leaves the line, which wakes exactly one consumer,
 //!   the next head. So a put wakes the head and one successor, and a completion wakes
-//!   only the head, whatever the number of idle consumers, where seed 002 and kazoo's
+//!   only the head, whatever the number of idle consumers, where a watch on the directory per consumer and kazoo's
 //!   `LockingQueue` wake every consumer on every change. The head keeps its watches
 //!   armed between turns instead of registering new ones, so no watch accumulates (kazoo
 //!   leaks a watch callback per `get`).

@@ -2,9 +2,9 @@
 //! (3.8.0).
 //!
 //! Nothing here is safe: every function is the C function, every struct the C struct. The
-//! `zookeeper-rs` crate builds the safe client on top; read
-//! `shared/notes/c-client-facts.md` in the repository for the threading and lifetime
-//! rules that C code imposes on any caller.
+//! `zookeeper-rs` crate builds the safe client on top, and its module docs give the
+//! threading and lifetime rules that C code imposes on any caller (which thread runs
+//! completions and watchers, when C frees what it returns).
 //!
 //! How the library is found (system library, env vars, pkg-config or the `vendored`
 //! build) is described in `build.rs` and the repository README.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use zookeeper_sys as sys;
 
 /// Session state as last reported to the global watcher, with a condition variable to
-/// wait on (the Python post's pattern).
+/// wait on (the pattern of the C client's Python bindings).
 struct Connection {
     state: Mutex<c_int>,
     changed: Condvar,
