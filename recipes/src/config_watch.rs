@@ -256,7 +256,7 @@ impl ConfigWatch {
             path: path.to_string(),
             shared: Arc::clone(&shared),
             stop: stop_rx,
-            session: zk.session_events(),
+            session: zk.session_events().into_receiver(),
             last: Last::Nothing,
         };
         let deadline = op_deadline(zk);

@@ -285,7 +285,7 @@ impl ConnectionStates {
     /// thread forwards the handle's session events until the stream is dropped or ends.
     pub fn new(zk: &ZooKeeper) -> Result<ConnectionStates> {
         let queue = EventQueue::new(StateBuffer::default());
-        let events = zk.session_events();
+        let events = zk.session_events().into_receiver();
         let mut translator = Translator::default();
         let first = translator.initial(zk.state());
         queue.update(|b| {
@@ -700,7 +700,7 @@ fn follow_session(
     last: ConnectionState,
     stop: &Receiver<()>,
 ) -> SessionEnd {
-    let events = zk.session_events();
+    let events = zk.session_events().into_receiver();
     let mut translator = Translator::after(last);
     // Whatever happened before the subscription.
     let mut seen = Some(zk.state());
@@ -800,7 +800,7 @@ impl Client {
     pub(crate) fn feed(&self) -> StateFeed {
         match self {
             Client::Plain(zk) => {
-                let events = zk.session_events();
+                let events = zk.session_events().into_receiver();
                 let mut translator = Translator::default();
                 let first = translator.initial(zk.state());
                 StateFeed::Plain {

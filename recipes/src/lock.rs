@@ -608,7 +608,7 @@ struct SessionView {
 impl Shared {
     fn new(zk: &ZooKeeper, grace: Duration) -> Shared {
         // Subscribe first, then read the state: no change falls between the two.
-        let events = zk.session_events();
+        let events = zk.session_events().into_receiver();
         let mut view = SessionView::default();
         match zk.state() {
             state if state.is_connected() => {}

@@ -5,11 +5,10 @@ use crate::context::{self, RequestEntry, SweepReason};
 use crate::error::{Error, Result};
 use crate::path::c_string;
 use crate::reply::{deadline_after, Fulfiller, Reply, ReplySlot, ZkFuture};
-use crate::session::Session;
+use crate::session::{Session, SessionEvents};
 use crate::types::{ClientId, SessionState, WatchedEvent};
 use crate::watch::Watch;
 use crate::watch_table::{WatchRequest, WatchTable};
-use crossbeam_channel::Receiver;
 use parking_lot::RwLock;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
@@ -304,12 +303,13 @@ impl ZooKeeper {
     }
 
     /// A new receiver of every session event from now on (connected, connecting,
-    /// expired, ...). Any number of receivers may exist; each gets every event. The
-    /// channel closes when the handle closes.
+    /// expired, ...): blocking (it derefs to a channel receiver) and an async stream.
+    /// Any number of receivers may exist; each gets every event. The stream ends when
+    /// the handle closes.
     ///
     /// Subscribe once and keep the receiver: a dropped receiver's subscription is only
     /// pruned at the next session event, so calling this in a loop accumulates them.
-    pub fn session_events(&self) -> Receiver<WatchedEvent> {
+    pub fn session_events(&self) -> SessionEvents {
         self.inner.session.subscribe()
     }
 

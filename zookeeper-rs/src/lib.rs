@@ -49,6 +49,7 @@ pub use reply::ZkFuture;
 pub use security::SaslConfig;
 #[cfg(feature = "tls")]
 pub use security::TlsConfig;
+pub use session::{NextSessionEvent, SessionEvents};
 pub use timeout::{Deadline, Timeout, Version};
 pub use types::{
     Acl, ClientId, CreateMode, EventType, Perms, SessionState, Stat, WatchRemoval, WatchedEvent,

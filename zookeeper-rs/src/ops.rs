@@ -429,10 +429,14 @@ impl ZooKeeper {
 
     /// [`get_children2`](Self::get_children2) with a child watch.
     pub fn get_children2_watch(&self, path: &str) -> Result<(Vec<String>, Stat, Watch)> {
+        self.get_children2_watch_async(path).wait()
+    }
+
+    /// Async [`get_children2_watch`](Self::get_children2_watch).
+    pub fn get_children2_watch_async(&self, path: &str) -> ZkFuture<(Vec<String>, Stat, Watch)> {
         self.children_impl(path, true, |children, stat, watch| {
             Ok((children, stat_of(stat)?, watch_of(watch)?))
         })
-        .wait()
     }
 
     fn children_impl<T: 'static>(
@@ -628,8 +632,12 @@ impl ZooKeeper {
 
     /// [`get_config`](Self::get_config) and a watch on the configuration node.
     pub fn get_config_watch(&self) -> Result<(Vec<u8>, Stat, Watch)> {
+        self.get_config_watch_async().wait()
+    }
+
+    /// Async [`get_config_watch`](Self::get_config_watch).
+    pub fn get_config_watch_async(&self) -> ZkFuture<(Vec<u8>, Stat, Watch)> {
         self.config_impl(true, |data, stat, watch| Ok((data, stat, watch_of(watch)?)))
-            .wait()
     }
 
     /// Async [`get_config`](Self::get_config).

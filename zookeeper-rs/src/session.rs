@@ -2,8 +2,11 @@
 //! a condition variable to wait on, and a stream of events for any number of receivers.
 
 use crate::types::{ClientId, SessionState, WatchedEvent};
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 use zookeeper_sys as sys;
 
@@ -17,7 +20,14 @@ pub(crate) struct Session {
     /// the C handle's `client_id` while the IO thread rewrites it on a reconnect.
     client_id: Mutex<Option<ClientId>>,
     /// `None` once the handle is closed: later subscribers get an ended stream.
-    subscribers: Mutex<Option<Vec<Sender<WatchedEvent>>>>,
+    subscribers: Mutex<Option<Vec<Subscriber>>>,
+}
+
+/// One [`SessionEvents`]' end of the stream: its channel and the waker of a task
+/// awaiting it.
+struct Subscriber {
+    sender: Sender<WatchedEvent>,
+    waker: Arc<Mutex<Option<Waker>>>,
 }
 
 impl Session {
@@ -105,24 +115,43 @@ impl Session {
     /// Sends `event` to every live subscriber without blocking (the channels are
     /// unbounded), dropping subscribers whose receiver is gone.
     pub(crate) fn publish(&self, event: WatchedEvent) {
+        let mut to_wake = Vec::new();
         if let Some(subscribers) = self.subscribers.lock().as_mut() {
-            subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+            subscribers.retain(|subscriber| {
+                let live = subscriber.sender.send(event.clone()).is_ok();
+                if live {
+                    to_wake.extend(subscriber.waker.lock().take());
+                }
+                live
+            });
         }
+        // Woken outside the lock: a waker runs executor code.
+        to_wake.into_iter().for_each(Waker::wake);
     }
 
-    pub(crate) fn subscribe(&self) -> Receiver<WatchedEvent> {
+    pub(crate) fn subscribe(&self) -> SessionEvents {
         let (sender, receiver) = crossbeam_channel::unbounded();
+        let waker = Arc::new(Mutex::new(None));
         // After close the sender is dropped at once: the stream has already ended.
         if let Some(subscribers) = self.subscribers.lock().as_mut() {
-            subscribers.push(sender);
+            subscribers.push(Subscriber {
+                sender,
+                waker: Arc::clone(&waker),
+            });
         }
-        receiver
+        SessionEvents { receiver, waker }
     }
 
     /// Ends every subscription (receivers see the channel close after the last event),
     /// including those made later.
     pub(crate) fn close_subscribers(&self) {
-        self.subscribers.lock().take();
+        let ended = self.subscribers.lock().take().unwrap_or_default();
+        for subscriber in ended {
+            drop(subscriber.sender);
+            if let Some(waker) = subscriber.waker.lock().take() {
+                waker.wake();
+            }
+        }
     }
 }
 
@@ -152,4 +181,94 @@ pub(crate) unsafe extern "C" fn global_watcher(
     }
     // SAFETY: the arguments are C's, passed on unchanged.
     unsafe { crate::context::session_watcher(zh, event_type, state, path, context) }
+}
+
+/// Session events from [`ZooKeeper::session_events`](crate::ZooKeeper::session_events):
+/// a blocking receiver (it derefs to a [`crossbeam_channel::Receiver`], so `recv`,
+/// `recv_timeout` and `select!` work) and an async stream ([`futures_core::Stream`], or
+/// [`next_event`](Self::next_event) on any executor). The stream ends when the handle closes.
+///
+/// ```no_run
+/// # async fn demo(zk: zookeeper::ZooKeeper) {
+/// let mut events = zk.session_events();
+/// while let Some(event) = events.next_event().await {
+///     println!("session: {:?}", event.state);
+/// }
+/// # }
+/// ```
+pub struct SessionEvents {
+    receiver: Receiver<WatchedEvent>,
+    waker: Arc<Mutex<Option<Waker>>>,
+}
+
+impl SessionEvents {
+    /// The blocking receiver (also reachable through `Deref`).
+    pub fn receiver(&self) -> &Receiver<WatchedEvent> {
+        &self.receiver
+    }
+
+    /// The blocking receiver alone, for code that only ever blocks or selects on it.
+    pub fn into_receiver(self) -> Receiver<WatchedEvent> {
+        self.receiver
+    }
+
+    /// The next event, awaitable on any executor: `None` once the handle has closed.
+    pub fn next_event(&mut self) -> NextSessionEvent<'_> {
+        NextSessionEvent { events: self }
+    }
+
+    fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
+        match self.receiver.try_recv() {
+            Ok(event) => return Poll::Ready(Some(event)),
+            Err(TryRecvError::Disconnected) => return Poll::Ready(None),
+            Err(TryRecvError::Empty) => {}
+        }
+        *self.waker.lock() = Some(cx.waker().clone());
+        // An event published between the first look and storing the waker found no
+        // waker to wake: look again.
+        match self.receiver.try_recv() {
+            Ok(event) => Poll::Ready(Some(event)),
+            Err(TryRecvError::Disconnected) => Poll::Ready(None),
+            Err(TryRecvError::Empty) => Poll::Pending,
+        }
+    }
+}
+
+impl std::ops::Deref for SessionEvents {
+    type Target = Receiver<WatchedEvent>;
+
+    fn deref(&self) -> &Receiver<WatchedEvent> {
+        &self.receiver
+    }
+}
+
+impl std::fmt::Debug for SessionEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionEvents")
+            .field("pending", &self.receiver.len())
+            .finish()
+    }
+}
+
+impl futures_core::Stream for SessionEvents {
+    type Item = WatchedEvent;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
+        self.poll_event(cx)
+    }
+}
+
+/// The future of [`SessionEvents::next_event`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct NextSessionEvent<'a> {
+    events: &'a mut SessionEvents,
+}
+
+impl std::future::Future for NextSessionEvent<'_> {
+    type Output = Option<WatchedEvent>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
+        self.events.poll_event(cx)
+    }
 }

@@ -3,14 +3,15 @@
 
 mod common;
 
-use common::{block_on, connect, create, digest_id, poll_once, unique};
+use common::{block_on, block_on_timeout, connect, create, digest_id, poll_once, unique};
 use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Duration;
 use zookeeper::{
-    Acl, CreateMode, Error, EventType, Op, OpResult, Perms, WatchRemoval, WatcherType, ZooKeeper,
+    Acl, CreateMode, Error, EventType, Op, OpResult, Perms, SessionState, WatchRemoval,
+    WatcherType, ZooKeeper,
 };
 
 #[test]
@@ -532,4 +533,47 @@ fn huge_timeouts_do_not_overflow() {
         .unwrap()
         .is_some());
     zk.wait_connected(Duration::MAX).unwrap();
+}
+
+/// Session events are an async stream too: a pending `next` is woken by the next event,
+/// and the stream ends (`None`) when the handle closes.
+#[test]
+fn session_events_stream_wakes_and_ends_at_close() {
+    let zk = connect();
+    let mut events = zk.session_events();
+    {
+        let mut next = Box::pin(events.next_event());
+        assert!(poll_once(&mut next).is_pending(), "no event yet");
+        let closer = {
+            let zk = zk.clone();
+            thread::spawn(move || zk.close().unwrap())
+        };
+        // Woken through the waker stored by the pending poll: the close publishes
+        // `Closed` or ends the stream.
+        let first = block_on_timeout(next, Duration::from_secs(30)).expect("never woken");
+        if let Some(event) = first {
+            assert_eq!(event.state, SessionState::Closed, "{event:?}");
+        }
+        closer.join().unwrap();
+    }
+    let end = block_on_timeout(events.next_event(), Duration::from_secs(30)).expect("never ended");
+    assert!(end.is_none(), "the stream ends at close: {end:?}");
+    // A blocking receiver of the same stream sees it closed as well.
+    assert!(zk.session_events().recv().is_err());
+}
+
+/// `get_children2_watch` has an async form: children, the parent's Stat and an armed
+/// watch that fires on the next child change.
+#[test]
+fn children2_watch_async_arms_a_watch() {
+    let zk = connect();
+    let path = create(&zk, &unique("children2-async"), b"");
+    let (children, stat, watch) = block_on(zk.get_children2_watch_async(&path)).unwrap();
+    assert!(children.is_empty());
+    assert_eq!(stat.num_children, 0);
+    create(&zk, &format!("{path}/a"), b"");
+    let event = block_on_timeout(watch, Duration::from_secs(30))
+        .expect("fired")
+        .unwrap();
+    assert_eq!(event.event_type, EventType::NodeChildrenChanged);
 }
