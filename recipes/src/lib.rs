@@ -23,6 +23,7 @@
 //! | bounded, priority and delayed queues | [`bounded_queue`], [`priority_queue`], [`delayed_queue`] | Curator |
 //! | leader latch (leadership guard, events, run while leader) | [`leader_latch`] | Curator, kazoo |
 //! | persistent ephemeral node, group membership | [`membership`] | Curator, kazoo |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod barrier;

@@ -20,6 +20,7 @@
 //! assert_eq!(watch.wait()?.event_type, EventType::NodeCreated);
 //! # Ok::<(), zookeeper::Error>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod acl;
@@ -46,8 +47,10 @@ pub use multi::{Op, OpResult};
 pub use path::{validate_path, MAX_DATA_LEN};
 pub use reply::ZkFuture;
 #[cfg(feature = "sasl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sasl")))]
 pub use security::SaslConfig;
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use security::TlsConfig;
 pub use session::{NextSessionEvent, SessionEvents};
 pub use timeout::{Deadline, Timeout, Version};

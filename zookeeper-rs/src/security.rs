@@ -305,6 +305,7 @@ impl ZooKeeperBuilder {
     ///   binding counts those lines, process-wide, so a concurrent failing TLS connect
     ///   elsewhere in the process can also turn a plain timeout into this error).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.security.tls = Some(tls);
         self
@@ -324,6 +325,7 @@ impl ZooKeeperBuilder {
     /// ends such a session without any event (it only sets its state), so a monitor
     /// thread per SASL handle checks the C state every 50 ms until the session ends.
     #[cfg(feature = "sasl")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sasl")))]
     pub fn sasl(mut self, sasl: SaslConfig) -> Self {
         self.security.sasl = Some(sasl);
         self

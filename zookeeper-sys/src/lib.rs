@@ -14,6 +14,7 @@
 //! client with them and add hand-written declarations of that API: the `tls` and `sasl` modules, and
 //! `zookeeper_sys_init_secure` (TLS, SASL and a log callback in one init call). A test
 //! checks them against the header compiled with the same defines.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![allow(clippy::all)]
 
@@ -27,11 +28,13 @@ mod bindings {
 pub use bindings::*;
 
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
 #[cfg(feature = "tls")]
 pub use tls::*;
 
 #[cfg(feature = "sasl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sasl")))]
 pub mod sasl;
 #[cfg(feature = "sasl")]
 pub use sasl::*;
