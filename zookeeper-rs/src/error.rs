@@ -213,8 +213,15 @@ impl Error {
     }
 
     /// The request may or may not have been applied: the connection dropped first.
+    ///
+    /// Includes `RuntimeInconsistency`: the C client reports it for every pending request
+    /// when a reply arrives out of order (a reply went missing), after which it drops the
+    /// connection and reconnects, exactly as on a connection loss.
     pub fn is_connection_loss(&self) -> bool {
-        matches!(self, Error::ConnectionLoss | Error::OperationTimeout)
+        matches!(
+            self,
+            Error::ConnectionLoss | Error::OperationTimeout | Error::RuntimeInconsistency
+        )
     }
 
     /// The session is gone for good (expired, auth failed or closed): open a new one.
