@@ -41,7 +41,8 @@ export CARGO_TARGET_DIR=target/asan
 export ASAN_OPTIONS="detect_leaks=1:check_printf=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=1"
 
-cargo_test=(cargo test --target "$target" --features zookeeper-sys/vendored)
+# --no-fail-fast: a failing binary must not hide the binaries after it.
+cargo_test=(cargo test --no-fail-fast --target "$target" --features zookeeper-sys/vendored)
 
 summary=()
 status=0
@@ -50,16 +51,21 @@ run() { # run <label> <command...>
     shift
     log=$(mktemp)
     echo "== $label =="
+    # The command's own exit status, taken directly: a status read through a pipeline
+    # followed by `|| true` can be the status of `true`.
     set +e
-    "$@" 2>&1 | tee "$log" | grep -E '^(test result|     Running|test .* FAILED|==[0-9]+==ERROR)' || true
-    rc=${PIPESTATUS[0]}
+    "$@" >"$log" 2>&1
+    rc=$?
     set -e
+    grep -E '^(test result|     Running|test .* FAILED|==[0-9]+==ERROR)' "$log" || true
     local reports leaks
     reports=$(grep -c '==ERROR: AddressSanitizer' "$log" || true)
     leaks=$(grep -c '==ERROR: LeakSanitizer' "$log" || true)
     if [[ $rc -ne 0 ]]; then
         status=1
         grep -A40 -E '==ERROR: (Address|Leak)Sanitizer' "$log" | head -120 || true
+        # libtest's report of each failing test (its captured output and panic message).
+        sed -n '/^failures:$/,/^test result/p' "$log" | head -200 || true
     fi
     summary+=("$(printf '%-34s exit %-3s AddressSanitizer reports: %s, leak reports: %s' \
         "$label" "$rc" "$reports" "$leaks")")

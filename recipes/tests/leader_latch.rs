@@ -709,7 +709,12 @@ fn first_request_after_reconnect(
     proxy: &FaultProxy,
     mark: zk_harness::fault_proxy::RequestMark,
 ) -> Option<OpCode> {
-    let upkeep = [OpCode::SET_WATCHES, OpCode::SET_WATCHES2, OpCode::AUTH];
+    let upkeep = [
+        OpCode::PING,
+        OpCode::SET_WATCHES,
+        OpCode::SET_WATCHES2,
+        OpCode::AUTH,
+    ];
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let requests = proxy.requests_since(mark);

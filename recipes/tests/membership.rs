@@ -447,7 +447,12 @@ fn a_lost_protected_create_is_found_on_a_lagging_member_after_sync() {
         .unwrap();
     let fired = proxy.wait_for_fired(1, T).unwrap();
     assert_eq!(fired[0].reply.map(|r| r.err), Some(0), "the create applied");
-    let upkeep = [OpCode::SET_WATCHES, OpCode::SET_WATCHES2, OpCode::AUTH];
+    let upkeep = [
+        OpCode::PING,
+        OpCode::SET_WATCHES,
+        OpCode::SET_WATCHES2,
+        OpCode::AUTH,
+    ];
     let mut first = None;
     // A lagging member refuses a client that has seen a newer zxid than its own; then
     // the reconnection to it is not established and only the outcome is checked.
