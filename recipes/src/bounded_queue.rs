@@ -1,7 +1,6 @@
 //! A bounded distributed FIFO queue: at most `max` items at any time, exactly, whatever
-//! the number of concurrent producers. A put into a full queue blocks
-//! ([`put`](BoundedQueue::put)), gives up at a deadline
-//! ([`put_timeout`](BoundedQueue::put_timeout)) or reports [`Offer::Full`] at once
+//! the number of concurrent producers. A put into a full queue waits for room
+//! ([`put`](BoundedQueue::put), up to its timeout) or reports [`Offer::Full`] at once
 //! ([`try_put`](BoundedQueue::try_put)). Curator's counterpart is
 //! `QueueBuilder.maxItems`, whose count is not checked atomically with the create (so
 //! concurrent producers can pass it together); kazoo has none.
@@ -65,8 +64,8 @@
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let uploads = BoundedQueue::new(&zk, "/uploads", 2)?;
-//! uploads.put(b"a")?;
-//! uploads.put(b"b")?;
+//! uploads.put(b"a", Timeout::Never)?;
+//! uploads.put(b"b", Timeout::Never)?;
 //! assert_eq!(uploads.try_put(b"c")?, Offer::Full);
 //! assert_eq!(uploads.take(Timeout::Never)?, b"a");
 //! assert_eq!(uploads.try_put(b"c")?, Offer::Enqueued);
@@ -136,6 +135,11 @@ impl BoundedQueue {
         }
     }
 
+    /// The queue holding the items (for the async forms).
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
     /// The queue's base path (the gate).
     pub fn path(&self) -> &str {
         &self.gate
@@ -146,19 +150,17 @@ impl BoundedQueue {
         self.max
     }
 
-    /// Enqueues `data`, waiting as long as the queue is full.
-    pub fn put(&self, data: &[u8]) -> Result<()> {
+    /// Enqueues `data`, waiting at most `timeout` for room ([`Timeout::Never`]: as long
+    /// as the queue stays full): `Err(Timeout)`, with nothing enqueued, if it stayed full.
+    pub fn put(&self, data: &[u8], timeout: impl Into<Timeout>) -> Result<()> {
+        let deadline = timeout.into().deadline();
         loop {
-            if self.put_until(data, Deadline::never())? == Offer::Enqueued {
-                return Ok(());
+            match self.put_until(data, deadline)? {
+                Offer::Enqueued => return Ok(()),
+                Offer::Full if deadline.expired() => return Err(RecipeError::Timeout),
+                Offer::Full => {}
             }
         }
-    }
-
-    /// Enqueues `data`, waiting at most `timeout` for room: [`Offer::Full`] (nothing
-    /// enqueued) if the queue stayed full.
-    pub fn put_timeout(&self, data: &[u8], timeout: Duration) -> Result<Offer> {
-        self.put_until(data, Deadline::after(timeout))
     }
 
     /// Enqueues `data` if there is room now, else [`Offer::Full`] at once.

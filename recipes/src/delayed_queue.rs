@@ -89,6 +89,11 @@ impl DelayedQueue {
         }
     }
 
+    /// The queue holding the items (for the async forms).
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
     /// The queue node's path.
     pub fn path(&self) -> &str {
         self.queue.path()

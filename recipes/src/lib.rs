@@ -26,6 +26,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+pub mod asynchronous;
 pub mod barrier;
 pub mod bounded_queue;
 pub mod cache;

@@ -76,7 +76,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zookeeper::{EventType, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper::{EventType, SessionState, Timeout, WatchedEvent, ZooKeeper};
 
 /// A connection state, as Apache Curator names them (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -583,7 +583,8 @@ impl ManagedZooKeeper {
 
     /// Waits until a session is connected (the current one, or the next one after an
     /// expiry) and returns it; `Timeout`, or `Closed` once the client is closed.
-    pub fn wait_connected(&self, timeout: Duration) -> Result<ManagedSession> {
+    pub fn wait_connected(&self, timeout: impl Into<Timeout>) -> Result<ManagedSession> {
+        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = crate::events::deadline_after(timeout);
         let mut state = self.owner.shared.state.lock();
         loop {

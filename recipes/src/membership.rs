@@ -1094,7 +1094,7 @@ impl Group {
     }
 
     /// Waits until the first load is complete.
-    pub fn wait_initialized(&self, timeout: Duration) -> Result<()> {
+    pub fn wait_initialized(&self, timeout: impl Into<Timeout>) -> Result<()> {
         self.cache.wait_initialized(timeout)
     }
 

@@ -754,10 +754,15 @@ impl Queue {
 
     /// Takes the head item without waiting: `None` if the queue is empty.
     pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self.try_take_named()?.map(|(_, data)| data))
+    }
+
+    /// [`try_take`](Self::try_take), with the item's name.
+    pub(crate) fn try_take_named(&self) -> Result<Option<(String, Vec<u8>)>> {
         self.fresh_listing_for_order();
         loop {
-            if let Some(data) = self.claim_cached(Deadline::never())? {
-                return Ok(Some(data));
+            if let Some(item) = self.claim_cached(Deadline::never())? {
+                return Ok(Some(item));
             }
             let children = children_or_none(&self.zk, &self.path, self.patience)?;
             let (items, _) = self.ready(children);
@@ -772,10 +777,15 @@ impl Queue {
     /// takes): `Err(Timeout)` if none came. An item whose delete was sent before the
     /// deadline is returned even if confirming it takes longer (see the module docs).
     pub fn take(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
-        let deadline = timeout.into().deadline();
+        self.take_named(timeout.into()).map(|(_, data)| data)
+    }
+
+    /// [`take`](Self::take), with the item's name.
+    pub(crate) fn take_named(&self, timeout: Timeout) -> Result<(String, Vec<u8>)> {
+        let deadline = timeout.deadline();
         loop {
-            if let Some(data) = self.take_until(deadline)? {
-                return Ok(data);
+            if let Some(item) = self.take_until(deadline)? {
+                return Ok(item);
             }
             if deadline.expired() {
                 return Err(RecipeError::Timeout);
@@ -830,26 +840,35 @@ impl Queue {
         (items, next_due)
     }
 
-    fn take_until(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+    /// Puts an item taken as `name` back at the tail, with its ordering tag (for a
+    /// take whose receiver is gone: the item must not be lost).
+    pub(crate) fn put_back(&self, name: &str, data: &[u8]) -> Result<()> {
+        let tag = tag_of(name).unwrap_or("");
+        self.store
+            .put_with(&self.zk, data, tag, &[], self.patience)
+            .map(drop)
+    }
+
+    fn take_until(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
         match self.take_inner(deadline) {
             Err(RecipeError::Timeout) if deadline.expired() => Ok(None),
             other => other,
         }
     }
 
-    fn take_inner(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+    fn take_inner(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
         self.fresh_listing_for_order();
         loop {
-            if let Some(data) = self.claim_cached(deadline)? {
-                return Ok(Some(data));
+            if let Some(item) = self.claim_cached(deadline)? {
+                return Ok(Some(item));
             }
             // The cached list is used up: list again, with a watch registered first.
             let patience = self.patience.before(deadline);
             let (children, epoch) = self.watcher.list(&self.zk, patience, deadline)?;
             let (items, next_due) = self.ready(children);
             *self.cache.lock() = items.into();
-            if let Some(data) = self.claim_cached(deadline)? {
-                return Ok(Some(data));
+            if let Some(item) = self.claim_cached(deadline)? {
+                return Ok(Some(item));
             }
             if deadline.expired() {
                 return Ok(None);
@@ -867,14 +886,14 @@ impl Queue {
     }
 
     /// Tries the cached names in order until one is claimed or the cache is empty.
-    fn claim_cached(&self, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+    fn claim_cached(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
         loop {
             let Some(name) = self.cache.lock().pop_front() else {
                 return Ok(None);
             };
             loop {
                 match self.claim(&name, deadline)? {
-                    Claimed::Taken(data) => return Ok(Some(data)),
+                    Claimed::Taken(data) => return Ok(Some((name, data))),
                     Claimed::Missed => break,
                     Claimed::Again if deadline.expired() => {
                         // Provably still in the queue: leave it for the next take.

@@ -343,8 +343,16 @@ macro_rules! cache_methods {
 
         /// Waits until the initial load is complete; `Timeout`, or the reason the cache
         /// stopped.
-        pub fn wait_initialized(&self, timeout: std::time::Duration) -> crate::Result<()> {
-            self.core.wait_initialized(timeout)
+        pub fn wait_initialized(
+            &self,
+            timeout: impl Into<zookeeper::Timeout>,
+        ) -> crate::Result<()> {
+            self.core.wait_initialized(
+                timeout
+                    .into()
+                    .duration()
+                    .unwrap_or(std::time::Duration::MAX),
+            )
         }
 
         /// Whether the initial load is complete.

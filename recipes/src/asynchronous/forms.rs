@@ -1,0 +1,368 @@
+//! The async form of each blocking recipe call (see the [module docs](super)).
+
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use zookeeper::{Stat, Timeout, ZooKeeper};
+
+use super::{unblock, Async, Unblock};
+use crate::barrier::{Barrier, DoubleBarrier};
+use crate::bounded_queue::{BoundedQueue, Offer};
+use crate::delayed_queue::DelayedQueue;
+use crate::election::LeaderElection;
+use crate::id_generator::IdGenerator;
+use crate::leader_latch::{LeaderLatch, LeadershipGuard, Participant};
+use crate::lease_semaphore::{self, LeaseSemaphore};
+use crate::lock::{Lock, LockGuard};
+use crate::membership::{Group, GroupMember, PersistentNode};
+use crate::multi_lock::{MultiGuard, MultiLock};
+use crate::priority_queue::PriorityQueue;
+use crate::queue::Queue;
+use crate::rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
+use crate::semaphore::{self, Semaphore};
+use crate::shared_value::{
+    AtomicLong, AtomicValue, KazooCounter, SharedCount, ValueWatch, Versioned,
+};
+use crate::work_queue::{WorkItem, WorkQueue};
+use crate::{RecipeError, Result};
+
+/// `Async<$recipe>` methods of the same name as `$recipe`'s blocking ones taking `&self`
+/// and owned (`'static`) arguments.
+macro_rules! async_forms {
+    ($recipe:ident { $( fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty; )* }) => {
+        impl Async<$recipe> {
+            $(
+                #[doc = concat!("Async form of [`", stringify!($recipe), "::", stringify!($name), "`].")]
+                pub fn $name(&self, $($arg: $ty),*) -> Unblock<$ret> {
+                    self.run(move |recipe| recipe.$name($($arg),*))
+                }
+            )*
+        }
+    };
+}
+
+/// `$guard::${name}_async(self)` forms of a guard's consuming blocking calls.
+macro_rules! consuming_forms {
+    ($guard:ty { $( fn $async_name:ident => $name:ident -> $ret:ty; )* }) => {
+        impl $guard {
+            $(
+                #[doc = concat!("Async form of [`", stringify!($name), "`](Self::", stringify!($name), ").")]
+                pub fn $async_name(self) -> Unblock<$ret> {
+                    unblock(move || self.$name())
+                }
+            )*
+        }
+    };
+}
+
+async_forms!(Lock {
+    fn acquire(timeout: impl Into<Timeout> + Send + 'static) -> Result<LockGuard>;
+    fn try_acquire() -> Result<Option<LockGuard>>;
+    fn holder() -> Result<Option<String>>;
+});
+
+async_forms!(MultiLock {
+    fn acquire(timeout: impl Into<Timeout> + Send + 'static) -> Result<MultiGuard>;
+    fn try_acquire() -> Result<Option<MultiGuard>>;
+});
+
+async_forms!(ReadWriteLock {
+    fn read(timeout: impl Into<Timeout> + Send + 'static) -> Result<ReadGuard>;
+    fn write(timeout: impl Into<Timeout> + Send + 'static) -> Result<WriteGuard>;
+    fn try_read() -> Result<Option<ReadGuard>>;
+    fn try_write() -> Result<Option<WriteGuard>>;
+});
+
+async_forms!(Semaphore {
+    fn acquire(timeout: impl Into<Timeout> + Send + 'static) -> Result<semaphore::Lease>;
+    fn try_acquire() -> Result<Option<semaphore::Lease>>;
+    fn requests() -> Result<usize>;
+});
+
+async_forms!(LeaseSemaphore {
+    fn acquire(n: u32, timeout: impl Into<Timeout> + Send + 'static) -> Result<Vec<lease_semaphore::Lease>>;
+    fn held() -> Result<usize>;
+});
+
+async_forms!(WorkQueue {
+    fn take(timeout: impl Into<Timeout> + Send + 'static) -> Result<WorkItem>;
+    fn try_take() -> Result<Option<WorkItem>>;
+    fn len() -> Result<usize>;
+    fn is_empty() -> Result<bool>;
+    fn in_progress() -> Result<usize>;
+    fn waiters_in_line() -> Result<usize>;
+    fn dead_letters() -> Result<Vec<String>>;
+});
+
+impl Async<WorkQueue> {
+    /// Async form of [`WorkQueue::put`].
+    pub fn put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
+        let data = data.into();
+        self.run(move |queue| queue.put(&data))
+    }
+}
+
+async_forms!(IdGenerator {
+    fn next_id() -> Result<u64>;
+    fn reserve(n: u64, timeout: impl Into<Timeout> + Send + 'static) -> Result<Range<u64>>;
+    fn current() -> Result<u64>;
+});
+
+async_forms!(Barrier {
+    fn set() -> Result<()>;
+    fn remove() -> Result<()>;
+    fn is_set() -> Result<bool>;
+    fn wait(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+});
+
+async_forms!(DoubleBarrier {
+    fn enter(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+    fn leave(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+});
+
+async_forms!(LeaderElection {
+    fn is_leader() -> Result<bool>;
+    fn wait_until_leader(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+    fn leader_data() -> Result<Option<Vec<u8>>>;
+});
+
+impl Async<LeaderElection> {
+    /// Async form of [`LeaderElection::join`].
+    pub fn join(zk: &ZooKeeper, dir: &str, data: impl Into<Vec<u8>>) -> Unblock<Result<Self>> {
+        let (zk, dir, data) = (zk.clone(), dir.to_string(), data.into());
+        unblock(move || LeaderElection::join(&zk, &dir, &data).map(Async::new))
+    }
+
+    /// Async form of [`LeaderElection::resign`]; needs the only handle to the
+    /// election (`InvalidArgument` otherwise, with nothing resigned).
+    pub fn resign(self) -> Unblock<Result<()>> {
+        let only = self.into_inner();
+        unblock(move || match only {
+            Some(election) => election.resign(),
+            None => Err(RecipeError::InvalidArgument(
+                "resign needs the only handle to the election",
+            )),
+        })
+    }
+}
+
+async_forms!(LeaderLatch {
+    fn await_leadership(timeout: impl Into<Timeout> + Send + 'static) -> Result<LeadershipGuard>;
+    fn relinquish() -> Result<bool>;
+    fn participants() -> Result<Vec<Participant>>;
+});
+
+async_forms!(SharedCount {
+    fn get() -> Result<Versioned<i32>>;
+    fn count() -> Result<i32>;
+    fn try_set(new: i32, expected_version: i32) -> Result<bool>;
+    fn set(new: i32) -> Result<Stat>;
+    fn add(delta: i32) -> Result<AtomicValue<i32>>;
+    fn watch() -> Result<ValueWatch<i32>>;
+});
+
+async_forms!(AtomicLong {
+    fn get() -> Result<i64>;
+    fn get_versioned() -> Result<Versioned<i64>>;
+    fn increment() -> Result<AtomicValue<i64>>;
+    fn decrement() -> Result<AtomicValue<i64>>;
+    fn add(delta: i64) -> Result<AtomicValue<i64>>;
+    fn subtract(delta: i64) -> Result<AtomicValue<i64>>;
+    fn compare_and_set(expected: i64, new: i64) -> Result<AtomicValue<i64>>;
+    fn try_set(new: i64) -> Result<AtomicValue<i64>>;
+    fn force_set(new: i64) -> Result<Stat>;
+    fn watch() -> Result<ValueWatch<i64>>;
+});
+
+async_forms!(KazooCounter {
+    fn value() -> Result<i64>;
+    fn add(delta: i64) -> Result<AtomicValue<i64>>;
+    fn subtract(delta: i64) -> Result<AtomicValue<i64>>;
+    fn watch() -> Result<ValueWatch<i64>>;
+});
+
+async_forms!(PersistentNode {
+    fn wait_created(timeout: impl Into<Timeout> + Send + 'static) -> Result<String>;
+});
+
+impl Async<PersistentNode> {
+    /// Async form of [`PersistentNode::set_data`].
+    pub fn set_data(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
+        let data = data.into();
+        self.run(move |node| node.set_data(&data))
+    }
+}
+
+impl Async<GroupMember> {
+    /// Async form of [`GroupMember::set_data`].
+    pub fn set_data(&self, payload: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
+        let payload = payload.into();
+        self.run(move |member| member.set_data(&payload))
+    }
+}
+
+async_forms!(Group {
+    fn wait_initialized(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+});
+
+// Queues: a taken item whose future was dropped is put back, never lost.
+
+/// A taken item with its name (to put it back with its ordering tag).
+type Named = Option<(String, Vec<u8>)>;
+
+/// The future of an async queue take: completes with the item (`T`: the item, or
+/// `Option` of it for a `try_take`). If dropped before, the item is put back.
+#[must_use = "futures do nothing unless awaited; the take runs anyway"]
+#[derive(Debug)]
+pub struct Take<T> {
+    taking: Unblock<Result<Named>>,
+    item: fn(Named) -> T,
+}
+
+impl<T> Future for Take<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let item = self.item;
+        Pin::new(&mut self.taking)
+            .poll(cx)
+            .map(|taken| taken.map(item))
+    }
+}
+
+/// Puts a taken item whose receiver is gone back with `put_back`.
+fn put_back<R>(
+    recipe: &R,
+    item: Result<Named>,
+    put_back: fn(&R, &str, &[u8]) -> Result<()>,
+    path: &str,
+) {
+    if let Ok(Some((name, data))) = item {
+        if let Err(error) = put_back(recipe, &name, &data) {
+            log::error!(
+                "an item taken for a dropped future could not be put back into {path}: {error}"
+            );
+        }
+    }
+}
+
+/// The async take forms of a queue type: `$queue` gives its inner [`Queue`],
+/// `$put_back` puts an item taken for a dropped future back.
+macro_rules! queue_take_forms {
+    ($recipe:ident, $queue:path, $put_back:expr) => {
+        impl Async<$recipe> {
+            #[doc = concat!("Async form of [`", stringify!($recipe), "::take`]; an item taken for a dropped future is put back (see the [module docs](crate::asynchronous)).")]
+            pub fn take(&self, timeout: impl Into<Timeout>) -> Take<Vec<u8>> {
+                let timeout = timeout.into();
+                Take {
+                    taking: self.run_or_return(
+                        move |recipe| $queue(recipe).take_named(timeout).map(Some),
+                        |recipe, item| put_back(recipe, item, $put_back, $queue(recipe).path()),
+                    ),
+                    item: |item| item.map_or_else(Vec::new, |(_, data)| data),
+                }
+            }
+
+            #[doc = concat!("Async form of [`", stringify!($recipe), "::try_take`]; an item taken for a dropped future is put back.")]
+            pub fn try_take(&self) -> Take<Option<Vec<u8>>> {
+                Take {
+                    taking: self.run_or_return(
+                        move |recipe| $queue(recipe).try_take_named(),
+                        |recipe, item| put_back(recipe, item, $put_back, $queue(recipe).path()),
+                    ),
+                    item: |item| item.map(|(_, data)| data),
+                }
+            }
+        }
+        async_forms!($recipe {
+            fn len() -> Result<usize>;
+            fn is_empty() -> Result<bool>;
+        });
+    };
+}
+
+/// The queue itself (for [`queue_take_forms`]).
+fn itself(queue: &Queue) -> &Queue {
+    queue
+}
+
+queue_take_forms!(Queue, itself, |queue, name, data| queue
+    .put_back(name, data));
+queue_take_forms!(PriorityQueue, PriorityQueue::queue, |queue, name, data| {
+    queue.queue().put_back(name, data)
+});
+queue_take_forms!(DelayedQueue, DelayedQueue::queue, |queue, name, data| queue
+    .queue()
+    .put_back(name, data));
+// Through the gate: an item put back must count against the bound like any put.
+queue_take_forms!(BoundedQueue, BoundedQueue::queue, |queue, _name, data| {
+    queue.put(data, Timeout::Never)
+});
+
+impl Async<Queue> {
+    /// Async form of [`Queue::put`].
+    pub fn put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
+        let data = data.into();
+        self.run(move |queue| queue.put(&data))
+    }
+}
+
+impl Async<PriorityQueue> {
+    /// Async form of [`PriorityQueue::put`].
+    pub fn put(&self, data: impl Into<Vec<u8>>, priority: u32) -> Unblock<Result<()>> {
+        let data = data.into();
+        self.run(move |queue| queue.put(&data, priority))
+    }
+}
+
+impl Async<DelayedQueue> {
+    /// Async form of [`DelayedQueue::put_at`].
+    pub fn put_at(&self, data: impl Into<Vec<u8>>, due: SystemTime) -> Unblock<Result<SystemTime>> {
+        let data = data.into();
+        self.run(move |queue| queue.put_at(&data, due))
+    }
+
+    /// Async form of [`DelayedQueue::put_after`].
+    pub fn put_after(
+        &self,
+        data: impl Into<Vec<u8>>,
+        delay: std::time::Duration,
+    ) -> Unblock<Result<SystemTime>> {
+        let data = data.into();
+        self.run(move |queue| queue.put_after(&data, delay))
+    }
+}
+
+impl Async<BoundedQueue> {
+    /// Async form of [`BoundedQueue::put`].
+    pub fn put(
+        &self,
+        data: impl Into<Vec<u8>>,
+        timeout: impl Into<Timeout> + Send + 'static,
+    ) -> Unblock<Result<()>> {
+        let data = data.into();
+        self.run(move |queue| queue.put(&data, timeout))
+    }
+
+    /// Async form of [`BoundedQueue::try_put`].
+    pub fn try_put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<Offer>> {
+        let data = data.into();
+        self.run(move |queue| queue.try_put(&data))
+    }
+}
+
+// Guards.
+
+consuming_forms!(LockGuard { fn release_async => release -> Result<()>; });
+consuming_forms!(MultiGuard { fn release_async => release -> Result<()>; });
+consuming_forms!(ReadGuard { fn release_async => release -> Result<()>; });
+consuming_forms!(WriteGuard { fn release_async => release -> Result<()>; });
+consuming_forms!(semaphore::Lease { fn release_async => release -> Result<()>; });
+consuming_forms!(lease_semaphore::Lease { fn release_async => release -> Result<()>; });
+consuming_forms!(WorkItem {
+    fn complete_async => complete -> Result<()>;
+    fn release_async => release -> Result<()>;
+});

@@ -1,0 +1,121 @@
+//! Async forms of the blocking recipe calls, for any executor (no runtime dependency).
+//!
+//! Wrap a recipe value in [`Async`]: it is cheap to clone, and every blocking call of
+//! the recipe has an async form of the same name that returns an [`Unblock`] future.
+//! The call runs on a small pool of worker threads (grown on demand, idle threads exit
+//! after 10 s), so a task waiting for a lock occupies no executor thread. Guards keep
+//! their blocking methods and gain `*_async` forms of the calls that wait for the
+//! server (`release_async`, `complete_async`, `fenced_multi_async`, ...).
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use zookeeper::{Timeout, ZooKeeper};
+//! use zookeeper_recipes::{asynchronous::Async, lock::Lock, queue::Queue};
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let lock = Async::new(Lock::new(&zk, "/locks/report")?);
+//! let guard = lock.acquire(Duration::from_secs(5)).await?;
+//! // ... the critical section ...
+//! guard.release_async().await?;
+//!
+//! let jobs = Async::new(Queue::new(&zk, "/jobs")?);
+//! jobs.put(b"job 1".to_vec()).await?;
+//! let job = jobs.take(Timeout::Never).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Cancellation
+//! Dropping a future does not stop its call: the call runs until it returns (each
+//! waiting call has its own timeout) and its result is disposed of as dropping it
+//! would: a guard releases its lock, a work item goes back to its queue. The exception
+//! is a queue item taken for a dropped future: it is never dropped but put back into
+//! its queue (at the tail; with its priority or due time for the priority and delayed
+//! queues). So `select!`-ing a take against a shutdown signal loses nothing.
+//!
+//! # Not covered
+//! [`ReentrantLock`](crate::reentrant_lock::ReentrantLock) has no async form: its
+//! owner is the calling thread, which an async task is not tied to. Event receivers
+//! (cache, group, latch, value and config events) are crossbeam channels; await them
+//! with [`unblock`] (`unblock(move || events.recv())`).
+
+mod forms;
+mod unblock;
+
+use std::sync::Arc;
+
+pub use forms::Take;
+pub(crate) use unblock::unblock_or_return;
+pub use unblock::{unblock, Unblock};
+
+/// A recipe value usable from async code: every blocking call of `R` has an async form
+/// of the same name on `Async<R>` (see the [module docs](self)). Cloning shares the
+/// value (as an `Arc` does).
+pub struct Async<R> {
+    recipe: Arc<R>,
+}
+
+impl<R> Clone for Async<R> {
+    fn clone(&self) -> Self {
+        Async {
+            recipe: Arc::clone(&self.recipe),
+        }
+    }
+}
+
+impl<R: std::fmt::Debug> std::fmt::Debug for Async<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Async").field(&self.recipe).finish()
+    }
+}
+
+impl<R: Send + Sync + 'static> Async<R> {
+    /// Wraps `recipe` for async use.
+    pub fn new(recipe: R) -> Self {
+        Async {
+            recipe: Arc::new(recipe),
+        }
+    }
+
+    /// The wrapped value, for its calls that do not block (paths, counters, states).
+    pub fn get_ref(&self) -> &R {
+        &self.recipe
+    }
+
+    /// The wrapped value, if this is its only handle.
+    pub fn into_inner(self) -> Option<R> {
+        Arc::into_inner(self.recipe)
+    }
+
+    /// Runs any blocking `call` on the value on a worker thread.
+    pub fn run<T, F>(&self, call: F) -> Unblock<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&R) -> T + Send + 'static,
+    {
+        let recipe = Arc::clone(&self.recipe);
+        unblock(move || call(&recipe))
+    }
+
+    /// [`run`](Self::run), putting a result its future's owner never received back
+    /// with `abandoned` (on a worker thread).
+    pub(crate) fn run_or_return<T, F, A>(&self, call: F, abandoned: A) -> Unblock<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&R) -> T + Send + 'static,
+        A: FnOnce(&R, T) + Send + 'static,
+    {
+        let recipe = Arc::clone(&self.recipe);
+        let keep = Arc::clone(&self.recipe);
+        unblock_or_return(move || call(&recipe), move |value| abandoned(&keep, value))
+    }
+}
+
+impl<R> From<R> for Async<R>
+where
+    R: Send + Sync + 'static,
+{
+    fn from(recipe: R) -> Self {
+        Async::new(recipe)
+    }
+}
