@@ -102,7 +102,7 @@ pub struct Interpreter {
 impl Interpreter {
     pub fn new(hosts: &str, base: &str) -> Result<Interpreter> {
         let zk = connect(hosts)?;
-        zk.create(base, b"", &Acl::open_unsafe(), CreateMode::Persistent)?;
+        zk.create(base, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
         Ok(Interpreter {
             hosts: hosts.into(),
             base: base.into(),
@@ -204,12 +204,8 @@ impl Interpreter {
                     "ephemeral_sequential" => CreateMode::EphemeralSequential,
                     m => return Err(StepError::Script(format!("unknown mode {m}"))),
                 };
-                let created = zk.create(
-                    &self.path(arg(1)?),
-                    &data(arg(2)?),
-                    &Acl::open_unsafe(),
-                    mode,
-                )?;
+                let created =
+                    zk.create(&self.path(arg(1)?), &data(arg(2)?), Acl::OPEN_UNSAFE, mode)?;
                 format!("ok {}", self.rel(&created))
             }
             "get" => {

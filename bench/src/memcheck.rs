@@ -40,7 +40,7 @@ pub fn main(flags: &Flags) -> Result<()> {
     let zk = connect(&hosts)?;
     let base = format!("/zkmemcheck-{}", std::process::id());
     ensure_path(&zk, &base)?;
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     let paths: Vec<String> = (0..batch).map(|i| format!("{base}/n{i:05}")).collect();
     for p in &paths {
         zk.create(p, b"", &acl, CreateMode::Persistent)?;

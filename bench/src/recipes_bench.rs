@@ -158,7 +158,7 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     // `Queue` creates its node on first use; the raw creates below need it now.
     zookeeper_recipes::util::ensure_path(&zk, &qpath)?;
     let prefix = format!("{qpath}/item-{}-", zookeeper_recipes::util::guid());
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     let names = vec![prefix; p.n];
     pipelined(&names, 1000, |path| {
         zk.create_async(path, DATA, &acl, CreateMode::PersistentSequential)
@@ -209,7 +209,7 @@ pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
     let raw_dir = format!("{base}/raw");
     ensure_path(&zk, &raw_dir)?;
     let raw_prefix = format!("{raw_dir}/item-");
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     let (mut put_secs, mut raw_secs) = (0.0, 0.0);
     let (mut put_cpu, mut raw_cpu) = (0.0, 0.0);
     let mut done = 0;

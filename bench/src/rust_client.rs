@@ -138,7 +138,7 @@ pub(crate) fn ensure_path(zk: &ZooKeeper, path: &str) -> Result<()> {
     for part in path.trim_start_matches('/').split('/') {
         cur.push('/');
         cur.push_str(part);
-        match zk.create(&cur, b"", &Acl::open_unsafe(), CreateMode::Persistent) {
+        match zk.create(&cur, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent) {
             Ok(_) | Err(Error::NodeExists) => {}
             Err(e) => return Err(e.into()),
         }
@@ -177,7 +177,7 @@ fn sync_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
     let zk = connect(&p.hosts)?;
     ensure_path(&zk, base)?;
     let paths = node_paths(base, p.n);
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     let mut rows = Vec::new();
     let ((), s) = timed(|| {
         for path in &paths {
@@ -246,7 +246,7 @@ fn async_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
     let zk = connect(&p.hosts)?;
     ensure_path(&zk, base)?;
     let paths = node_paths(base, p.n);
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     let w = p.window;
     let s = pipelined(&paths, w, |path| {
         zk.create_async(path, DATA, &acl, CreateMode::Persistent)
@@ -267,7 +267,7 @@ fn watch_latency(p: &Params, base: &str) -> Result<Vec<Row>> {
     let watcher = connect(&p.hosts)?;
     ensure_path(&writer, base)?;
     let node = format!("{base}/w");
-    writer.create(&node, DATA, &Acl::open_unsafe(), CreateMode::Persistent)?;
+    writer.create(&node, DATA, Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
     let mut lat = Vec::with_capacity(p.n);
     let mut notif = 0u64;
     let t = Instant::now();

@@ -127,7 +127,7 @@ pub fn op(p: &Params, base: &str) -> Result<Vec<Row>> {
         return Err("--reps needs an op that can repeat on its nodes".into());
     }
     let zk = connect(&p.hosts)?;
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     let wbase = format!("{base}/warm");
     ensure_path(&zk, &wbase)?;
     let warm = (p.n / 5).clamp(1, 1000);
@@ -160,7 +160,7 @@ pub fn op(p: &Params, base: &str) -> Result<Vec<Row>> {
 pub fn watch_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     let zk = connect(&p.hosts)?;
     ensure_path(&zk, base)?;
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     let paths = node_paths(base, p.n);
     create_all(&zk, &paths, &acl)?;
     let absent = node_paths(&format!("{base}/absent"), p.watches);

@@ -254,7 +254,11 @@ impl<'a> Input<'a> {
                 } else {
                     (self.string(), self.string())
                 };
-                Acl { perms, scheme, id }
+                Acl {
+                    perms,
+                    scheme: scheme.into(),
+                    id: id.into(),
+                }
             })
             .collect()
     }
@@ -589,7 +593,7 @@ fn one_request(zk: &ZooKeeper, input: &mut Input<'_>) {
             assert!(Perms::ALL.contains(Perms::READ | Perms::ADMIN));
             let (scheme, id) = (input.string(), input.string());
             let acl = Acl::new(Perms(a), &scheme, &id);
-            assert_eq!((acl.scheme.as_str(), acl.id.as_str()), (&*scheme, &*id));
+            assert_eq!((&*acl.scheme, &*acl.id), (&*scheme, &*id));
             let mode = input.mode();
             let _ = (mode.is_sequential(), mode.is_ephemeral());
             let op = input.op();

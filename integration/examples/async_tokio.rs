@@ -25,7 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     zk.create_async(
         &base,
         b"0",
-        &zookeeper::Acl::open_unsafe(),
+        zookeeper::Acl::OPEN_UNSAFE,
         zookeeper::CreateMode::Persistent,
     )
     .await?;

@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     zk.create(
         &path,
         b"threads=1",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Persistent,
     )?;
 

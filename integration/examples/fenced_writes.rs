@@ -19,12 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     let second = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     zookeeper_recipes::util::ensure_path(&first, &base)?;
-    first.create(
-        &data,
-        b"initial",
-        &Acl::open_unsafe(),
-        CreateMode::Persistent,
-    )?;
+    first.create(&data, b"initial", Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
 
     let stale = Lock::new(&first, &lock_path)?.acquire(Timeout::Never)?;
     stale.fenced_multi(&[Op::set_data(&data, b"written by the first holder", -1)])?;

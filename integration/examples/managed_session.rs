@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     admin.create(
         &config,
         b"threads=4",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Persistent,
     )?;
 
@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = client.session();
     session
         .zk
-        .create(&lease, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)?;
+        .create(&lease, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)?;
     let lease_generation = session.generation;
     println!("lease taken on session generation {lease_generation}");
 

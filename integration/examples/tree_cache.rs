@@ -17,7 +17,7 @@ fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper::Result<()> {
     zk.create(
         path,
         data.as_bytes(),
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Persistent,
     )
     .map(|_| ())
@@ -157,13 +157,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut ops = vec![Op::Create {
             path: branch.clone(),
             data: Vec::new(),
-            acl: Acl::open_unsafe(),
+            acl: Acl::OPEN_UNSAFE.to_vec(),
             mode: CreateMode::Persistent,
         }];
         ops.extend((0..100).map(|l| Op::Create {
             path: format!("{branch}/l{l}"),
             data: vec![b'x'; 100],
-            acl: Acl::open_unsafe(),
+            acl: Acl::OPEN_UNSAFE.to_vec(),
             mode: CreateMode::Persistent,
         }));
         writer.multi(&ops)?;

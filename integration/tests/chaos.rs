@@ -76,7 +76,7 @@ fn retry<T>(zk: &ZooKeeper, what: &str, mut op: impl FnMut() -> zookeeper::Resul
 }
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) {
-    match zk.create(path, data, &Acl::open_unsafe(), mode) {
+    match zk.create(path, data, Acl::OPEN_UNSAFE, mode) {
         Ok(_) => {}
         Err(e) => panic!("creating {path}: {e}"),
     }
@@ -190,7 +190,7 @@ fn killing_the_connected_member_keeps_the_session() {
                         .create(
                             &format!("{base}/pending"),
                             b"",
-                            &Acl::open_unsafe(),
+                            Acl::OPEN_UNSAFE,
                             CreateMode::Persistent,
                         )
                         .map(drop),
@@ -260,7 +260,7 @@ fn killing_the_connected_member_keeps_the_session() {
     assert_eq!(on_children.try_get(), Ok(None));
     retry(&observer, "set", || observer.set(&data, b"after", None));
     retry(&observer, "create", || {
-        match observer.create(&missing, b"", &Acl::open_unsafe(), CreateMode::Persistent) {
+        match observer.create(&missing, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent) {
             Err(Error::NodeExists) => Ok(String::new()),
             other => other,
         }
@@ -322,7 +322,7 @@ fn writer(
         i += 1;
         let path = format!("{base}/w-{t}-{i:06}");
         let data = format!("{t}:{i}").into_bytes();
-        match zk.create(&path, &data, &Acl::open_unsafe(), CreateMode::Persistent) {
+        match zk.create(&path, &data, Acl::OPEN_UNSAFE, CreateMode::Persistent) {
             Ok(created) => {
                 assert_eq!(created, path);
                 report.creates.push((path, data));
@@ -367,7 +367,7 @@ fn async_writer(
                 let path = format!("{base}/a-{i:06}");
                 let data = format!("async:{i}").into_bytes();
                 let future =
-                    zk.create_async(&path, &data, &Acl::open_unsafe(), CreateMode::Persistent);
+                    zk.create_async(&path, &data, Acl::OPEN_UNSAFE, CreateMode::Persistent);
                 (path, data, future)
             })
             .collect();

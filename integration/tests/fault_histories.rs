@@ -206,18 +206,13 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     let paths = Paths {
         base: unique_path("fault-histories"),
     };
-    zk.create(
-        &paths.base,
-        b"",
-        &Acl::open_unsafe(),
-        CreateMode::Persistent,
-    )
-    .expect("base");
+    zk.create(&paths.base, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+        .expect("base");
     IdGenerator::create_counter(&zk, &paths.ids(), &NodeOptions::default()).expect("counter");
     zk.create(
         &paths.config(),
         b"v0",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Persistent,
     )
     .expect("config");

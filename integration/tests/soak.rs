@@ -128,7 +128,7 @@ fn connect(hosts: &str) -> ZooKeeper {
 }
 
 fn create(zk: &ZooKeeper, path: &str, mode: CreateMode) {
-    zk.create(path, b"", &Acl::open_unsafe(), mode)
+    zk.create(path, b"", Acl::OPEN_UNSAFE, mode)
         .unwrap_or_else(|e| panic!("creating {path}: {e}"));
 }
 
@@ -263,7 +263,7 @@ fn async_at_close(
             zk.create_async(
                 &format!("{node}/e-{i}"),
                 b"",
-                &Acl::open_unsafe(),
+                Acl::OPEN_UNSAFE,
                 CreateMode::Ephemeral,
             )
         })

@@ -544,7 +544,7 @@ mod tests {
         let dir = format!("/recipes-unit/double-end-{}", guid());
         let barrier = DoubleBarrier::new(&zk, &dir, 2).unwrap();
         crate::util::ensure_path(&zk, &dir).unwrap();
-        let open = Acl::open_unsafe();
+        let open = Acl::OPEN_UNSAFE;
         let peer = ZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
         let other = peer
             .create(

@@ -704,7 +704,7 @@ mod tests {
         let (data, after) = zk.get(&path).unwrap();
         assert_eq!((data.as_slice(), after.version), (&b"10 me"[..], 7));
         // Two writers of the same state: one gets through.
-        let acl = zookeeper::Acl::open_unsafe();
+        let acl = zookeeper::Acl::OPEN_UNSAFE;
         zk.multi(&marker_ops(&path, b"11 a", after.mzxid, &acl))
             .unwrap();
         let second = zk.multi(&marker_ops(&path, b"11 b", after.mzxid, &acl));

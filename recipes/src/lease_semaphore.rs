@@ -236,7 +236,7 @@ impl LeaseSemaphore {
                 // A unique name: after a lost reply, NodeExists is our own create.
                 match retry(&self.zk, step, || {
                     self.zk
-                        .create(&path, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+                        .create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
                 }) {
                     Ok(_) | Err(RecipeError::ZooKeeper(Error::NodeExists)) => {}
                     Err(error) => {

@@ -13,10 +13,10 @@ use zookeeper::{Acl, CreateMode};
 ///
 /// ```
 /// use zookeeper_recipes::NodeOptions;
-/// use zookeeper::{Acl, Perms};
+/// use zookeeper::Acl;
 ///
 /// let only_us = NodeOptions::default()
-///     .acl(vec![Acl { perms: Perms::ALL, scheme: "auth".into(), id: String::new() }])
+///     .acl(Acl::CREATOR_ALL)
 ///     .container_dirs(true);
 /// assert!(only_us.uses_container_dirs());
 /// ```
@@ -30,7 +30,7 @@ pub struct NodeOptions {
 impl Default for NodeOptions {
     fn default() -> Self {
         NodeOptions {
-            acl: Acl::open_unsafe(),
+            acl: Acl::OPEN_UNSAFE.to_vec(),
             container_dirs: false,
             sequence_limit: SEQUENCE_LIMIT,
         }
@@ -40,8 +40,8 @@ impl Default for NodeOptions {
 impl NodeOptions {
     /// The ACL every node the recipe creates gets (directories, items, lock nodes, ...).
     /// Parents above the recipe's directory that are missing are created with it too.
-    pub fn acl(mut self, acl: Vec<Acl>) -> Self {
-        self.acl = acl;
+    pub fn acl(mut self, acl: impl Into<Vec<Acl>>) -> Self {
+        self.acl = acl.into();
         self
     }
 

@@ -1104,7 +1104,7 @@ mod tests {
         queue.put(b"also waiting").unwrap();
         let wrapped = |id: &str| {
             let name = format!("{ITEM_PREFIX}-{id}-2147483647");
-            let open = zookeeper::Acl::open_unsafe();
+            let open = zookeeper::Acl::OPEN_UNSAFE;
             zk.create(
                 &format!("{path}/{name}"),
                 b"late",

@@ -164,7 +164,7 @@ mod tests {
         let nodes = NodeOptions::default();
         let patience = Patience::reconnect(std::time::Duration::from_secs(10));
         crate::util::ensure_path(&zk, &inner).unwrap();
-        let open = Acl::open_unsafe();
+        let open = Acl::OPEN_UNSAFE;
         let seq = |zk: &ZooKeeper| {
             let made = zk
                 .create(

@@ -15,7 +15,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
     zookeeper_recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
-    zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent)
+    zk.create(path, data, Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
 }
 
@@ -106,7 +106,7 @@ fn deletion_and_recreation() {
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted, "absent at start");
 
-    zk.create(&path, b"a", &Acl::open_unsafe(), CreateMode::Persistent)
+    zk.create(&path, b"a", Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
     let first = next(&watch);
     assert_eq!(first.data(), Some(&b"a"[..]));
@@ -117,7 +117,7 @@ fn deletion_and_recreation() {
     zk.delete(&path, None).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted);
 
-    zk.create(&path, b"c", &Acl::open_unsafe(), CreateMode::Persistent)
+    zk.create(&path, b"c", Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
     let again = next(&watch);
     assert_eq!(again.data(), Some(&b"c"[..]));

@@ -16,7 +16,7 @@ use zookeeper_recipes::RecipeError;
 fn data_node(zk: &ZooKeeper, path: &str) -> String {
     let node = format!("{path}-data");
     zookeeper_recipes::util::ensure_path(zk, path).unwrap();
-    zk.create(&node, b"v0", &Acl::open_unsafe(), CreateMode::Persistent)
+    zk.create(&node, b"v0", Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
     node
 }

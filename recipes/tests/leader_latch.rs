@@ -681,10 +681,7 @@ fn nodes_get_the_acl_asked_for() {
         .unwrap();
     let guard = latch.await_leadership(T).unwrap();
     let (acl, _) = zk.get_acl(guard.node()).unwrap();
-    assert_eq!(
-        (acl[0].scheme.as_str(), acl[0].perms),
-        ("digest", Perms::ALL)
-    );
+    assert_eq!((&*acl[0].scheme, acl[0].perms), ("digest", Perms::ALL));
     let stranger = connect();
     assert_eq!(
         stranger.delete(guard.node(), None),

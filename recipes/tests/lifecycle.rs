@@ -94,7 +94,7 @@ fn expiry_reports_lost_then_a_new_session() {
     let ephemeral = format!("{base}/eph");
     first
         .zk
-        .create(&ephemeral, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+        .create(&ephemeral, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
         .unwrap();
     let old_id = first.zk.client_id().unwrap().session_id;
 
@@ -135,7 +135,7 @@ fn expiry_reports_lost_then_a_new_session() {
     assert_eq!(managed.current().exists(&ephemeral).unwrap(), None);
     managed
         .current()
-        .create(&ephemeral, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+        .create(&ephemeral, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
         .unwrap();
     // A late subscriber starts with the current state.
     let late = managed.states();

@@ -520,7 +520,7 @@ fn nodes_past_the_counters_end_take_no_part() {
         zk.create(
             &format!("{path}/{name}"),
             b"crafted",
-            &zookeeper::Acl::open_unsafe(),
+            zookeeper::Acl::OPEN_UNSAFE,
             zookeeper::CreateMode::Persistent,
         )
         .unwrap();

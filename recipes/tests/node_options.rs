@@ -27,7 +27,7 @@ fn alice() -> ZooKeeper {
 
 /// Everything for the authenticated creator (alice), nothing for anyone else.
 fn only_alice() -> NodeOptions {
-    NodeOptions::default().acl(Acl::creator_all())
+    NodeOptions::default().acl(Acl::CREATOR_ALL)
 }
 
 /// A fresh path whose parent exists with an open ACL (so only the recipe's own nodes

@@ -298,15 +298,10 @@ fn items_past_the_counters_end_are_never_delivered() {
         format!("{path}/item-{}--2147483648", ids[1]),
     ];
     for (id, item) in ids.iter().zip(&crafted) {
-        peer.create(
-            item,
-            b"wrapped",
-            &Acl::open_unsafe(),
-            CreateMode::Persistent,
-        )
-        .unwrap();
+        peer.create(item, b"wrapped", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+            .unwrap();
         let receipt = format!("{path}/receipts/{id}");
-        peer.create(&receipt, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+        peer.create(&receipt, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
             .unwrap();
     }
     queue.put(b"second").unwrap();

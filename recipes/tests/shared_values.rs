@@ -229,7 +229,7 @@ fn a_slow_watcher_gets_the_latest_and_the_final_value() {
         .create(
             &path,
             &[0, 0, 0, 11],
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             zookeeper::CreateMode::Persistent,
         )
         .unwrap();

@@ -295,12 +295,12 @@ fn items_past_the_counters_end_take_no_part() {
     peer.create(
         &crafted,
         b"wrapped",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Persistent,
     )
     .unwrap();
     let receipt = format!("{path}/receipts/{id}");
-    peer.create(&receipt, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+    peer.create(&receipt, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
         .unwrap();
     assert_eq!(queue.len().unwrap(), 1);
     let item = queue.try_take().unwrap().expect("the in-range item");

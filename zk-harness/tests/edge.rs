@@ -34,7 +34,7 @@ fn create_seq(zk: &ZooKeeper, prefix: &str) -> zookeeper::Result<i32> {
     zk.create(
         prefix,
         b"",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::PersistentSequential,
     )
     .map(|path| suffix(&path, prefix))
@@ -127,7 +127,7 @@ fn sequential_suffixes_stick_at_i32_max() {
             zk.create_async(
                 prefix,
                 b"",
-                &Acl::open_unsafe(),
+                Acl::OPEN_UNSAFE,
                 CreateMode::PersistentSequential,
             )
         })

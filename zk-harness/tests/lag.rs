@@ -34,7 +34,7 @@ fn a_lost_write_is_invisible_on_a_lagging_member_until_sync() {
     let zk = ZooKeeper::connect(&ens.connect_string(a), Duration::from_secs(10)).unwrap();
     let session = zk.client_id().unwrap().session_id;
     let parent = unique_path("lag");
-    zk.create(&parent, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+    zk.create(&parent, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
     let child = format!("{parent}/written");
 
@@ -44,7 +44,7 @@ fn a_lost_write_is_invisible_on_a_lagging_member_until_sync() {
     // through the same proxy, now pointing at B.
     proxy.cut_after(1);
     proxy.redirect(ens.member(b).connect_string()).unwrap();
-    let lost = zk.create(&child, b"x", &Acl::open_unsafe(), CreateMode::Persistent);
+    let lost = zk.create(&child, b"x", Acl::OPEN_UNSAFE, CreateMode::Persistent);
     assert_eq!(lost, Err(Error::ConnectionLoss));
     let fired = proxy.wait_for_fired(1, WAIT).unwrap();
     assert_eq!(fired[0].kind, FaultKind::CutAfterRequest);

@@ -353,9 +353,11 @@ pub(crate) unsafe fn copy_acl(acl: *const sys::ACL_vector) -> Vec<Acl> {
         .map(|entry| Acl {
             perms: Perms(entry.perms),
             // SAFETY: scheme and id are NUL-terminated strings owned by the vector.
-            scheme: unsafe { copy_str(entry.id.scheme) }.unwrap_or_default(),
+            scheme: unsafe { copy_str(entry.id.scheme) }
+                .unwrap_or_default()
+                .into(),
             // SAFETY: as above.
-            id: unsafe { copy_str(entry.id.id) }.unwrap_or_default(),
+            id: unsafe { copy_str(entry.id.id) }.unwrap_or_default().into(),
         })
         .collect()
 }

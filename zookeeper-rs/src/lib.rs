@@ -16,7 +16,7 @@
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let (_, watch) = zk.exists_watch("/config")?;
-//! zk.create("/config", b"v1", &Acl::open_unsafe(), CreateMode::Persistent)?;
+//! zk.create("/config", b"v1", Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
 //! assert_eq!(watch.wait()?.event_type, EventType::NodeCreated);
 //! # Ok::<(), zookeeper::Error>(())
 //! ```

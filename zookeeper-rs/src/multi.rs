@@ -45,7 +45,7 @@ pub enum Op {
 impl Op {
     /// `Create` with an open ACL.
     pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Op {
-        Op::create_with_acl(path, data, &Acl::open_unsafe(), mode)
+        Op::create_with_acl(path, data, Acl::OPEN_UNSAFE, mode)
     }
 
     /// `Create` with the given ACL.

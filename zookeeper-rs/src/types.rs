@@ -1,6 +1,7 @@
 //! Plain data types mirroring the C client's: node metadata, ACLs, create modes,
 //! events and session state, converted by value (nothing here borrows C memory).
 
+use std::borrow::Cow;
 use std::time::Duration;
 use zookeeper_sys as sys;
 
@@ -81,39 +82,47 @@ impl std::ops::BitOr for Perms {
 }
 
 /// One ACL entry: who (`scheme:id`) may do what.
+///
+/// The common ACLs are constants ([`Acl::OPEN_UNSAFE`], [`Acl::READ_UNSAFE`],
+/// [`Acl::CREATOR_ALL`]): passing one allocates nothing (the binding hands C its own
+/// static copy).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Acl {
     /// Permission bits.
     pub perms: Perms,
     /// Scheme: `world`, `auth`, `digest`, `ip`, ...
-    pub scheme: String,
+    pub scheme: Cow<'static, str>,
     /// Id within the scheme (`anyone`, `user:base64(sha1)`, an address, ...).
-    pub id: String,
+    pub id: Cow<'static, str>,
 }
 
 impl Acl {
-    /// An entry from its parts.
+    /// `world:anyone` with every permission (the C client's `ZOO_OPEN_ACL_UNSAFE`).
+    pub const OPEN_UNSAFE: &'static [Acl] = &[Acl::fixed(Perms::ALL, "world", "anyone")];
+
+    /// `world:anyone` read-only (`ZOO_READ_ACL_UNSAFE`).
+    pub const READ_UNSAFE: &'static [Acl] = &[Acl::fixed(Perms::READ, "world", "anyone")];
+
+    /// Everything for the authenticated creator (`ZOO_CREATOR_ALL_ACL`); needs `add_auth`
+    /// first.
+    pub const CREATOR_ALL: &'static [Acl] = &[Acl::fixed(Perms::ALL, "auth", "")];
+
+    /// An entry from its parts (copied).
     pub fn new(perms: Perms, scheme: &str, id: &str) -> Acl {
         Acl {
             perms,
-            scheme: scheme.to_string(),
-            id: id.to_string(),
+            scheme: Cow::Owned(scheme.to_string()),
+            id: Cow::Owned(id.to_string()),
         }
     }
 
-    /// `world:anyone` with every permission (the C client's `ZOO_OPEN_ACL_UNSAFE`).
-    pub fn open_unsafe() -> Vec<Acl> {
-        vec![Acl::new(Perms::ALL, "world", "anyone")]
-    }
-
-    /// `world:anyone` read-only (`ZOO_READ_ACL_UNSAFE`).
-    pub fn read_unsafe() -> Vec<Acl> {
-        vec![Acl::new(Perms::READ, "world", "anyone")]
-    }
-
-    /// Everything for the authenticated creator (`ZOO_CREATOR_ALL_ACL`); needs `add_auth` first.
-    pub fn creator_all() -> Vec<Acl> {
-        vec![Acl::new(Perms::ALL, "auth", "")]
+    /// An entry from static parts, usable in constants.
+    pub const fn fixed(perms: Perms, scheme: &'static str, id: &'static str) -> Acl {
+        Acl {
+            perms,
+            scheme: Cow::Borrowed(scheme),
+            id: Cow::Borrowed(id),
+        }
     }
 }
 

@@ -56,14 +56,14 @@ fn digest_acl_denies_other_sessions_until_they_authenticate() {
             .create(
                 &format!("{path}/child"),
                 b"",
-                &Acl::open_unsafe(),
+                Acl::OPEN_UNSAFE,
                 CreateMode::Persistent
             )
             .unwrap_err(),
         Error::NoAuth
     );
     assert_eq!(
-        other.set_acl(&path, &Acl::open_unsafe(), None).unwrap_err(),
+        other.set_acl(&path, Acl::OPEN_UNSAFE, None).unwrap_err(),
         Error::NoAuth
     );
     // A watching read that is refused registers nothing.
@@ -93,7 +93,7 @@ fn auth_scheme_uses_the_session_identity() {
     let zk = connect();
     zk.add_auth("digest", b"carol:s3cret").unwrap();
     let path = unique("auth-scheme");
-    zk.create(&path, b"mine", &Acl::creator_all(), CreateMode::Persistent)
+    zk.create(&path, b"mine", Acl::CREATOR_ALL, CreateMode::Persistent)
         .unwrap();
     // The server replaced `auth:` with the session's digest identity, which must be
     // exactly what we compute.
@@ -127,7 +127,7 @@ fn permissions_are_checked_one_by_one() {
     guest.get_children(&path).unwrap();
     assert_eq!(guest.set(&path, b"x", None).unwrap_err(), Error::NoAuth);
     let child = format!("{path}/c");
-    let create_child = || guest.create(&child, b"", &Acl::open_unsafe(), CreateMode::Persistent);
+    let create_child = || guest.create(&child, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent);
     assert_eq!(create_child().unwrap_err(), Error::NoAuth);
 
     // + WRITE.
@@ -148,12 +148,12 @@ fn permissions_are_checked_one_by_one() {
     owner.set_acl(&path, &others(Perms::DELETE), None).unwrap();
     guest.delete(&child, None).unwrap();
     assert_eq!(
-        guest.set_acl(&path, &Acl::open_unsafe(), None).unwrap_err(),
+        guest.set_acl(&path, Acl::OPEN_UNSAFE, None).unwrap_err(),
         Error::NoAuth
     );
     owner.set_acl(&path, &others(Perms::ADMIN), None).unwrap();
-    guest.set_acl(&path, &Acl::open_unsafe(), None).unwrap();
-    assert_eq!(guest.get_acl(&path).unwrap().0, Acl::open_unsafe());
+    guest.set_acl(&path, Acl::OPEN_UNSAFE, None).unwrap();
+    assert_eq!(guest.get_acl(&path).unwrap().0, Acl::OPEN_UNSAFE);
     assert!(Perms::ALL.contains(Perms::ADMIN | Perms::READ));
     assert!(!Perms::READ.contains(Perms::WRITE));
 }

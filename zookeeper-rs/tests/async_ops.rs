@@ -19,13 +19,12 @@ fn create_modes_async() {
     let zk = connect();
     let parent = unique("async-create");
     assert_eq!(
-        block_on(zk.create_async(&parent, b"p", &Acl::open_unsafe(), CreateMode::Persistent))
-            .unwrap(),
+        block_on(zk.create_async(&parent, b"p", Acl::OPEN_UNSAFE, CreateMode::Persistent)).unwrap(),
         parent
     );
     let eph = format!("{parent}/eph");
     assert_eq!(
-        zk.create_async(&eph, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+        zk.create_async(&eph, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
             .wait()
             .unwrap(),
         eph
@@ -41,7 +40,7 @@ fn create_modes_async() {
     let seq1 = block_on(zk.create_async(
         &format!("{parent}/s-"),
         b"",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::PersistentSequential,
     ))
     .unwrap();
@@ -49,7 +48,7 @@ fn create_modes_async() {
         .create_async(
             &format!("{parent}/s-"),
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::EphemeralSequential,
         )
         .wait()
@@ -58,7 +57,7 @@ fn create_modes_async() {
     assert!(seq2 > seq1, "{seq1} {seq2}");
     let container = format!("{parent}/container");
     assert_eq!(
-        block_on(zk.create_async(&container, b"", &Acl::open_unsafe(), CreateMode::Container))
+        block_on(zk.create_async(&container, b"", Acl::OPEN_UNSAFE, CreateMode::Container))
             .unwrap(),
         container
     );
@@ -68,7 +67,7 @@ fn create_modes_async() {
         block_on(zk.create_async(
             &ttl,
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::PersistentWithTtl(Duration::from_secs(3600))
         ))
         .unwrap(),
@@ -76,14 +75,14 @@ fn create_modes_async() {
     );
 
     assert_eq!(
-        block_on(zk.create_async(&parent, b"", &Acl::open_unsafe(), CreateMode::Persistent)),
+        block_on(zk.create_async(&parent, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)),
         Err(Error::NodeExists)
     );
     assert_eq!(
         zk.create_async(
             &format!("{eph}/child"),
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::Persistent
         )
         .wait(),
@@ -96,7 +95,7 @@ fn create2_async() {
     let zk = connect();
     let path = unique("async-create2");
     let (created, stat) =
-        block_on(zk.create2_async(&path, b"xyz", &Acl::open_unsafe(), CreateMode::Persistent))
+        block_on(zk.create2_async(&path, b"xyz", Acl::OPEN_UNSAFE, CreateMode::Persistent))
             .unwrap();
     assert_eq!(created, path);
     assert_eq!(stat.data_length, 3);
@@ -105,7 +104,7 @@ fn create2_async() {
         .create2_async(
             &format!("{path}/c-"),
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::PersistentSequential,
         )
         .wait()
@@ -113,7 +112,7 @@ fn create2_async() {
     assert!(child.starts_with(&format!("{path}/c-")));
     assert!(child_stat.czxid > stat.czxid);
     assert_eq!(
-        zk.create2_async(&path, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+        zk.create2_async(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
             .wait()
             .unwrap_err(),
         Error::NodeExists
@@ -236,7 +235,7 @@ fn acl_and_auth_async() {
     let path = unique("async-acl");
     create(&zk, &path, b"secret");
     let (acl, stat) = block_on(zk.get_acl_async(&path)).unwrap();
-    assert_eq!(acl, Acl::open_unsafe());
+    assert_eq!(acl, Acl::OPEN_UNSAFE);
     assert_eq!(stat.aversion, 0);
 
     block_on(zk.add_auth_async("digest", b"alice:wonderland")).unwrap();
@@ -325,7 +324,7 @@ fn requests_keep_call_order() {
     let path = unique("async-order");
     // Nothing waited on in between: the C client sends them in call order and the server
     // answers in order, so each read sees the writes issued before it.
-    let create = zk.create_async(&path, b"0", &Acl::open_unsafe(), CreateMode::Persistent);
+    let create = zk.create_async(&path, b"0", Acl::OPEN_UNSAFE, CreateMode::Persistent);
     let sets: Vec<_> = (1..=50)
         .map(|i| zk.set_async(&path, i.to_string().as_bytes(), Some(i - 1)))
         .collect();
@@ -389,7 +388,7 @@ fn a_future_is_pending_then_woken() {
     let path = unique("async-pending");
     // The reply needs a round trip: the first poll right after submission is (almost
     // always) pending; either way a later block_on must complete it via the waker.
-    let mut future = zk.create_async(&path, b"", &Acl::open_unsafe(), CreateMode::Persistent);
+    let mut future = zk.create_async(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent);
     let first = poll_once(&mut future);
     match first {
         Poll::Pending => assert_eq!(block_on(future).unwrap(), path),
@@ -414,7 +413,7 @@ fn async_errors_before_c() {
     let zk = connect();
     let big = vec![0u8; zookeeper::MAX_DATA_LEN + 1];
     assert!(matches!(
-        block_on(zk.create_async("/x", &big, &Acl::open_unsafe(), CreateMode::Persistent)),
+        block_on(zk.create_async("/x", &big, Acl::OPEN_UNSAFE, CreateMode::Persistent)),
         Err(Error::DataTooLarge { .. })
     ));
     assert!(matches!(
@@ -433,7 +432,7 @@ fn async_errors_before_c() {
         block_on(zk.create_async(
             "/x",
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::PersistentWithTtl(Duration::ZERO)
         )),
         Err(Error::InvalidArgument(_))

@@ -27,7 +27,7 @@ fn close_with_ten_thousand_requests_in_flight() {
     let zk = connect();
     let base = unique("close-10k");
     create(&zk, &base, b"data");
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
 
     let mut creates = Vec::new();
     let mut reads = Vec::new();

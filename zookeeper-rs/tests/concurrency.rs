@@ -13,7 +13,7 @@ const THREADS: usize = 8;
 
 /// One worker's mixed workload in its own subtree, checking every result.
 fn workload(zk: &ZooKeeper, dir: &str, thread: usize, rounds: usize) {
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     for round in 0..rounds {
         let path = format!("{dir}/n{round}");
         let data = format!("t{thread}-r{round}");
@@ -96,7 +96,7 @@ fn clones_share_one_session_across_threads() {
     let zk = connect();
     let id = zk.client_id().unwrap();
     let path = unique("clones");
-    zk.create(&path, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+    zk.create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
         .unwrap();
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
@@ -148,7 +148,7 @@ fn close_races_with_calls_from_eight_threads() {
                             .create(
                                 &format!("{base}/e{t}-{i}"),
                                 b"",
-                                &Acl::open_unsafe(),
+                                Acl::OPEN_UNSAFE,
                                 CreateMode::Ephemeral,
                             )
                             .map(drop),
@@ -191,7 +191,7 @@ fn many_handles_at_once() {
             thread::spawn(move || {
                 let zk = connect();
                 let path = format!("{base}/h{t}");
-                zk.create(&path, b"", &Acl::open_unsafe(), CreateMode::Ephemeral)
+                zk.create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
                     .unwrap();
                 barrier.wait();
                 // Every handle sees every other's ephemeral once all are created.

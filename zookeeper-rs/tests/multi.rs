@@ -145,7 +145,7 @@ fn the_failing_index_and_error_are_reported() {
             vec![Op::Create {
                 path: format!("{base}/noacl"),
                 data: vec![],
-                acl: Acl::creator_all(),
+                acl: Acl::CREATOR_ALL.to_vec(),
                 mode: CreateMode::Persistent,
             }],
             failed(0, Error::InvalidAcl),

@@ -21,7 +21,7 @@ fn create_persistent_and_get() {
     let zk = connect();
     let path = unique("persistent");
     assert_eq!(
-        zk.create(&path, b"hello", &Acl::open_unsafe(), CreateMode::Persistent)
+        zk.create(&path, b"hello", Acl::OPEN_UNSAFE, CreateMode::Persistent)
             .unwrap(),
         path
     );
@@ -115,7 +115,7 @@ fn create2_returns_the_stat() {
     let zk = connect();
     let path = unique("create2");
     let (created, stat) = zk
-        .create2(&path, b"abc", &Acl::open_unsafe(), CreateMode::Persistent)
+        .create2(&path, b"abc", Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
     assert_eq!(created, path);
     assert_eq!(stat.version, 0);
@@ -127,7 +127,7 @@ fn create2_returns_the_stat() {
         .create2(
             &format!("{path}/s-"),
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::EphemeralSequential,
         )
         .unwrap();
@@ -135,7 +135,7 @@ fn create2_returns_the_stat() {
     assert_eq!(seq_stat.ephemeral_owner, zk.client_id().unwrap().session_id);
     assert!(seq_stat.czxid > stat.czxid);
     assert_eq!(
-        zk.create2(&path, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+        zk.create2(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
             .unwrap_err(),
         Error::NodeExists
     );
@@ -234,7 +234,7 @@ fn get_acl_and_set_acl() {
     let path = unique("acl");
     create(&zk, &path, b"");
     let (acl, stat) = zk.get_acl(&path).unwrap();
-    assert_eq!(acl, Acl::open_unsafe());
+    assert_eq!(acl, Acl::OPEN_UNSAFE);
     assert_eq!(stat.aversion, 0);
 
     let new_acl = vec![
@@ -251,8 +251,8 @@ fn get_acl_and_set_acl() {
     assert_eq!(stat.aversion, 1);
     assert_eq!(stat.version, 0, "an ACL change is not a data change");
 
-    zk.set_acl(&path, &Acl::read_unsafe(), None).unwrap();
-    assert_eq!(zk.get_acl(&path).unwrap().0, Acl::read_unsafe());
+    zk.set_acl(&path, Acl::READ_UNSAFE, None).unwrap();
+    assert_eq!(zk.get_acl(&path).unwrap().0, Acl::READ_UNSAFE);
     // Our client connects from 127.0.0.1 but the ip entry is gone: read-only now.
     assert_eq!(zk.set(&path, b"x", None).unwrap_err(), Error::NoAuth);
     assert_eq!(
@@ -260,7 +260,7 @@ fn get_acl_and_set_acl() {
         Error::NoNode
     );
     assert_eq!(
-        zk.set_acl(&format!("{path}/missing"), &Acl::open_unsafe(), None)
+        zk.set_acl(&format!("{path}/missing"), Acl::OPEN_UNSAFE, None)
             .unwrap_err(),
         Error::NoNode
     );
@@ -318,7 +318,7 @@ fn error_no_node() {
         zk.create(
             &format!("{path}/child"),
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::Persistent
         )
         .unwrap_err(),
@@ -337,7 +337,7 @@ fn error_node_exists() {
         CreateMode::Container,
     ] {
         assert_eq!(
-            zk.create(&path, b"second", &Acl::open_unsafe(), mode)
+            zk.create(&path, b"second", Acl::OPEN_UNSAFE, mode)
                 .unwrap_err(),
             Error::NodeExists,
             "{mode:?}"
@@ -345,13 +345,8 @@ fn error_node_exists() {
     }
     assert_eq!(zk.get(&path).unwrap().0, b"first");
     assert_eq!(
-        zk.create(
-            "/zookeeper",
-            b"",
-            &Acl::open_unsafe(),
-            CreateMode::Persistent
-        )
-        .unwrap_err(),
+        zk.create("/zookeeper", b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+            .unwrap_err(),
         Error::NodeExists
     );
 }
@@ -374,7 +369,7 @@ fn error_no_children_for_ephemerals() {
     create_mode(&zk, &path, b"", CreateMode::Ephemeral);
     for mode in [CreateMode::Persistent, CreateMode::EphemeralSequential] {
         assert_eq!(
-            zk.create(&format!("{path}/child"), b"", &Acl::open_unsafe(), mode)
+            zk.create(&format!("{path}/child"), b"", Acl::OPEN_UNSAFE, mode)
                 .unwrap_err(),
             Error::NoChildrenForEphemerals,
             "{mode:?}"
@@ -395,7 +390,7 @@ fn error_invalid_acl() {
     // Rejected by the server: `auth` with no authenticated identity, an unknown scheme,
     // a malformed digest id.
     for acl in [
-        Acl::creator_all(),
+        Acl::CREATOR_ALL.to_vec(),
         vec![Acl::new(Perms::ALL, "no-such-scheme", "x")],
         vec![Acl::new(Perms::ALL, "digest", "missing-colon")],
     ] {
@@ -439,7 +434,7 @@ fn assert_all_reject(zk: &ZooKeeper, bad: &str) {
         Err(Error::InvalidPath { path, .. }) => assert_eq!(path, bad, "{what}"),
         other => panic!("{what}({bad:?}) gave {other:?}"),
     };
-    let acl = Acl::open_unsafe();
+    let acl = Acl::OPEN_UNSAFE;
     is_invalid(
         zk.create(bad, b"", &acl, CreateMode::Persistent).map(drop),
         "create",
@@ -499,13 +494,8 @@ fn data_too_large() {
         max: MAX_DATA_LEN,
     };
     assert_eq!(
-        zk.create(
-            &path,
-            &too_large,
-            &Acl::open_unsafe(),
-            CreateMode::Persistent
-        )
-        .unwrap_err(),
+        zk.create(&path, &too_large, Acl::OPEN_UNSAFE, CreateMode::Persistent)
+            .unwrap_err(),
         expected
     );
     assert_eq!(zk.exists(&path).unwrap(), None);
@@ -533,7 +523,7 @@ fn calls_after_close_fail_with_closed() {
     let clone = zk.clone();
     zk.close().unwrap();
     for handle in [&zk, &clone] {
-        let acl = Acl::open_unsafe();
+        let acl = Acl::OPEN_UNSAFE;
         assert_eq!(
             handle
                 .create(&format!("{path}/x"), b"", &acl, CreateMode::Persistent)

@@ -103,7 +103,7 @@ fn failing_connect(builder: zookeeper::ZooKeeperBuilder) -> (Error, Duration) {
 /// A round trip of the basic operations, a watch, and a clean close.
 fn round_trip(zk: &ZooKeeper, label: &str) {
     let path = unique(label);
-    zk.create(&path, b"v1", &Acl::open_unsafe(), CreateMode::Persistent)
+    zk.create(&path, b"v1", Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
     let (data, stat) = zk.get(&path).unwrap();
     assert_eq!(data, b"v1");
@@ -120,7 +120,7 @@ fn round_trip(zk: &ZooKeeper, label: &str) {
     zk.create(
         &format!("{path}/child"),
         b"",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Ephemeral,
     )
     .unwrap();
@@ -323,7 +323,7 @@ mod tls {
         // Deleting a child needs DELETE on the parent, which `world` does not have.
         let child = format!("{shared}/owned");
         owner
-            .create(&child, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+            .create(&child, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
             .unwrap();
 
         let anonymous_tls = tls_builder(&f.secure(), config(&f.tls))
@@ -341,7 +341,7 @@ mod tls {
                     .create(
                         &format!("{shared}/c"),
                         b"",
-                        &Acl::open_unsafe(),
+                        Acl::OPEN_UNSAFE,
                         CreateMode::Persistent
                     )
                     .unwrap_err(),
@@ -438,7 +438,7 @@ mod sasl {
         let events = zk.session_events();
         let pace = zk.session_events();
         let path = unique("sasl-reauth");
-        zk.create(&path, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+        zk.create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
             .unwrap();
         let (_, _, on_data) = zk.get_watch(&path).unwrap();
         let (_, on_missing) = zk.exists_watch(&format!("{path}/missing")).unwrap();
@@ -566,7 +566,7 @@ mod sasl {
             .create(
                 &unique("no-sasl"),
                 b"",
-                &Acl::open_unsafe(),
+                Acl::OPEN_UNSAFE,
                 CreateMode::Persistent,
             )
             .unwrap_err();

@@ -177,7 +177,7 @@ fn forced_expiry_ends_everything() {
     // Later calls fail at once with SessionExpired.
     assert_eq!(zk.get(&base).unwrap_err(), Error::SessionExpired);
     assert_eq!(
-        zk.create(&base, b"", &Acl::open_unsafe(), CreateMode::Persistent)
+        zk.create(&base, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
             .unwrap_err(),
         Error::SessionExpired
     );
@@ -377,7 +377,7 @@ fn chroot_in_the_host_string() {
     let seq = create_mode(&zk, "/s-", b"", CreateMode::PersistentSequential);
     assert!(seq.starts_with("/s-") && seq.len() == 13, "{seq}");
     let (created, _) = zk
-        .create2("/b", b"", &Acl::open_unsafe(), CreateMode::Persistent)
+        .create2("/b", b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap();
     assert_eq!(created, "/b");
     assert_eq!(zk.sync("/a").unwrap(), "/a");
@@ -387,7 +387,7 @@ fn chroot_in_the_host_string() {
     root.create(
         &format!("{chroot}/c"),
         b"",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Persistent,
     )
     .unwrap();
@@ -406,7 +406,7 @@ fn chroot_in_the_host_string() {
     let missing = connect_to_chroot(&format!("{chroot}/missing"));
     assert_eq!(
         missing
-            .create("/x", b"", &Acl::open_unsafe(), CreateMode::Persistent)
+            .create("/x", b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
             .unwrap_err(),
         Error::NoNode
     );

@@ -49,7 +49,7 @@ fn ttl_nodes_are_created_and_expire(zk: &ZooKeeper) {
         zk.create(
             &ttl,
             b"t",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::PersistentWithTtl(Duration::from_millis(300))
         )
         .unwrap(),
@@ -59,7 +59,7 @@ fn ttl_nodes_are_created_and_expire(zk: &ZooKeeper) {
         .create2(
             &format!("{base}/seq-"),
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::PersistentSequentialWithTtl(Duration::from_millis(300)),
         )
         .unwrap();
@@ -71,7 +71,7 @@ fn ttl_nodes_are_created_and_expire(zk: &ZooKeeper) {
     zk.create(
         &long,
         b"",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::PersistentWithTtl(MAX_TTL),
     )
     .unwrap();
@@ -79,7 +79,7 @@ fn ttl_nodes_are_created_and_expire(zk: &ZooKeeper) {
     zk.create(
         &parent,
         b"",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::PersistentWithTtl(Duration::from_millis(300)),
     )
     .unwrap();
@@ -101,12 +101,12 @@ fn containers_go_when_their_last_child_goes(zk: &ZooKeeper) {
     let never_used = unique("container-unused");
     let container = unique("container");
     assert_eq!(
-        zk.create(&never_used, b"", &Acl::open_unsafe(), CreateMode::Container)
+        zk.create(&never_used, b"", Acl::OPEN_UNSAFE, CreateMode::Container)
             .unwrap(),
         never_used
     );
     assert_eq!(
-        zk.create(&container, b"", &Acl::open_unsafe(), CreateMode::Container)
+        zk.create(&container, b"", Acl::OPEN_UNSAFE, CreateMode::Container)
             .unwrap(),
         container
     );
@@ -116,7 +116,7 @@ fn containers_go_when_their_last_child_goes(zk: &ZooKeeper) {
         .create2(
             &format!("{container}/e-"),
             b"",
-            &Acl::open_unsafe(),
+            Acl::OPEN_UNSAFE,
             CreateMode::EphemeralSequential,
         )
         .unwrap();
@@ -141,7 +141,7 @@ fn ttl_bounds_are_checked_before_c() {
     ] {
         assert!(
             matches!(
-                zk.create(&path, b"", &Acl::open_unsafe(), mode),
+                zk.create(&path, b"", Acl::OPEN_UNSAFE, mode),
                 Err(Error::InvalidArgument(_))
             ),
             "{mode:?}"
@@ -161,13 +161,12 @@ fn ttl_on_a_server_without_extended_types() {
         CreateMode::PersistentSequentialWithTtl(Duration::from_secs(10)),
     ] {
         assert_eq!(
-            zk.create(&path, b"", &Acl::open_unsafe(), mode)
-                .unwrap_err(),
+            zk.create(&path, b"", Acl::OPEN_UNSAFE, mode).unwrap_err(),
             Error::Unimplemented,
             "{mode:?}"
         );
         assert_eq!(
-            common::block_on(zk.create2_async(&path, b"", &Acl::open_unsafe(), mode)).unwrap_err(),
+            common::block_on(zk.create2_async(&path, b"", Acl::OPEN_UNSAFE, mode)).unwrap_err(),
             Error::Unimplemented
         );
     }
@@ -177,7 +176,7 @@ fn ttl_on_a_server_without_extended_types() {
     zk.create(
         &format!("{path}-c"),
         b"",
-        &Acl::open_unsafe(),
+        Acl::OPEN_UNSAFE,
         CreateMode::Container,
     )
     .unwrap();

@@ -53,13 +53,13 @@ pub fn unique(name: &str) -> String {
 
 /// Creates a persistent node with open ACL; panics on failure.
 pub fn create(zk: &ZooKeeper, path: &str, data: &[u8]) -> String {
-    zk.create(path, data, &Acl::open_unsafe(), CreateMode::Persistent)
+    zk.create(path, data, Acl::OPEN_UNSAFE, CreateMode::Persistent)
         .unwrap_or_else(|e| panic!("creating {path}: {e}"))
 }
 
 /// Creates a persistent node with open ACL in the given mode; panics on failure.
 pub fn create_mode(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) -> String {
-    zk.create(path, data, &Acl::open_unsafe(), mode)
+    zk.create(path, data, Acl::OPEN_UNSAFE, mode)
         .unwrap_or_else(|e| panic!("creating {path} ({mode:?}): {e}"))
 }
 
