@@ -181,7 +181,7 @@ fn sync_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let ((), s) = timed(|| {
         for path in &paths {
-            zk.create(path, DATA, &acl, CreateMode::Persistent)?;
+            zk.create(path, DATA, acl, CreateMode::Persistent)?;
         }
         Ok(())
     })?;
@@ -249,7 +249,7 @@ fn async_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
     let acl = Acl::OPEN_UNSAFE;
     let w = p.window;
     let s = pipelined(&paths, w, |path| {
-        zk.create_async(path, DATA, &acl, CreateMode::Persistent)
+        zk.create_async(path, DATA, acl, CreateMode::Persistent)
     })?;
     let mut rows = vec![row(format!("async_create_w{w}"), p.n, s, 0)];
     let s = pipelined(&paths, w, |path| zk.get_async(path))?;

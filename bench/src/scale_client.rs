@@ -134,14 +134,14 @@ pub fn op(p: &Params, base: &str) -> Result<Vec<Row>> {
     let paths = node_paths(base, p.n);
     let wpaths = node_paths(&wbase, warm);
     if k.reads_existing() {
-        create_all(&zk, &paths, &acl)?;
-        create_all(&zk, &wpaths, &acl)?;
+        create_all(&zk, &paths, acl)?;
+        create_all(&zk, &wpaths, acl)?;
     }
-    run_op(&zk, k, &wpaths, p.window, &acl)?;
+    run_op(&zk, k, &wpaths, p.window, acl)?;
     let u0 = Usage::now();
     let t = Instant::now();
     for _ in 0..p.reps {
-        run_op(&zk, k, &paths, p.window, &acl)?;
+        run_op(&zk, k, &paths, p.window, acl)?;
     }
     let secs = t.elapsed().as_secs_f64();
     let mut r = row(format!("op_{}", k.name()), p.n * p.reps, secs, 0);
@@ -162,7 +162,7 @@ pub fn watch_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     ensure_path(&zk, base)?;
     let acl = Acl::OPEN_UNSAFE;
     let paths = node_paths(base, p.n);
-    create_all(&zk, &paths, &acl)?;
+    create_all(&zk, &paths, acl)?;
     let absent = node_paths(&format!("{base}/absent"), p.watches);
     let mut watches: Vec<Watch> = Vec::with_capacity(p.watches);
     let mut in_flight: VecDeque<ZkFuture<(Option<Stat>, Watch)>> = VecDeque::with_capacity(1000);
@@ -176,12 +176,12 @@ pub fn watch_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     for f in in_flight {
         watches.push(f.wait()?.1);
     }
-    run_op(&zk, OpKind::Get, &paths[..p.n.min(500)], 1, &acl)?; // warm-up
+    run_op(&zk, OpKind::Get, &paths[..p.n.min(500)], 1, acl)?; // warm-up
     let mut rows = Vec::new();
     for (metric, k) in [("ws_get", OpKind::Get), ("ws_aget", OpKind::AGet)] {
         let u0 = Usage::now();
         let t = Instant::now();
-        run_op(&zk, k, &paths, p.window, &acl)?;
+        run_op(&zk, k, &paths, p.window, acl)?;
         let mut r = row(metric, p.n, t.elapsed().as_secs_f64(), 0);
         r.4 = u0.fields_since();
         rows.push(r);

@@ -579,7 +579,7 @@ fn path_validation_agrees_with_the_server() {
         .to_string();
     let zk = connect();
     let base = unique("paths");
-    zk.create(&base, b"", &open(), CreateMode::Persistent)
+    zk.create(&base, b"", open(), CreateMode::Persistent)
         .unwrap();
     let c_client = raw::Handle::connect(&hosts);
     let mut wire = wire::Session::connect(&address).expect("raw wire session");
@@ -687,12 +687,12 @@ fn long_paths_are_typed_errors() {
     let _watchdog = Watchdog::new("long_paths_are_typed_errors", Duration::from_secs(60));
     let zk = connect();
     let base = unique("long");
-    zk.create(&base, b"", &open(), CreateMode::Persistent)
+    zk.create(&base, b"", open(), CreateMode::Persistent)
         .unwrap();
     // 100 KB name: valid for the server and for us; round trip.
     let long = format!("{base}/{}", "n".repeat(100_000));
     assert_eq!(
-        zk.create(&long, b"x", &open(), CreateMode::Persistent)
+        zk.create(&long, b"x", open(), CreateMode::Persistent)
             .unwrap(),
         long
     );
@@ -702,7 +702,7 @@ fn long_paths_are_typed_errors() {
     // Over 1 MiB: the server would drop the connection; we refuse it first.
     let huge = format!("{base}/{}", "n".repeat((1 << 20) + 1));
     let error = zk
-        .create(&huge, b"", &open(), CreateMode::Persistent)
+        .create(&huge, b"", open(), CreateMode::Persistent)
         .unwrap_err();
     assert!(matches!(error, Error::InvalidPath { .. }), "{error:?}");
     assert!(matches!(zk.exists(&huge), Err(Error::InvalidPath { .. })));
@@ -727,13 +727,13 @@ fn data_at_and_over_the_limit() {
     let _watchdog = Watchdog::new("data_at_and_over_the_limit", Duration::from_secs(90));
     let zk = connect();
     let base = unique("data");
-    zk.create(&base, b"", &open(), CreateMode::Persistent)
+    zk.create(&base, b"", open(), CreateMode::Persistent)
         .unwrap();
     let node = format!("{base}/n");
 
     // Exactly MAX_DATA_LEN: accepted, and read back intact.
     let at: Vec<u8> = (0..MAX_DATA_LEN).map(|i| (i % 251) as u8).collect();
-    zk.create(&node, &at, &open(), CreateMode::Persistent)
+    zk.create(&node, &at, open(), CreateMode::Persistent)
         .unwrap();
     assert_eq!(zk.get(&node).unwrap().0, at);
     let stat = zk.set(&node, &at, Some(0)).unwrap();
@@ -747,7 +747,7 @@ fn data_at_and_over_the_limit() {
             max: MAX_DATA_LEN,
         };
         assert_eq!(
-            zk.create(&format!("{base}/o"), &over, &open(), CreateMode::Persistent),
+            zk.create(&format!("{base}/o"), &over, open(), CreateMode::Persistent),
             Err(too_large.clone())
         );
         assert_eq!(zk.set(&node, &over, None), Err(too_large.clone()));
@@ -803,13 +803,13 @@ fn data_at_the_limit_with_a_long_path() {
     );
     let zk = connect();
     let base = unique("datapath");
-    zk.create(&base, b"", &open(), CreateMode::Persistent)
+    zk.create(&base, b"", open(), CreateMode::Persistent)
         .unwrap();
     let node = format!("{base}/{}", "p".repeat(2_000));
     let result = zk.create(
         &node,
         &vec![0u8; MAX_DATA_LEN],
-        &open(),
+        open(),
         CreateMode::Persistent,
     );
     // Path + data together exceed the request limit: a typed error, not a dropped
@@ -830,7 +830,7 @@ fn negative_and_huge_versions() {
     let _watchdog = Watchdog::new("negative_and_huge_versions", Duration::from_secs(60));
     let zk = connect();
     let node = unique("versions");
-    zk.create(&node, b"v0", &open(), CreateMode::Persistent)
+    zk.create(&node, b"v0", open(), CreateMode::Persistent)
         .unwrap();
     for version in [-5, -2, i32::MIN, i32::MAX, 1] {
         assert_eq!(
@@ -844,7 +844,7 @@ fn negative_and_huge_versions() {
             "delete {version}"
         );
         assert_eq!(
-            zk.set_acl(&node, &open(), Some(version)),
+            zk.set_acl(&node, open(), Some(version)),
             Err(Error::BadVersion),
             "set_acl {version}"
         );
@@ -878,7 +878,7 @@ fn malformed_acls() {
     let _watchdog = Watchdog::new("malformed_acls", Duration::from_secs(60));
     let zk = connect();
     let base = unique("acl");
-    zk.create(&base, b"", &open(), CreateMode::Persistent)
+    zk.create(&base, b"", open(), CreateMode::Persistent)
         .unwrap();
     let node = format!("{base}/n");
     let all = Perms::ALL;
@@ -1052,11 +1052,11 @@ fn every_call(zk: &ZooKeeper, path: &str) -> Vec<(&'static str, Option<Error>)> 
     let acl = open();
     let mode = CreateMode::Persistent;
     vec![
-        ("create", zk.create(path, b"", &acl, mode).err()),
-        ("create2", zk.create2(path, b"", &acl, mode).err()),
+        ("create", zk.create(path, b"", acl, mode).err()),
+        ("create2", zk.create2(path, b"", acl, mode).err()),
         (
             "create_async",
-            zk.create_async(path, b"", &acl, mode)
+            zk.create_async(path, b"", acl, mode)
                 .wait_timeout(WAIT)
                 .err(),
         ),
@@ -1071,7 +1071,7 @@ fn every_call(zk: &ZooKeeper, path: &str) -> Vec<(&'static str, Option<Error>)> 
         ("get_children_watch", zk.get_children_watch(path).err()),
         ("get_children2_watch", zk.get_children2_watch(path).err()),
         ("get_acl", zk.get_acl(path).err()),
-        ("set_acl", zk.set_acl(path, &acl, None).err()),
+        ("set_acl", zk.set_acl(path, acl, None).err()),
         ("add_auth", zk.add_auth("digest", b"a:b").err()),
         ("sync", zk.sync(path).err()),
         ("get_config", zk.get_config().err()),
@@ -1140,7 +1140,7 @@ fn calls_on_an_expired_session() {
     let zk = connect();
     let events = zk.session_events();
     let path = unique("expired");
-    zk.create(&path, b"", &open(), CreateMode::Ephemeral)
+    zk.create(&path, b"", open(), CreateMode::Ephemeral)
         .unwrap();
     let (_, _, watch) = zk.get_watch(&path).unwrap();
     let id = zk.client_id().unwrap();
@@ -1215,7 +1215,7 @@ fn huge_child_list() {
     const CHILDREN: usize = 20_000;
     let zk = connect();
     let base = unique("children");
-    zk.create(&base, b"", &open(), CreateMode::Persistent)
+    zk.create(&base, b"", open(), CreateMode::Persistent)
         .unwrap();
     let started = Instant::now();
     let names: Vec<String> = (0..CHILDREN).map(|i| format!("child-{i:05}")).collect();
@@ -1226,7 +1226,7 @@ fn huge_child_list() {
                 zk.create_async(
                     &format!("{base}/{name}"),
                     b"",
-                    &open(),
+                    open(),
                     CreateMode::Persistent,
                 )
             })

@@ -550,14 +550,14 @@ mod tests {
             .create(
                 &format!("{dir}/p-x-"),
                 b"",
-                &open,
+                open,
                 CreateMode::EphemeralSequential,
             )
             .unwrap();
         zk.create(
             &format!("{dir}/ready-0000000000"),
             b"",
-            &open,
+            open,
             CreateMode::Persistent,
         )
         .unwrap();
@@ -581,7 +581,7 @@ mod tests {
             .create(
                 &format!("{dir}/p-y-"),
                 b"",
-                &open,
+                open,
                 CreateMode::EphemeralSequential,
             )
             .unwrap();

@@ -705,9 +705,9 @@ mod tests {
         assert_eq!((data.as_slice(), after.version), (&b"10 me"[..], 7));
         // Two writers of the same state: one gets through.
         let acl = zookeeper::Acl::OPEN_UNSAFE;
-        zk.multi(&marker_ops(&path, b"11 a", after.mzxid, &acl))
+        zk.multi(&marker_ops(&path, b"11 a", after.mzxid, acl))
             .unwrap();
-        let second = zk.multi(&marker_ops(&path, b"11 b", after.mzxid, &acl));
+        let second = zk.multi(&marker_ops(&path, b"11 b", after.mzxid, acl));
         assert!(matches!(second, Err(Error::MultiFailed { index: 0, .. })));
         let (data, last) = zk.get(&path).unwrap();
         assert_eq!((data.as_slice(), last.version), (&b"11 a"[..], 8));

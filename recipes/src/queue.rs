@@ -1108,11 +1108,11 @@ mod tests {
             zk.create(
                 &format!("{path}/{name}"),
                 b"late",
-                &open,
+                open,
                 CreateMode::Persistent,
             )
             .unwrap();
-            zk.create(&store.receipt(id), b"", &open, CreateMode::Ephemeral)
+            zk.create(&store.receipt(id), b"", open, CreateMode::Ephemeral)
                 .unwrap();
             name
         };

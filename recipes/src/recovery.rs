@@ -170,7 +170,7 @@ mod tests {
                 .create(
                     &format!("{dir}/n-"),
                     b"",
-                    &open,
+                    open,
                     CreateMode::PersistentSequential,
                 )
                 .unwrap();

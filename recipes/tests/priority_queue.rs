@@ -105,12 +105,12 @@ fn items_past_the_counters_end_take_no_part() {
     let id = zookeeper_recipes::util::guid();
     let crafted = format!("{path}/item-{id}-p0000000000--2147483648");
     let open = Acl::OPEN_UNSAFE;
-    peer.create(&crafted, b"wrapped", &open, CreateMode::Persistent)
+    peer.create(&crafted, b"wrapped", open, CreateMode::Persistent)
         .unwrap();
     peer.create(
         &format!("{path}/receipts/{id}"),
         b"",
-        &open,
+        open,
         CreateMode::Ephemeral,
     )
     .unwrap();

@@ -39,7 +39,7 @@ fn close_with_ten_thousand_requests_in_flight() {
             0 => creates.push(zk.create_async(
                 &format!("{base}/e{i}"),
                 b"",
-                &acl,
+                acl,
                 CreateMode::Ephemeral,
             )),
             1 => reads.push(zk.get_async(&base)),

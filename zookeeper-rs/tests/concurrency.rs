@@ -19,9 +19,9 @@ fn workload(zk: &ZooKeeper, dir: &str, thread: usize, rounds: usize) {
         let data = format!("t{thread}-r{round}");
         // create: sync or async
         let created = if round % 2 == 0 {
-            zk.create(&path, data.as_bytes(), &acl, CreateMode::Persistent)
+            zk.create(&path, data.as_bytes(), acl, CreateMode::Persistent)
         } else {
-            block_on(zk.create_async(&path, data.as_bytes(), &acl, CreateMode::Persistent))
+            block_on(zk.create_async(&path, data.as_bytes(), acl, CreateMode::Persistent))
         }
         .unwrap();
         assert_eq!(created, path);

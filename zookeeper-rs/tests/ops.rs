@@ -436,11 +436,11 @@ fn assert_all_reject(zk: &ZooKeeper, bad: &str) {
     };
     let acl = Acl::OPEN_UNSAFE;
     is_invalid(
-        zk.create(bad, b"", &acl, CreateMode::Persistent).map(drop),
+        zk.create(bad, b"", acl, CreateMode::Persistent).map(drop),
         "create",
     );
     is_invalid(
-        zk.create2(bad, b"", &acl, CreateMode::Ephemeral).map(drop),
+        zk.create2(bad, b"", acl, CreateMode::Ephemeral).map(drop),
         "create2",
     );
     is_invalid(zk.delete(bad, None), "delete");
@@ -453,7 +453,7 @@ fn assert_all_reject(zk: &ZooKeeper, bad: &str) {
     is_invalid(zk.get_children2(bad).map(drop), "get_children2");
     is_invalid(zk.get_children_watch(bad).map(drop), "get_children_watch");
     is_invalid(zk.get_acl(bad).map(drop), "get_acl");
-    is_invalid(zk.set_acl(bad, &acl, None), "set_acl");
+    is_invalid(zk.set_acl(bad, acl, None), "set_acl");
     is_invalid(zk.sync(bad).map(drop), "sync");
     is_invalid(
         zk.remove_watches(bad, zookeeper::WatcherType::Any, WatchRemoval::Server),
@@ -526,7 +526,7 @@ fn calls_after_close_fail_with_closed() {
         let acl = Acl::OPEN_UNSAFE;
         assert_eq!(
             handle
-                .create(&format!("{path}/x"), b"", &acl, CreateMode::Persistent)
+                .create(&format!("{path}/x"), b"", acl, CreateMode::Persistent)
                 .unwrap_err(),
             Error::Closed
         );
