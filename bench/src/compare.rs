@@ -12,7 +12,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
-use zookeeper::{Acl, CreateMode, Error, Stat, Watch, ZooKeeper};
+use zookeeper::{CreateMode, Error, Stat, Watch, ZooKeeper};
 use zookeeper_recipes::queue::Queue;
 use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
@@ -102,7 +102,7 @@ pub struct Interpreter {
 impl Interpreter {
     pub fn new(hosts: &str, base: &str) -> Result<Interpreter> {
         let zk = connect(hosts)?;
-        zk.create(base, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
+        zk.create(base, b"", CreateMode::Persistent)?;
         Ok(Interpreter {
             hosts: hosts.into(),
             base: base.into(),
@@ -204,8 +204,7 @@ impl Interpreter {
                     "ephemeral_sequential" => CreateMode::EphemeralSequential,
                     m => return Err(StepError::Script(format!("unknown mode {m}"))),
                 };
-                let created =
-                    zk.create(&self.path(arg(1)?), &data(arg(2)?), Acl::OPEN_UNSAFE, mode)?;
+                let created = zk.create(&self.path(arg(1)?), &data(arg(2)?), mode)?;
                 format!("ok {}", self.rel(&created))
             }
             "get" => {

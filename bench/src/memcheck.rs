@@ -43,7 +43,11 @@ pub fn main(flags: &Flags) -> Result<()> {
     let acl = Acl::OPEN_UNSAFE;
     let paths: Vec<String> = (0..batch).map(|i| format!("{base}/n{i:05}")).collect();
     for p in &paths {
-        zk.create(p, b"", acl, CreateMode::Persistent)?;
+        zk.create(
+            p,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+        )?;
     }
     let mut samples: Vec<(u64, u64, usize)> = vec![(0, rss_kb(), zk.live_contexts())];
     println!("| watches fired | RSS (MiB) | live contexts | elapsed (s) |\n|---:|---:|---:|---:|");

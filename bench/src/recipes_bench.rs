@@ -161,7 +161,11 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     let acl = Acl::OPEN_UNSAFE;
     let names = vec![prefix; p.n];
     pipelined(&names, 1000, |path| {
-        zk.create_async(path, DATA, acl, CreateMode::PersistentSequential)
+        zk.create_async(
+            path,
+            DATA,
+            zookeeper::CreateOptions::new(CreateMode::PersistentSequential).with_acl(acl),
+        )
     })?;
     let listed = len.len()?;
     if listed != p.n {
@@ -225,7 +229,11 @@ pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
         let u0 = Usage::now();
         let t = Instant::now();
         for _ in 0..chunk {
-            zk.create(&raw_prefix, DATA, acl, CreateMode::PersistentSequential)?;
+            zk.create(
+                &raw_prefix,
+                DATA,
+                zookeeper::CreateOptions::new(CreateMode::PersistentSequential).with_acl(acl),
+            )?;
         }
         raw_secs += t.elapsed().as_secs_f64();
         raw_cpu += Usage::now().cpu_us - u0.cpu_us;

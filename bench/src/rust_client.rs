@@ -138,7 +138,7 @@ pub(crate) fn ensure_path(zk: &ZooKeeper, path: &str) -> Result<()> {
     for part in path.trim_start_matches('/').split('/') {
         cur.push('/');
         cur.push_str(part);
-        match zk.create(&cur, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent) {
+        match zk.create(&cur, b"", CreateMode::Persistent) {
             Ok(_) | Err(Error::NodeExists) => {}
             Err(e) => return Err(e.into()),
         }
@@ -181,7 +181,11 @@ fn sync_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let ((), s) = timed(|| {
         for path in &paths {
-            zk.create(path, DATA, acl, CreateMode::Persistent)?;
+            zk.create(
+                path,
+                DATA,
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+            )?;
         }
         Ok(())
     })?;
@@ -249,7 +253,11 @@ fn async_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
     let acl = Acl::OPEN_UNSAFE;
     let w = p.window;
     let s = pipelined(&paths, w, |path| {
-        zk.create_async(path, DATA, acl, CreateMode::Persistent)
+        zk.create_async(
+            path,
+            DATA,
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+        )
     })?;
     let mut rows = vec![row(format!("async_create_w{w}"), p.n, s, 0)];
     let s = pipelined(&paths, w, |path| zk.get_async(path))?;
@@ -267,7 +275,7 @@ fn watch_latency(p: &Params, base: &str) -> Result<Vec<Row>> {
     let watcher = connect(&p.hosts)?;
     ensure_path(&writer, base)?;
     let node = format!("{base}/w");
-    writer.create(&node, DATA, Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
+    writer.create(&node, DATA, CreateMode::Persistent)?;
     let mut lat = Vec::with_capacity(p.n);
     let mut notif = 0u64;
     let t = Instant::now();

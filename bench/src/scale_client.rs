@@ -89,7 +89,11 @@ fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl
         }
         OpKind::CreateDelete => {
             for path in paths {
-                zk.create(path, DATA, acl, CreateMode::Persistent)?;
+                zk.create(
+                    path,
+                    DATA,
+                    zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+                )?;
                 zk.delete(path, None)?;
             }
         }
@@ -98,7 +102,11 @@ fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl
         }
         OpKind::ACreate => {
             pipelined(paths, window, |path| {
-                zk.create_async(path, DATA, acl, CreateMode::Persistent)
+                zk.create_async(
+                    path,
+                    DATA,
+                    zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+                )
             })?;
         }
     }
@@ -107,7 +115,11 @@ fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl
 
 fn create_all(zk: &ZooKeeper, paths: &[String], acl: &[Acl]) -> Result<()> {
     pipelined(paths, 1000, |path| {
-        zk.create_async(path, DATA, acl, CreateMode::Persistent)
+        zk.create_async(
+            path,
+            DATA,
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+        )
     })?;
     Ok(())
 }

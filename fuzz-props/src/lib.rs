@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 use zookeeper::{
-    validate_path, Acl, CreateMode, Error, Op, Perms, WatchRemoval, WatcherType, ZooKeeper,
-    MAX_DATA_LEN, MAX_TTL,
+    validate_path, Acl, CreateMode, Error, Op, Perms, Reconfig, WatchRemoval, WatcherType,
+    ZooKeeper, MAX_DATA_LEN, MAX_TTL,
 };
 
 // ---------------------------------------------------------------- the path oracle
@@ -296,7 +296,7 @@ impl<'a> Input<'a> {
             0 => Op::Create {
                 path: self.string(),
                 data: self.data(),
-                acl: self.acl(),
+                acl: self.acl().into(),
                 mode: self.mode(),
             },
             1 => Op::Delete {
@@ -462,12 +462,25 @@ fn one_request(zk: &ZooKeeper, input: &mut Input<'_>) {
             let (path, data, acl, mode) = (input.string(), input.data(), input.acl(), input.mode());
             expect_create(e, &path, &data, &acl, mode);
             if input.bool() {
-                verdict("create", e, zk.create(&path, &data, &acl, mode));
+                verdict(
+                    "create",
+                    e,
+                    zk.create(
+                        &path,
+                        &data,
+                        zookeeper::CreateOptions::new(mode).with_acl(&acl),
+                    ),
+                );
             } else {
                 verdict(
                     "create2",
                     e,
-                    zk.create2_async(&path, &data, &acl, mode).wait(),
+                    zk.create2_async(
+                        &path,
+                        &data,
+                        zookeeper::CreateOptions::new(mode).with_acl(&acl),
+                    )
+                    .wait(),
                 );
             }
         }
@@ -561,20 +574,29 @@ fn one_request(zk: &ZooKeeper, input: &mut Input<'_>) {
             verdict("set_servers", e, unsafe { zk.set_servers(&hosts) });
         }
         13 => {
-            let mut part = |what| input.bool().then(|| input.string()).map(|s| (s, what));
-            let parts = [
-                part("joining servers"),
-                part("leaving servers"),
-                part("members"),
-            ];
-            for (value, what) in parts.iter().flatten() {
+            let bulk = input.bool();
+            let (first, second) = (input.string(), input.string());
+            let (change, parts) = if bulk {
+                (Reconfig::bulk(&first), vec![(&first, "members")])
+            } else {
+                (
+                    Reconfig::Incremental {
+                        joining: &first,
+                        leaving: &second,
+                    },
+                    vec![(&first, "joining servers"), (&second, "leaving servers")],
+                )
+            };
+            for (value, what) in parts.iter().filter(|(value, _)| !value.is_empty()) {
                 expect_string(e, value, what);
             }
-            let arg = |i: usize| parts[i].as_ref().map(|(s, _)| s.as_str());
+            if parts.iter().all(|(value, _)| value.is_empty()) {
+                e.push(Expect::Argument);
+            }
             verdict(
                 "reconfig",
                 e,
-                zk.reconfig(arg(0), arg(1), arg(2), Some(i64::from(input.i32()))),
+                zk.reconfig(change, Some(i64::from(input.i32()))),
             );
         }
         14 => {

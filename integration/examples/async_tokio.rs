@@ -22,13 +22,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
     let base = format!("/async-tokio-{}", std::process::id());
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
-    zk.create_async(
-        &base,
-        b"0",
-        zookeeper::Acl::OPEN_UNSAFE,
-        zookeeper::CreateMode::Persistent,
-    )
-    .await?;
+    zk.create_async(&base, b"0", zookeeper::CreateMode::Persistent)
+        .await?;
 
     let jobs = Async::new(Queue::new(&zk, &format!("{base}/jobs"))?);
     let report = Async::new(Lock::new(&zk, &format!("{base}/report-lock"))?);

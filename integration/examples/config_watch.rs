@@ -9,7 +9,7 @@
 use std::thread;
 use std::time::Duration;
 use zk_harness::{Hosts, HOSTS_ENV};
-use zookeeper::{Acl, CreateMode, ZooKeeper};
+use zookeeper::{CreateMode, ZooKeeper};
 use zookeeper_recipes::config_watch::{ConfigEvent, ConfigWatch};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,12 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     zookeeper_recipes::util::ensure_path(&zk, &parent)?;
-    zk.create(
-        &path,
-        b"threads=1",
-        Acl::OPEN_UNSAFE,
-        CreateMode::Persistent,
-    )?;
+    zk.create(&path, b"threads=1", CreateMode::Persistent)?;
 
     // The watcher: prints each state as it arrives; the node's deletion ends it.
     let watch = ConfigWatch::start(&zk, &path)?;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 use zookeeper::Timeout;
-use zookeeper::{Acl, CreateMode, Op, ZooKeeper};
+use zookeeper::{CreateMode, Op, ZooKeeper};
 use zookeeper_recipes::lock::Lock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     let second = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     zookeeper_recipes::util::ensure_path(&first, &base)?;
-    first.create(&data, b"initial", Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
+    first.create(&data, b"initial", CreateMode::Persistent)?;
 
     let stale = Lock::new(&first, &lock_path)?.acquire(Timeout::Never)?;
     stale.fenced_multi(&[Op::set_data(&data, b"written by the first holder", -1)])?;

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 use zk_harness::{Hosts, HOSTS_ENV};
-use zookeeper::{Acl, CreateMode, ZooKeeper};
+use zookeeper::{CreateMode, ZooKeeper};
 use zookeeper_recipes::cache::{CacheEvent, NodeCache};
 use zookeeper_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 
@@ -23,12 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let admin = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     zookeeper_recipes::util::ensure_path(&admin, &base)?;
     let config = format!("{base}/config");
-    admin.create(
-        &config,
-        b"threads=4",
-        Acl::OPEN_UNSAFE,
-        CreateMode::Persistent,
-    )?;
+    admin.create(&config, b"threads=4", CreateMode::Persistent)?;
 
     let client = ManagedZooKeeper::connect(&connect, Duration::from_secs(6))?;
     let states = client.states();
@@ -43,9 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // taken on.
     let lease = format!("{base}/lease");
     let session = client.session();
-    session
-        .zk
-        .create(&lease, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)?;
+    session.zk.create(&lease, b"", CreateMode::Ephemeral)?;
     let lease_generation = session.generation;
     println!("lease taken on session generation {lease_generation}");
 

@@ -14,13 +14,8 @@ use zookeeper::{Acl, CreateMode, Op, ZooKeeper};
 use zookeeper_recipes::cache::{CacheEvent, TreeCache};
 
 fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper::Result<()> {
-    zk.create(
-        path,
-        data.as_bytes(),
-        Acl::OPEN_UNSAFE,
-        CreateMode::Persistent,
-    )
-    .map(|_| ())
+    zk.create(path, data.as_bytes(), CreateMode::Persistent)
+        .map(|_| ())
 }
 
 fn describe(event: &CacheEvent) -> String {
@@ -157,13 +152,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut ops = vec![Op::Create {
             path: branch.clone(),
             data: Vec::new(),
-            acl: Acl::OPEN_UNSAFE.to_vec(),
+            acl: Acl::OPEN_UNSAFE.into(),
             mode: CreateMode::Persistent,
         }];
         ops.extend((0..100).map(|l| Op::Create {
             path: format!("{branch}/l{l}"),
             data: vec![b'x'; 100],
-            acl: Acl::OPEN_UNSAFE.to_vec(),
+            acl: Acl::OPEN_UNSAFE.into(),
             mode: CreateMode::Persistent,
         }));
         writer.multi(&ops)?;

@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Ensemble, Mode, ServerOptions};
 use zookeeper::crossbeam_channel::Receiver;
-use zookeeper::{Acl, CreateMode, Error, EventType, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper::{CreateMode, Error, EventType, SessionState, WatchedEvent, ZooKeeper};
 use zookeeper_recipes::id_generator::{IdGenerator, IdStats};
 use zookeeper_recipes::lock::{Lock, LockGuard};
 use zookeeper_recipes::work_queue::WorkQueue;
@@ -76,7 +76,7 @@ fn retry<T>(zk: &ZooKeeper, what: &str, mut op: impl FnMut() -> zookeeper::Resul
 }
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) {
-    match zk.create(path, data, Acl::OPEN_UNSAFE, mode) {
+    match zk.create(path, data, mode) {
         Ok(_) => {}
         Err(e) => panic!("creating {path}: {e}"),
     }
@@ -187,12 +187,7 @@ fn killing_the_connected_member_keeps_the_session() {
                     1 => zk.set(&data, b"lost?", None).map(drop),
                     2 => zk.sync(&base).map(drop),
                     _ => zk
-                        .create(
-                            &format!("{base}/pending"),
-                            b"",
-                            Acl::OPEN_UNSAFE,
-                            CreateMode::Persistent,
-                        )
+                        .create(&format!("{base}/pending"), b"", CreateMode::Persistent)
                         .map(drop),
                 };
                 sender.send((i, result)).unwrap();
@@ -260,7 +255,7 @@ fn killing_the_connected_member_keeps_the_session() {
     assert_eq!(on_children.try_get(), Ok(None));
     retry(&observer, "set", || observer.set(&data, b"after", None));
     retry(&observer, "create", || {
-        match observer.create(&missing, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent) {
+        match observer.create(&missing, b"", CreateMode::Persistent) {
             Err(Error::NodeExists) => Ok(String::new()),
             other => other,
         }
@@ -322,7 +317,7 @@ fn writer(
         i += 1;
         let path = format!("{base}/w-{t}-{i:06}");
         let data = format!("{t}:{i}").into_bytes();
-        match zk.create(&path, &data, Acl::OPEN_UNSAFE, CreateMode::Persistent) {
+        match zk.create(&path, &data, CreateMode::Persistent) {
             Ok(created) => {
                 assert_eq!(created, path);
                 report.creates.push((path, data));
@@ -366,8 +361,7 @@ fn async_writer(
                 i += 1;
                 let path = format!("{base}/a-{i:06}");
                 let data = format!("async:{i}").into_bytes();
-                let future =
-                    zk.create_async(&path, &data, Acl::OPEN_UNSAFE, CreateMode::Persistent);
+                let future = zk.create_async(&path, &data, CreateMode::Persistent);
                 (path, data, future)
             })
             .collect();

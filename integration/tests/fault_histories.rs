@@ -54,7 +54,7 @@ use zk_harness::testing::{
     child_role, report, unique_name, unique_path, watch_parent, Seed, TestChild,
 };
 use zk_harness::{Ensemble, FaultAction, FaultKind, FaultSchedule, ScheduleShape, ServerOptions};
-use zookeeper::{Acl, ClientId, CreateMode, SessionState, ZooKeeper};
+use zookeeper::{ClientId, CreateMode, SessionState, ZooKeeper};
 use zookeeper_recipes::config_watch::ConfigWatch;
 use zookeeper_recipes::election::LeaderElection;
 use zookeeper_recipes::id_generator::IdGenerator;
@@ -206,16 +206,11 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     let paths = Paths {
         base: unique_path("fault-histories"),
     };
-    zk.create(&paths.base, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+    zk.create(&paths.base, b"", CreateMode::Persistent)
         .expect("base");
     IdGenerator::create_counter(&zk, &paths.ids(), &NodeOptions::default()).expect("counter");
-    zk.create(
-        &paths.config(),
-        b"v0",
-        Acl::OPEN_UNSAFE,
-        CreateMode::Persistent,
-    )
-    .expect("config");
+    zk.create(&paths.config(), b"v0", CreateMode::Persistent)
+        .expect("config");
 
     let dir = TempDir(std::env::temp_dir().join(unique_name("fault-histories")));
     std::fs::create_dir_all(&dir.0).expect("history dir");

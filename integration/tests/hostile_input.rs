@@ -579,8 +579,12 @@ fn path_validation_agrees_with_the_server() {
         .to_string();
     let zk = connect();
     let base = unique("paths");
-    zk.create(&base, b"", open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &base,
+        b"",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     let c_client = raw::Handle::connect(&hosts);
     let mut wire = wire::Session::connect(&address).expect("raw wire session");
     // SAFETY: reading extern const ints.
@@ -687,13 +691,21 @@ fn long_paths_are_typed_errors() {
     let _watchdog = Watchdog::new("long_paths_are_typed_errors", Duration::from_secs(60));
     let zk = connect();
     let base = unique("long");
-    zk.create(&base, b"", open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &base,
+        b"",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     // 100 KB name: valid for the server and for us; round trip.
     let long = format!("{base}/{}", "n".repeat(100_000));
     assert_eq!(
-        zk.create(&long, b"x", open(), CreateMode::Persistent)
-            .unwrap(),
+        zk.create(
+            &long,
+            b"x",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open())
+        )
+        .unwrap(),
         long
     );
     assert_eq!(zk.get(&long).unwrap().0, b"x");
@@ -702,7 +714,11 @@ fn long_paths_are_typed_errors() {
     // Over 1 MiB: the server would drop the connection; we refuse it first.
     let huge = format!("{base}/{}", "n".repeat((1 << 20) + 1));
     let error = zk
-        .create(&huge, b"", open(), CreateMode::Persistent)
+        .create(
+            &huge,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        )
         .unwrap_err();
     assert!(matches!(error, Error::InvalidPath { .. }), "{error:?}");
     assert!(matches!(zk.exists(&huge), Err(Error::InvalidPath { .. })));
@@ -727,14 +743,22 @@ fn data_at_and_over_the_limit() {
     let _watchdog = Watchdog::new("data_at_and_over_the_limit", Duration::from_secs(90));
     let zk = connect();
     let base = unique("data");
-    zk.create(&base, b"", open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &base,
+        b"",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     let node = format!("{base}/n");
 
     // Exactly MAX_DATA_LEN: accepted, and read back intact.
     let at: Vec<u8> = (0..MAX_DATA_LEN).map(|i| (i % 251) as u8).collect();
-    zk.create(&node, &at, open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &node,
+        &at,
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     assert_eq!(zk.get(&node).unwrap().0, at);
     let stat = zk.set(&node, &at, Some(0)).unwrap();
     assert_eq!(stat.data_length as usize, MAX_DATA_LEN);
@@ -747,7 +771,11 @@ fn data_at_and_over_the_limit() {
             max: MAX_DATA_LEN,
         };
         assert_eq!(
-            zk.create(&format!("{base}/o"), &over, open(), CreateMode::Persistent),
+            zk.create(
+                &format!("{base}/o"),
+                &over,
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open())
+            ),
             Err(too_large.clone())
         );
         assert_eq!(zk.set(&node, &over, None), Err(too_large.clone()));
@@ -803,14 +831,17 @@ fn data_at_the_limit_with_a_long_path() {
     );
     let zk = connect();
     let base = unique("datapath");
-    zk.create(&base, b"", open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &base,
+        b"",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     let node = format!("{base}/{}", "p".repeat(2_000));
     let result = zk.create(
         &node,
         &vec![0u8; MAX_DATA_LEN],
-        open(),
-        CreateMode::Persistent,
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     );
     // Path + data together exceed the request limit: a typed error, not a dropped
     // connection.
@@ -830,8 +861,12 @@ fn negative_and_huge_versions() {
     let _watchdog = Watchdog::new("negative_and_huge_versions", Duration::from_secs(60));
     let zk = connect();
     let node = unique("versions");
-    zk.create(&node, b"v0", open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &node,
+        b"v0",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     for version in [-5, -2, i32::MIN, i32::MAX, 1] {
         assert_eq!(
             zk.set(&node, b"x", Some(version)),
@@ -878,21 +913,29 @@ fn malformed_acls() {
     let _watchdog = Watchdog::new("malformed_acls", Duration::from_secs(60));
     let zk = connect();
     let base = unique("acl");
-    zk.create(&base, b"", open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &base,
+        b"",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     let node = format!("{base}/n");
     let all = Perms::ALL;
 
     // Empty ACL list: ours refuses it (InvalidAcl), and so does the server.
     assert_eq!(
-        zk.create(&node, b"", &[], CreateMode::Persistent),
+        zk.create(
+            &node,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&[])
+        ),
         Err(Error::InvalidAcl)
     );
     assert_eq!(
         zk.multi(&[Op::Create {
             path: node.clone(),
             data: vec![],
-            acl: vec![],
+            acl: Vec::new().into(),
             mode: CreateMode::Persistent
         }]),
         Err(Error::InvalidAcl)
@@ -928,7 +971,11 @@ fn malformed_acls() {
     ] {
         let acl = [Acl::new(all, scheme, id)];
         assert_eq!(
-            zk.create(&node, b"", &acl, CreateMode::Persistent),
+            zk.create(
+                &node,
+                b"",
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl)
+            ),
             Err(Error::InvalidAcl),
             "create with {scheme}:{id}"
         );
@@ -940,7 +987,11 @@ fn malformed_acls() {
         // One bad entry among good ones spoils the list.
         let mixed = [Acl::new(all, "world", "anyone"), Acl::new(all, scheme, id)];
         assert_eq!(
-            zk.create(&node, b"", &mixed, CreateMode::Persistent),
+            zk.create(
+                &node,
+                b"",
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&mixed)
+            ),
             Err(Error::InvalidAcl)
         );
     }
@@ -954,7 +1005,11 @@ fn malformed_acls() {
     ] {
         let acl = [Acl::new(all, scheme, id)];
         assert_eq!(
-            zk.create(&node, b"", &acl, CreateMode::Persistent),
+            zk.create(
+                &node,
+                b"",
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl)
+            ),
             Err(Error::InteriorNul(what))
         );
         assert_eq!(zk.set_acl(&base, &acl, None), Err(Error::InteriorNul(what)));
@@ -966,7 +1021,11 @@ fn malformed_acls() {
     for (i, perms) in [0, -1, 1 << 20, i32::MIN].into_iter().enumerate() {
         let path = format!("{base}/perms{i}");
         let acl = [Acl::new(Perms(perms), "world", "anyone")];
-        let created = zk.create(&path, b"", &acl, CreateMode::Persistent);
+        let created = zk.create(
+            &path,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl),
+        );
         println!("create with perms {perms:#x} -> {created:?}");
         match created {
             Ok(_) => {
@@ -1052,11 +1111,19 @@ fn every_call(zk: &ZooKeeper, path: &str) -> Vec<(&'static str, Option<Error>)> 
     let acl = open();
     let mode = CreateMode::Persistent;
     vec![
-        ("create", zk.create(path, b"", acl, mode).err()),
-        ("create2", zk.create2(path, b"", acl, mode).err()),
+        (
+            "create",
+            zk.create(path, b"", zookeeper::CreateOptions::new(mode).with_acl(acl))
+                .err(),
+        ),
+        (
+            "create2",
+            zk.create2(path, b"", zookeeper::CreateOptions::new(mode).with_acl(acl))
+                .err(),
+        ),
         (
             "create_async",
-            zk.create_async(path, b"", acl, mode)
+            zk.create_async(path, b"", zookeeper::CreateOptions::new(mode).with_acl(acl))
                 .wait_timeout(WAIT)
                 .err(),
         ),
@@ -1078,7 +1145,8 @@ fn every_call(zk: &ZooKeeper, path: &str) -> Vec<(&'static str, Option<Error>)> 
         ("get_config_watch", zk.get_config_watch().err()),
         (
             "reconfig",
-            zk.reconfig(None, None, Some("server.1=x"), None).err(),
+            zk.reconfig(zookeeper::Reconfig::bulk("server.1=x"), None)
+                .err(),
         ),
         ("multi", zk.multi(&[Op::check(path, -1)]).err()),
         (
@@ -1140,8 +1208,12 @@ fn calls_on_an_expired_session() {
     let zk = connect();
     let events = zk.session_events();
     let path = unique("expired");
-    zk.create(&path, b"", open(), CreateMode::Ephemeral)
-        .unwrap();
+    zk.create(
+        &path,
+        b"",
+        zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(open()),
+    )
+    .unwrap();
     let (_, _, watch) = zk.get_watch(&path).unwrap();
     let id = zk.client_id().unwrap();
 
@@ -1215,8 +1287,12 @@ fn huge_child_list() {
     const CHILDREN: usize = 20_000;
     let zk = connect();
     let base = unique("children");
-    zk.create(&base, b"", open(), CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &base,
+        b"",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+    )
+    .unwrap();
     let started = Instant::now();
     let names: Vec<String> = (0..CHILDREN).map(|i| format!("child-{i:05}")).collect();
     for chunk in names.chunks(2_000) {
@@ -1226,8 +1302,7 @@ fn huge_child_list() {
                 zk.create_async(
                     &format!("{base}/{name}"),
                     b"",
-                    open(),
-                    CreateMode::Persistent,
+                    zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
                 )
             })
             .collect();

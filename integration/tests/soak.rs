@@ -24,7 +24,7 @@ mod common_chaos;
 use common_chaos::unique;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
-use zookeeper::{Acl, CreateMode, Error, EventType, Watch, ZooKeeper};
+use zookeeper::{CreateMode, Error, EventType, Watch, ZooKeeper};
 
 /// Bound of any single wait (only reached when something is broken).
 const WAIT: Duration = Duration::from_secs(60);
@@ -128,7 +128,7 @@ fn connect(hosts: &str) -> ZooKeeper {
 }
 
 fn create(zk: &ZooKeeper, path: &str, mode: CreateMode) {
-    zk.create(path, b"", Acl::OPEN_UNSAFE, mode)
+    zk.create(path, b"", mode)
         .unwrap_or_else(|e| panic!("creating {path}: {e}"));
 }
 
@@ -259,14 +259,7 @@ fn async_at_close(
     let sets: Vec<_> = (0..n).map(|_| zk.set_async(&node, b"x", None)).collect();
     let children: Vec<_> = (0..n).map(|_| zk.get_children_async(&node)).collect();
     let creates: Vec<_> = (0..n)
-        .map(|i| {
-            zk.create_async(
-                &format!("{node}/e-{i}"),
-                b"",
-                Acl::OPEN_UNSAFE,
-                CreateMode::Ephemeral,
-            )
-        })
+        .map(|i| zk.create_async(&format!("{node}/e-{i}"), b"", CreateMode::Ephemeral))
         .collect();
     let watches: Vec<_> = (0..ASYNC_AT_CLOSE - 5 * n)
         .map(|_| zk.get_watch_async(&node))

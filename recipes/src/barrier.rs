@@ -550,15 +550,13 @@ mod tests {
             .create(
                 &format!("{dir}/p-x-"),
                 b"",
-                open,
-                CreateMode::EphemeralSequential,
+                zookeeper::CreateOptions::new(CreateMode::EphemeralSequential).with_acl(open),
             )
             .unwrap();
         zk.create(
             &format!("{dir}/ready-0000000000"),
             b"",
-            open,
-            CreateMode::Persistent,
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open),
         )
         .unwrap();
         let short = Deadline::after(Duration::from_millis(300));
@@ -581,8 +579,7 @@ mod tests {
             .create(
                 &format!("{dir}/p-y-"),
                 b"",
-                open,
-                CreateMode::EphemeralSequential,
+                zookeeper::CreateOptions::new(CreateMode::EphemeralSequential).with_acl(open),
             )
             .unwrap();
         assert_eq!(sequence_of(&fresh), Some(0), "the counter did not restart");

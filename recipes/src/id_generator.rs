@@ -508,12 +508,11 @@ fn skip_ops(path: &str, data: &[u8], version: i32) -> Vec<Op> {
 /// `mzxid` with the write; only the first such multi applies.
 fn marker_ops(path: &str, data: &[u8], mzxid: i64, acl: &[zookeeper::Acl]) -> Vec<Op> {
     vec![
-        Op::Create {
-            path: format!("{path}/{WRAP_MARKER}{mzxid}"),
-            data: Vec::new(),
-            acl: acl.to_vec(),
-            mode: CreateMode::Persistent,
-        },
+        Op::create(
+            &format!("{path}/{WRAP_MARKER}{mzxid}"),
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+        ),
         Op::set_data(path, data, -1),
     ]
 }

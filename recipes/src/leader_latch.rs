@@ -1549,8 +1549,8 @@ impl Worker {
         match self.zk.create2(
             &format!("{dir}/{tag}"),
             self.config.id.as_bytes(),
-            self.config.nodes.acl_list(),
-            CreateMode::EphemeralSequential,
+            zookeeper::CreateOptions::new(CreateMode::EphemeralSequential)
+                .with_acl(self.config.nodes.acl_list()),
         ) {
             Ok((path, stat)) => {
                 let name = path.rsplit('/').next().unwrap_or_default().to_string();

@@ -52,7 +52,7 @@ use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, CreateMode, Error, Timeout, ZooKeeper};
+use zookeeper::{CreateMode, Error, Timeout, ZooKeeper};
 
 /// Whose lease layout a [`LeaseSemaphore`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -235,8 +235,7 @@ impl LeaseSemaphore {
                 let path = format!("{}/{}", self.leases_dir, guid());
                 // A unique name: after a lost reply, NodeExists is our own create.
                 match retry(&self.zk, step, || {
-                    self.zk
-                        .create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
+                    self.zk.create(&path, b"", CreateMode::Ephemeral)
                 }) {
                     Ok(_) | Err(RecipeError::ZooKeeper(Error::NodeExists)) => {}
                     Err(error) => {

@@ -795,8 +795,8 @@ impl NodeWorker {
         match self.zk.create(
             &path,
             &data,
-            self.config.nodes.acl_list(),
-            CreateMode::Ephemeral,
+            zookeeper::CreateOptions::new(CreateMode::Ephemeral)
+                .with_acl(self.config.nodes.acl_list()),
         ) {
             Ok(_) => {
                 self.creating = None;
@@ -890,8 +890,8 @@ impl NodeWorker {
         match self.zk.create(
             &tag,
             &data,
-            self.config.nodes.acl_list(),
-            CreateMode::EphemeralSequential,
+            zookeeper::CreateOptions::new(CreateMode::EphemeralSequential)
+                .with_acl(self.config.nodes.acl_list()),
         ) {
             Ok(path) => {
                 self.adopt(path, serial);

@@ -30,7 +30,7 @@ pub struct NodeOptions {
 impl Default for NodeOptions {
     fn default() -> Self {
         NodeOptions {
-            acl: Acl::OPEN_UNSAFE.to_vec(),
+            acl: Acl::OPEN_UNSAFE.into(),
             container_dirs: false,
             sequence_limit: SEQUENCE_LIMIT,
         }

@@ -292,18 +292,18 @@ impl ItemStore {
             format!("{ITEM_PREFIX}-{id}-{tag}-")
         };
         let mut ops = vec![
-            Op::Create {
-                path: format!("{}/{name}", self.items),
-                data: data.to_vec(),
-                acl: self.nodes.acl_list().to_vec(),
-                mode: CreateMode::PersistentSequential,
-            },
-            Op::Create {
-                path: receipt.clone(),
-                data: Vec::new(),
-                acl: self.nodes.acl_list().to_vec(),
-                mode: CreateMode::Ephemeral,
-            },
+            Op::create(
+                &format!("{}/{name}", self.items),
+                data,
+                zookeeper::CreateOptions::new(CreateMode::PersistentSequential)
+                    .with_acl(self.nodes.acl_list()),
+            ),
+            Op::create(
+                &receipt,
+                b"",
+                zookeeper::CreateOptions::new(CreateMode::Ephemeral)
+                    .with_acl(self.nodes.acl_list()),
+            ),
         ];
         ops.extend_from_slice(guard);
         let mut attempt = 0;
@@ -921,11 +921,11 @@ impl Queue {
             };
             let take = [
                 Op::delete(&path, stat.version),
-                Op::create_with_acl(
+                Op::create(
                     &marker,
                     b"",
-                    self.store.nodes.acl_list(),
-                    CreateMode::Ephemeral,
+                    zookeeper::CreateOptions::new(CreateMode::Ephemeral)
+                        .with_acl(self.store.nodes.acl_list()),
                 ),
             ];
             match self.zk.multi(&take) {
@@ -1108,12 +1108,15 @@ mod tests {
             zk.create(
                 &format!("{path}/{name}"),
                 b"late",
-                open,
-                CreateMode::Persistent,
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open),
             )
             .unwrap();
-            zk.create(&store.receipt(id), b"", open, CreateMode::Ephemeral)
-                .unwrap();
+            zk.create(
+                &store.receipt(id),
+                b"",
+                zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(open),
+            )
+            .unwrap();
             name
         };
         let id = guid();

@@ -170,8 +170,7 @@ mod tests {
                 .create(
                     &format!("{dir}/n-"),
                     b"",
-                    open,
-                    CreateMode::PersistentSequential,
+                    zookeeper::CreateOptions::new(CreateMode::PersistentSequential).with_acl(open),
                 )
                 .unwrap();
             (made.clone(), sequence_of(&made).unwrap())

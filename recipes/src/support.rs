@@ -447,7 +447,11 @@ fn make_dir(
     mode: CreateMode,
     nodes: &NodeOptions,
 ) -> zookeeper::Result<()> {
-    match zk.create(path, data, nodes.acl_list(), mode) {
+    match zk.create(
+        path,
+        data,
+        zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list()),
+    ) {
         Ok(_) | Err(Error::NodeExists) => Ok(()),
         Err(Error::NoNode) => {
             match path.rsplit_once('/') {
@@ -456,7 +460,11 @@ fn make_dir(
                 }
                 _ => return Err(Error::NoNode),
             }
-            match zk.create(path, data, nodes.acl_list(), mode) {
+            match zk.create(
+                path,
+                data,
+                zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list()),
+            ) {
                 Ok(_) | Err(Error::NodeExists) => Ok(()),
                 Err(error) => Err(error),
             }
@@ -487,7 +495,11 @@ pub(crate) fn create_if_absent(
     let patience = patience.into();
     let mut attempt = 0;
     loop {
-        match zk.create(path, data, nodes.acl_list(), CreateMode::Persistent) {
+        match zk.create(
+            path,
+            data,
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(nodes.acl_list()),
+        ) {
             Ok(_) | Err(Error::NodeExists) => return Ok(()),
             Err(Error::NoNode) => match path.rsplit_once('/') {
                 Some((parent, _)) if !parent.is_empty() => ensure_dir(zk, parent, nodes, patience)?,
@@ -566,8 +578,8 @@ fn create_sequential_stat(
         match zk.create2(
             &path,
             data,
-            dir.nodes.acl_list(),
-            CreateMode::EphemeralSequential,
+            zookeeper::CreateOptions::new(CreateMode::EphemeralSequential)
+                .with_acl(dir.nodes.acl_list()),
         ) {
             Ok((created, stat)) => {
                 let name = created.rsplit('/').next().unwrap_or_default();

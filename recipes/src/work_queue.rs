@@ -565,12 +565,12 @@ impl WorkQueue {
         }
         let claim_id = guid();
         let ops = [
-            Op::Create {
-                path: lock_path.clone(),
-                data: claim_id.as_bytes().to_vec(),
-                acl: self.store.nodes.acl_list().to_vec(),
-                mode: CreateMode::Ephemeral,
-            },
+            Op::create(
+                &lock_path,
+                claim_id.as_bytes(),
+                zookeeper::CreateOptions::new(CreateMode::Ephemeral)
+                    .with_acl(self.store.nodes.acl_list()),
+            ),
             Op::set_data(&item_path, &data, stat.version),
         ];
         let taken = loop {
@@ -647,22 +647,20 @@ impl WorkQueue {
     ) -> Result<Claim> {
         let item_path = format!("{}/{name}", self.store.items);
         let lock_path = format!("{}/{name}", self.locks);
-        let acl = self.store.nodes.acl_list().to_vec();
+        let acl = self.store.nodes.acl_list();
         let ops = [
-            Op::Create {
-                path: lock_path.clone(),
-                data: b"dead-letter".to_vec(),
-                acl: acl.clone(),
-                mode: CreateMode::Ephemeral,
-            },
+            Op::create(
+                &lock_path,
+                b"dead-letter",
+                zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(acl),
+            ),
             Op::delete(&item_path, version),
             Op::delete(&lock_path, -1),
-            Op::Create {
-                path: format!("{}/{name}-", dead.dir),
-                data: data.to_vec(),
-                acl,
-                mode: CreateMode::PersistentSequential,
-            },
+            Op::create(
+                &format!("{}/{name}-", dead.dir),
+                data,
+                zookeeper::CreateOptions::new(CreateMode::PersistentSequential).with_acl(acl),
+            ),
         ];
         loop {
             match self.zk.multi(&ops) {

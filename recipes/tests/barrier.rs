@@ -252,7 +252,6 @@ fn participants_past_the_counters_end_are_not_counted() {
     peer.create(
         &format!("{dir}/p-{}-2147483647", zookeeper_recipes::util::guid()),
         b"",
-        zookeeper::Acl::OPEN_UNSAFE,
         zookeeper::CreateMode::Ephemeral,
     )
     .unwrap();

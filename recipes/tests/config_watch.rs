@@ -7,7 +7,7 @@ use common::{connect, unique_path};
 use crossbeam_channel::RecvTimeoutError;
 use std::thread;
 use std::time::Duration;
-use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper::{CreateMode, Error, ZooKeeper};
 use zookeeper_recipes::config_watch::{ConfigEvent, ConfigWatch};
 use zookeeper_recipes::RecipeError;
 
@@ -15,8 +15,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
     zookeeper_recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
-    zk.create(path, data, Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    zk.create(path, data, CreateMode::Persistent).unwrap();
 }
 
 fn next(watch: &ConfigWatch) -> ConfigEvent {
@@ -106,8 +105,7 @@ fn deletion_and_recreation() {
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted, "absent at start");
 
-    zk.create(&path, b"a", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    zk.create(&path, b"a", CreateMode::Persistent).unwrap();
     let first = next(&watch);
     assert_eq!(first.data(), Some(&b"a"[..]));
 
@@ -117,8 +115,7 @@ fn deletion_and_recreation() {
     zk.delete(&path, None).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted);
 
-    zk.create(&path, b"c", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    zk.create(&path, b"c", CreateMode::Persistent).unwrap();
     let again = next(&watch);
     assert_eq!(again.data(), Some(&b"c"[..]));
     // A new incarnation: version restarts, czxid and mzxid move on.

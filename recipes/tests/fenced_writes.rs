@@ -6,7 +6,7 @@ mod common;
 use common::{connect, connect_to, unique_path, Proxy};
 use std::time::Duration;
 use zookeeper::Timeout;
-use zookeeper::{Acl, CreateMode, Error, Op, OpResult, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, OpResult, ZooKeeper};
 use zookeeper_recipes::lock::{Lock, LockLayout};
 use zookeeper_recipes::multi_lock::MultiLock;
 use zookeeper_recipes::reentrant_lock::ReentrantLock;
@@ -16,8 +16,7 @@ use zookeeper_recipes::RecipeError;
 fn data_node(zk: &ZooKeeper, path: &str) -> String {
     let node = format!("{path}-data");
     zookeeper_recipes::util::ensure_path(zk, path).unwrap();
-    zk.create(&node, b"v0", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    zk.create(&node, b"v0", CreateMode::Persistent).unwrap();
     node
 }
 

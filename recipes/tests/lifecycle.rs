@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake};
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
-use zookeeper::{Acl, CreateMode, Error, SessionState, ZooKeeper};
+use zookeeper::{CreateMode, Error, SessionState, ZooKeeper};
 use zookeeper_recipes::lifecycle::{
     Client, ConnectionEvent, ConnectionState, ConnectionStates, ManagedZooKeeper,
 };
@@ -94,7 +94,7 @@ fn expiry_reports_lost_then_a_new_session() {
     let ephemeral = format!("{base}/eph");
     first
         .zk
-        .create(&ephemeral, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
+        .create(&ephemeral, b"", CreateMode::Ephemeral)
         .unwrap();
     let old_id = first.zk.client_id().unwrap().session_id;
 
@@ -135,7 +135,7 @@ fn expiry_reports_lost_then_a_new_session() {
     assert_eq!(managed.current().exists(&ephemeral).unwrap(), None);
     managed
         .current()
-        .create(&ephemeral, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
+        .create(&ephemeral, b"", CreateMode::Ephemeral)
         .unwrap();
     // A late subscriber starts with the current state.
     let late = managed.states();

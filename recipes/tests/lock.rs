@@ -520,7 +520,6 @@ fn nodes_past_the_counters_end_take_no_part() {
         zk.create(
             &format!("{path}/{name}"),
             b"crafted",
-            zookeeper::Acl::OPEN_UNSAFE,
             zookeeper::CreateMode::Persistent,
         )
         .unwrap();

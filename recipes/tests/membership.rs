@@ -201,7 +201,7 @@ fn another_sessions_node_is_waited_for_not_taken_over() {
     let other = connect();
     zookeeper_recipes::util::ensure_path(&other, path.rsplit_once('/').unwrap().0).unwrap();
     other
-        .create(&path, b"other", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
+        .create(&path, b"other", CreateMode::Ephemeral)
         .unwrap();
     let zk = connect();
     let node = PersistentNode::start(&zk, &path, b"mine").unwrap();
@@ -332,7 +332,6 @@ fn kazoo_layout_counts_party_nodes_only() {
         .create(
             &format!("{path}/lock-0000000001"),
             b"x",
-            Acl::OPEN_UNSAFE,
             CreateMode::Ephemeral,
         )
         .unwrap();
@@ -340,7 +339,6 @@ fn kazoo_layout_counts_party_nodes_only() {
         .create(
             &format!("{path}/0123456789abcdef0123456789abcdef__party__"),
             b"py-1",
-            Acl::OPEN_UNSAFE,
             CreateMode::Ephemeral,
         )
         .unwrap();

@@ -105,13 +105,16 @@ fn items_past_the_counters_end_take_no_part() {
     let id = zookeeper_recipes::util::guid();
     let crafted = format!("{path}/item-{id}-p0000000000--2147483648");
     let open = Acl::OPEN_UNSAFE;
-    peer.create(&crafted, b"wrapped", open, CreateMode::Persistent)
-        .unwrap();
+    peer.create(
+        &crafted,
+        b"wrapped",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open),
+    )
+    .unwrap();
     peer.create(
         &format!("{path}/receipts/{id}"),
         b"",
-        open,
-        CreateMode::Ephemeral,
+        zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(open),
     )
     .unwrap();
     assert_eq!(queue.try_take().unwrap().unwrap(), b"in range");

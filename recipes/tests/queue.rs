@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use zookeeper::CreateMode;
 use zookeeper::Timeout;
-use zookeeper::{Acl, CreateMode};
 use zookeeper_recipes::queue::Queue;
 use zookeeper_recipes::OptionalExtension;
 
@@ -298,11 +298,10 @@ fn items_past_the_counters_end_are_never_delivered() {
         format!("{path}/item-{}--2147483648", ids[1]),
     ];
     for (id, item) in ids.iter().zip(&crafted) {
-        peer.create(item, b"wrapped", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+        peer.create(item, b"wrapped", CreateMode::Persistent)
             .unwrap();
         let receipt = format!("{path}/receipts/{id}");
-        peer.create(&receipt, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
-            .unwrap();
+        peer.create(&receipt, b"", CreateMode::Ephemeral).unwrap();
     }
     queue.put(b"second").unwrap();
     assert_eq!(queue.len().unwrap(), 2, "only in-range items count");

@@ -226,12 +226,7 @@ fn a_slow_watcher_gets_the_latest_and_the_final_value() {
     // Deleted and re-created: the new value comes, the deletion is not a value.
     other.delete(&path, None).unwrap();
     other
-        .create(
-            &path,
-            &[0, 0, 0, 11],
-            Acl::OPEN_UNSAFE,
-            zookeeper::CreateMode::Persistent,
-        )
+        .create(&path, &[0, 0, 0, 11], zookeeper::CreateMode::Persistent)
         .unwrap();
     assert_eq!(watch.next(WAIT).unwrap().unwrap().value, 11);
 

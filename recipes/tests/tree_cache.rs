@@ -23,7 +23,7 @@ fn build_tree(zk: &ZooKeeper, root: &str, branches: usize, leaves: usize) {
         let mut ops = vec![Op::Create {
             path: branch.clone(),
             data: branch.clone().into_bytes(),
-            acl: Acl::OPEN_UNSAFE.to_vec(),
+            acl: Acl::OPEN_UNSAFE.into(),
             mode: CreateMode::Persistent,
         }];
         for l in 0..leaves {
@@ -31,7 +31,7 @@ fn build_tree(zk: &ZooKeeper, root: &str, branches: usize, leaves: usize) {
             ops.push(Op::Create {
                 path: leaf.clone(),
                 data: leaf.into_bytes(),
-                acl: Acl::OPEN_UNSAFE.to_vec(),
+                acl: Acl::OPEN_UNSAFE.into(),
                 mode: CreateMode::Persistent,
             });
         }

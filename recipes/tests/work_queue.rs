@@ -14,7 +14,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::Timeout;
-use zookeeper::{Acl, CreateMode, ZooKeeper};
+use zookeeper::{CreateMode, ZooKeeper};
 use zookeeper_recipes::work_queue::WorkQueue;
 use zookeeper_recipes::OptionalExtension;
 use zookeeper_recipes::RecipeError;
@@ -292,16 +292,10 @@ fn items_past_the_counters_end_take_no_part() {
     let peer = connect();
     let id = zookeeper_recipes::util::guid();
     let crafted = format!("{path}/items/item-{id}--2147483648");
-    peer.create(
-        &crafted,
-        b"wrapped",
-        Acl::OPEN_UNSAFE,
-        CreateMode::Persistent,
-    )
-    .unwrap();
-    let receipt = format!("{path}/receipts/{id}");
-    peer.create(&receipt, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
+    peer.create(&crafted, b"wrapped", CreateMode::Persistent)
         .unwrap();
+    let receipt = format!("{path}/receipts/{id}");
+    peer.create(&receipt, b"", CreateMode::Ephemeral).unwrap();
     assert_eq!(queue.len().unwrap(), 1);
     let item = queue.try_take().unwrap().expect("the in-range item");
     assert_eq!(item.data(), b"in range");

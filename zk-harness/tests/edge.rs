@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use zk_harness::{Crafted, Server};
-use zookeeper::{Acl, CreateMode, Error, Op, OpResult, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, OpResult, ZooKeeper};
 
 const MAX: i32 = i32::MAX;
 const MIN: i32 = i32::MIN;
@@ -31,13 +31,8 @@ fn suffix(path: &str, prefix: &str) -> i32 {
 
 /// Creates a persistent sequential node and returns its suffix.
 fn create_seq(zk: &ZooKeeper, prefix: &str) -> zookeeper::Result<i32> {
-    zk.create(
-        prefix,
-        b"",
-        Acl::OPEN_UNSAFE,
-        CreateMode::PersistentSequential,
-    )
-    .map(|path| suffix(&path, prefix))
+    zk.create(prefix, b"", CreateMode::PersistentSequential)
+        .map(|path| suffix(&path, prefix))
 }
 #[test]
 fn sequential_suffixes_stick_at_i32_max() {
@@ -123,14 +118,7 @@ fn sequential_suffixes_stick_at_i32_max() {
     let prefixes: Vec<String> = (0..20).map(|i| format!("/edge/pipe/p{i}-")).collect();
     let futures: Vec<_> = prefixes
         .iter()
-        .map(|prefix| {
-            zk.create_async(
-                prefix,
-                b"",
-                Acl::OPEN_UNSAFE,
-                CreateMode::PersistentSequential,
-            )
-        })
+        .map(|prefix| zk.create_async(prefix, b"", CreateMode::PersistentSequential))
         .collect();
     let piped: Vec<i32> = futures
         .into_iter()

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use zk_harness::fault_proxy::{live_proxy_threads, FaultKind};
 use zk_harness::testing::{unique_path, wait_until, Seed};
 use zk_harness::{four_letter, shared_server, FaultProxy, OpCode, Server, ServerOptions};
-use zookeeper::{Acl, CreateMode, Error, Op, SessionState, ZkFuture, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, SessionState, ZkFuture, ZooKeeper};
 
 /// Upper bound of every wait; reached only when something is broken.
 const WAIT: Duration = Duration::from_secs(20);
@@ -43,7 +43,7 @@ fn background<T: Send + 'static>(future: ZkFuture<T>) -> mpsc::Receiver<zookeepe
 }
 
 fn create(zk: &ZooKeeper, path: &str) -> zookeeper::Result<String> {
-    zk.create(path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+    zk.create(path, b"", CreateMode::Persistent)
 }
 
 #[test]
@@ -161,7 +161,7 @@ fn a_dropped_reply_leaves_the_request_unanswered_until_the_next_reply() {
     let path = unique_path("drop");
 
     proxy.drop_reply(1);
-    let pending = background(zk.create_async(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent));
+    let pending = background(zk.create_async(&path, b"", CreateMode::Persistent));
     let fired = proxy.wait_for_fired(1, WAIT).unwrap();
     assert_eq!(fired[0].kind, FaultKind::DropReply);
     assert_eq!(fired[0].reply.map(|r| r.err), Some(0));

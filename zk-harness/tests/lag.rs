@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use zk_harness::fault_proxy::FaultKind;
 use zk_harness::testing::unique_path;
 use zk_harness::{LaggingEnsemble, ServerOptions};
-use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper::{CreateMode, Error, ZooKeeper};
 
 /// Upper bound of every wait; reached only when something is broken.
 const WAIT: Duration = Duration::from_secs(30);
@@ -34,8 +34,7 @@ fn a_lost_write_is_invisible_on_a_lagging_member_until_sync() {
     let zk = ZooKeeper::connect(&ens.connect_string(a), Duration::from_secs(10)).unwrap();
     let session = zk.client_id().unwrap().session_id;
     let parent = unique_path("lag");
-    zk.create(&parent, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    zk.create(&parent, b"", CreateMode::Persistent).unwrap();
     let child = format!("{parent}/written");
 
     ens.stall_member(b).unwrap();
@@ -44,7 +43,7 @@ fn a_lost_write_is_invisible_on_a_lagging_member_until_sync() {
     // through the same proxy, now pointing at B.
     proxy.cut_after(1);
     proxy.redirect(ens.member(b).connect_string()).unwrap();
-    let lost = zk.create(&child, b"x", Acl::OPEN_UNSAFE, CreateMode::Persistent);
+    let lost = zk.create(&child, b"x", CreateMode::Persistent);
     assert_eq!(lost, Err(Error::ConnectionLoss));
     let fired = proxy.wait_for_fired(1, WAIT).unwrap();
     assert_eq!(fired[0].kind, FaultKind::CutAfterRequest);

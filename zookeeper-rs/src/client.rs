@@ -75,7 +75,7 @@ unsafe impl Sync for Inner {}
 /// use zookeeper::{Acl, CreateMode, ZooKeeper};
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-/// zk.create("/greeting", b"hello", Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
+/// zk.create("/greeting", b"hello", CreateMode::Persistent)?;
 /// let (data, stat) = zk.get("/greeting")?;
 /// assert_eq!(data, b"hello");
 /// zk.delete("/greeting", Some(stat.version))?;

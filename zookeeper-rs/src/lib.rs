@@ -16,7 +16,7 @@
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let (_, watch) = zk.exists_watch("/config")?;
-//! zk.create("/config", b"v1", Acl::OPEN_UNSAFE, CreateMode::Persistent)?;
+//! zk.create("/config", b"v1", CreateMode::Persistent)?;
 //! assert_eq!(watch.wait()?.event_type, EventType::NodeCreated);
 //! # Ok::<(), zookeeper::Error>(())
 //! ```
@@ -55,8 +55,8 @@ pub use security::TlsConfig;
 pub use session::{NextSessionEvent, SessionEvents};
 pub use timeout::{Deadline, Timeout, Version};
 pub use types::{
-    Acl, ClientId, CreateMode, EventType, Perms, SessionState, Stat, WatchRemoval, WatchedEvent,
-    WatcherType, MAX_TTL,
+    Acl, ClientId, CreateMode, CreateOptions, EventType, Perms, Reconfig, SessionState, Stat,
+    WatchRemoval, WatchedEvent, WatcherType, MAX_TTL,
 };
 pub use watch::Watch;
 

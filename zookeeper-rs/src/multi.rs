@@ -1,7 +1,16 @@
 //! Operations of an atomic `multi` and their results.
 
 use crate::timeout::Version;
-use crate::types::{Acl, CreateMode, Stat};
+use crate::types::{Acl, CreateMode, CreateOptions, Stat};
+use std::borrow::Cow;
+
+/// `acl`, borrowed if it is one of the constants (no allocation).
+fn acl_of(acl: &[Acl]) -> Cow<'static, [Acl]> {
+    [Acl::OPEN_UNSAFE, Acl::READ_UNSAFE, Acl::CREATOR_ALL]
+        .into_iter()
+        .find(|common| *common == acl)
+        .map_or_else(|| Cow::Owned(acl.to_vec()), Cow::Borrowed)
+}
 
 /// One operation of a multi (all succeed or none is applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,8 +21,8 @@ pub enum Op {
         path: String,
         /// Data.
         data: Vec<u8>,
-        /// ACL.
-        acl: Vec<Acl>,
+        /// ACL (borrowed when it is one of the [`Acl`] constants).
+        acl: Cow<'static, [Acl]>,
         /// Mode (TTL and container modes are not supported inside a multi by the C client).
         mode: CreateMode,
     },
@@ -43,18 +52,14 @@ pub enum Op {
 }
 
 impl Op {
-    /// `Create` with an open ACL.
-    pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Op {
-        Op::create_with_acl(path, data, Acl::OPEN_UNSAFE, mode)
-    }
-
-    /// `Create` with the given ACL.
-    pub fn create_with_acl(path: &str, data: &[u8], acl: &[Acl], mode: CreateMode) -> Op {
+    /// `Create` with `options` (a [`CreateMode`] alone: the open ACL).
+    pub fn create<'a>(path: &str, data: &[u8], options: impl Into<CreateOptions<'a>>) -> Op {
+        let options = options.into();
         Op::Create {
             path: path.into(),
             data: data.into(),
-            acl: acl.to_vec(),
-            mode,
+            acl: acl_of(options.acl),
+            mode: options.mode,
         }
     }
 

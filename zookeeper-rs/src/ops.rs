@@ -13,6 +13,7 @@ use crate::timeout::Version;
 use crate::types::{Acl, CreateMode, Stat, WatchRemoval, WatcherType};
 use crate::watch::Watch;
 use crate::watch_table::{WatchKind, WatchRequest};
+use crate::{CreateOptions, Reconfig};
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int};
 use std::ptr;
@@ -80,41 +81,43 @@ impl ZooKeeper {
     // ---------------- create ----------------
 
     /// Creates a node; returns its path (with the sequence suffix for sequential modes).
-    pub fn create(&self, path: &str, data: &[u8], acl: &[Acl], mode: CreateMode) -> Result<String> {
-        self.create_async(path, data, acl, mode).wait()
+    pub fn create<'a>(
+        &self,
+        path: &str,
+        data: &[u8],
+        options: impl Into<CreateOptions<'a>>,
+    ) -> Result<String> {
+        self.create_async(path, data, options).wait()
     }
 
     /// Async [`create`](Self::create).
-    pub fn create_async(
+    pub fn create_async<'a>(
         &self,
         path: &str,
         data: &[u8],
-        acl: &[Acl],
-        mode: CreateMode,
+        options: impl Into<CreateOptions<'a>>,
     ) -> ZkFuture<String> {
-        self.create_impl(path, data, acl, mode, false, |path, _| Ok(path))
+        self.create_impl(path, data, options.into(), false, |path, _| Ok(path))
     }
 
     /// Creates a node and returns its path and `Stat` (`zoo_create2`).
-    pub fn create2(
+    pub fn create2<'a>(
         &self,
         path: &str,
         data: &[u8],
-        acl: &[Acl],
-        mode: CreateMode,
+        options: impl Into<CreateOptions<'a>>,
     ) -> Result<(String, Stat)> {
-        self.create2_async(path, data, acl, mode).wait()
+        self.create2_async(path, data, options).wait()
     }
 
     /// Async [`create2`](Self::create2).
-    pub fn create2_async(
+    pub fn create2_async<'a>(
         &self,
         path: &str,
         data: &[u8],
-        acl: &[Acl],
-        mode: CreateMode,
+        options: impl Into<CreateOptions<'a>>,
     ) -> ZkFuture<(String, Stat)> {
-        self.create_impl(path, data, acl, mode, true, |path, stat| {
+        self.create_impl(path, data, options.into(), true, |path, stat| {
             Ok((path, stat_of(stat)?))
         })
     }
@@ -125,12 +128,11 @@ impl ZooKeeper {
         &self,
         path: &str,
         data: &[u8],
-        acl: &[Acl],
-        mode: CreateMode,
+        options: CreateOptions<'_>,
         with_stat: bool,
         finish: impl FnOnce(String, Option<Stat>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let mut args = match create_args(path, data, acl, mode) {
+        let mut args = match create_args(path, data, options.acl, options.mode) {
             Ok(args) => args,
             Err(error) => return ZkFuture::failed(error),
         };
@@ -678,29 +680,35 @@ impl ZooKeeper {
         )
     }
 
-    /// Changes the ensemble membership (`zoo_reconfig`): incremental (`joining`,
-    /// `leaving`) or bulk (`members`), optionally only from config version
-    /// `from_config` (`None`: any). Returns the new configuration.
+    /// Changes the ensemble membership (`zoo_reconfig`), only from configuration
+    /// version `from_config` if given. Returns the new configuration.
+    ///
+    /// Needs a server with `reconfigEnabled=true` and the `super` user or an ACL on
+    /// `/zookeeper/config` that allows it.
     pub fn reconfig(
         &self,
-        joining: Option<&str>,
-        leaving: Option<&str>,
-        members: Option<&str>,
+        change: Reconfig<'_>,
         from_config: Option<i64>,
     ) -> Result<(Vec<u8>, Stat)> {
-        self.reconfig_async(joining, leaving, members, from_config)
-            .wait()
+        self.reconfig_async(change, from_config).wait()
     }
 
     /// Async [`reconfig`](Self::reconfig).
     pub fn reconfig_async(
         &self,
-        joining: Option<&str>,
-        leaving: Option<&str>,
-        members: Option<&str>,
+        change: Reconfig<'_>,
         from_config: Option<i64>,
     ) -> ZkFuture<(Vec<u8>, Stat)> {
-        let convert = |value: Option<&str>, what| value.map(|v| c_string(v, what)).transpose();
+        let (joining, leaving, members) = match change {
+            Reconfig::Incremental { joining, leaving } => (joining, leaving, ""),
+            Reconfig::Bulk { members } => ("", "", members),
+        };
+        // An empty list is no list (NULL to C).
+        let convert = |value: &str, what| {
+            (!value.is_empty())
+                .then(|| c_string(value, what))
+                .transpose()
+        };
         let (joining, leaving, members) = match (
             convert(joining, "joining servers"),
             convert(leaving, "leaving servers"),
@@ -709,6 +717,9 @@ impl ZooKeeper {
             (Ok(j), Ok(l), Ok(m)) => (j, l, m),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return ZkFuture::failed(e),
         };
+        if joining.is_none() && leaving.is_none() && members.is_none() {
+            return ZkFuture::failed(Error::InvalidArgument("a reconfig without any change"));
+        }
         let as_ptr = |value: &Option<CString>| value.as_ref().map_or(ptr::null(), |v| v.as_ptr());
         self.submit(
             None,

@@ -147,6 +147,64 @@ pub enum CreateMode {
     PersistentSequentialWithTtl(Duration),
 }
 
+/// How to create a node: its [`CreateMode`] (TTL included) and its ACL, by reference.
+///
+/// A `CreateMode` converts into options with the open ACL ([`Acl::OPEN_UNSAFE`], as the
+/// C client's and other clients' default), so the common call allocates nothing:
+/// ```no_run
+/// # fn f(zk: &zookeeper::ZooKeeper) -> zookeeper::Result<()> {
+/// use zookeeper::{Acl, CreateMode, CreateOptions};
+/// zk.create("/app", b"", CreateMode::Persistent)?;
+/// let ours = CreateOptions::new(CreateMode::Ephemeral).with_acl(Acl::CREATOR_ALL);
+/// zk.create("/app/session", b"", ours)?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CreateOptions<'a> {
+    /// The mode (persistent, ephemeral, sequential, container, with a TTL).
+    pub mode: CreateMode,
+    /// The node's ACL.
+    pub acl: &'a [Acl],
+}
+
+impl CreateOptions<'static> {
+    /// `mode` with the open ACL.
+    pub const fn new(mode: CreateMode) -> Self {
+        CreateOptions {
+            mode,
+            acl: Acl::OPEN_UNSAFE,
+        }
+    }
+}
+
+impl<'a> CreateOptions<'a> {
+    /// The same options with `acl`.
+    pub const fn with_acl<'b>(self, acl: &'b [Acl]) -> CreateOptions<'b> {
+        CreateOptions {
+            mode: self.mode,
+            acl,
+        }
+    }
+
+    /// The same options with `mode`.
+    pub const fn with_mode(self, mode: CreateMode) -> Self {
+        CreateOptions { mode, ..self }
+    }
+}
+
+impl Default for CreateOptions<'static> {
+    /// Persistent, open ACL.
+    fn default() -> Self {
+        CreateOptions::new(CreateMode::Persistent)
+    }
+}
+
+impl From<CreateMode> for CreateOptions<'static> {
+    fn from(mode: CreateMode) -> Self {
+        CreateOptions::new(mode)
+    }
+}
+
 /// Largest TTL the server accepts (its TTL encoding keeps 40 bits of milliseconds).
 pub const MAX_TTL: Duration = Duration::from_millis((1 << 40) - 1);
 
@@ -348,4 +406,48 @@ pub enum WatchRemoval {
     Server,
     /// Only this client forgets them; no request, so it works while disconnected.
     Local,
+}
+
+/// A membership change for [`ZooKeeper::reconfig`](crate::ZooKeeper::reconfig).
+///
+/// Server specs are the server's own syntax, comma-separated:
+/// `server.<id>=<host>:<quorum port>:<election port>[:participant|observer];[<client host>:]<client port>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reconfig<'a> {
+    /// Add the servers `joining` and remove the server ids `leaving` (comma-separated;
+    /// either may be empty).
+    Incremental {
+        /// Server specs to add.
+        joining: &'a str,
+        /// Server ids to remove.
+        leaving: &'a str,
+    },
+    /// Replace the whole membership with `members` (server specs).
+    Bulk {
+        /// The new membership.
+        members: &'a str,
+    },
+}
+
+impl<'a> Reconfig<'a> {
+    /// Add the servers `joining` (specs, comma-separated).
+    pub const fn add(joining: &'a str) -> Self {
+        Reconfig::Incremental {
+            joining,
+            leaving: "",
+        }
+    }
+
+    /// Remove the server ids `leaving` (comma-separated).
+    pub const fn remove(leaving: &'a str) -> Self {
+        Reconfig::Incremental {
+            joining: "",
+            leaving,
+        }
+    }
+
+    /// Replace the membership with `members`.
+    pub const fn bulk(members: &'a str) -> Self {
+        Reconfig::Bulk { members }
+    }
 }

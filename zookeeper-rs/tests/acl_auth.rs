@@ -40,7 +40,11 @@ fn digest_acl_denies_other_sessions_until_they_authenticate() {
     // The owner itself is not authenticated yet: creating with a digest ACL is allowed
     // (the ACL is checked on later access), but reading it back is not.
     owner
-        .create(&path, b"secret", &acl, CreateMode::Persistent)
+        .create(
+            &path,
+            b"secret",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl),
+        )
         .unwrap();
     assert_eq!(owner.get(&path).unwrap_err(), Error::NoAuth);
     // exists needs no permission; get_acl needs READ or ADMIN (since 3.6).
@@ -53,12 +57,7 @@ fn digest_acl_denies_other_sessions_until_they_authenticate() {
     assert_eq!(other.get_children(&path).unwrap_err(), Error::NoAuth);
     assert_eq!(
         other
-            .create(
-                &format!("{path}/child"),
-                b"",
-                Acl::OPEN_UNSAFE,
-                CreateMode::Persistent
-            )
+            .create(&format!("{path}/child"), b"", CreateMode::Persistent)
             .unwrap_err(),
         Error::NoAuth
     );
@@ -93,8 +92,12 @@ fn auth_scheme_uses_the_session_identity() {
     let zk = connect();
     zk.add_auth("digest", b"carol:s3cret").unwrap();
     let path = unique("auth-scheme");
-    zk.create(&path, b"mine", Acl::CREATOR_ALL, CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &path,
+        b"mine",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(Acl::CREATOR_ALL),
+    )
+    .unwrap();
     // The server replaced `auth:` with the session's digest identity, which must be
     // exactly what we compute.
     let (acl, _) = zk.get_acl(&path).unwrap();
@@ -118,7 +121,11 @@ fn permissions_are_checked_one_by_one() {
     let path = unique("perms");
     let others = |perms| vec![admin.clone(), Acl::new(perms, "world", "anyone")];
     owner
-        .create(&path, b"", &others(Perms::READ), CreateMode::Persistent)
+        .create(
+            &path,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&others(Perms::READ)),
+        )
         .unwrap();
     let guest = connect();
 
@@ -127,7 +134,7 @@ fn permissions_are_checked_one_by_one() {
     guest.get_children(&path).unwrap();
     assert_eq!(guest.set(&path, b"x", None).unwrap_err(), Error::NoAuth);
     let child = format!("{path}/c");
-    let create_child = || guest.create(&child, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent);
+    let create_child = || guest.create(&child, b"", CreateMode::Persistent);
     assert_eq!(create_child().unwrap_err(), Error::NoAuth);
 
     // + WRITE.
@@ -163,8 +170,12 @@ fn ip_acl_matches_loopback() {
     let zk = connect();
     let path = unique("ip");
     let loopback = vec![Acl::new(Perms::ALL, "ip", "127.0.0.0/8")];
-    zk.create(&path, b"local", &loopback, CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &path,
+        b"local",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&loopback),
+    )
+    .unwrap();
     assert_eq!(zk.get(&path).unwrap().0, b"local");
     zk.set_acl(&path, &[Acl::new(Perms::ALL, "ip", "10.1.2.3")], None)
         .unwrap();

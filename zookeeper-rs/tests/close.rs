@@ -39,8 +39,7 @@ fn close_with_ten_thousand_requests_in_flight() {
             0 => creates.push(zk.create_async(
                 &format!("{base}/e{i}"),
                 b"",
-                acl,
-                CreateMode::Ephemeral,
+                zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(acl),
             )),
             1 => reads.push(zk.get_async(&base)),
             2 => sets.push(zk.set_async(&base, b"x", None)),

@@ -19,9 +19,17 @@ fn workload(zk: &ZooKeeper, dir: &str, thread: usize, rounds: usize) {
         let data = format!("t{thread}-r{round}");
         // create: sync or async
         let created = if round % 2 == 0 {
-            zk.create(&path, data.as_bytes(), acl, CreateMode::Persistent)
+            zk.create(
+                &path,
+                data.as_bytes(),
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+            )
         } else {
-            block_on(zk.create_async(&path, data.as_bytes(), acl, CreateMode::Persistent))
+            block_on(zk.create_async(
+                &path,
+                data.as_bytes(),
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+            ))
         }
         .unwrap();
         assert_eq!(created, path);
@@ -96,8 +104,7 @@ fn clones_share_one_session_across_threads() {
     let zk = connect();
     let id = zk.client_id().unwrap();
     let path = unique("clones");
-    zk.create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
-        .unwrap();
+    zk.create(&path, b"", CreateMode::Ephemeral).unwrap();
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
             let zk = zk.clone();
@@ -145,12 +152,7 @@ fn close_races_with_calls_from_eight_threads() {
                         }),
                         4 => zk.multi(&[Op::check(&base, -1)]).map(drop),
                         _ => zk
-                            .create(
-                                &format!("{base}/e{t}-{i}"),
-                                b"",
-                                Acl::OPEN_UNSAFE,
-                                CreateMode::Ephemeral,
-                            )
+                            .create(&format!("{base}/e{t}-{i}"), b"", CreateMode::Ephemeral)
                             .map(drop),
                     };
                     match result {
@@ -191,8 +193,7 @@ fn many_handles_at_once() {
             thread::spawn(move || {
                 let zk = connect();
                 let path = format!("{base}/h{t}");
-                zk.create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Ephemeral)
-                    .unwrap();
+                zk.create(&path, b"", CreateMode::Ephemeral).unwrap();
                 barrier.wait();
                 // Every handle sees every other's ephemeral once all are created.
                 assert_eq!(zk.get_children(&base).unwrap().len(), THREADS);

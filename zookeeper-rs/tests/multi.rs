@@ -145,7 +145,7 @@ fn the_failing_index_and_error_are_reported() {
             vec![Op::Create {
                 path: format!("{base}/noacl"),
                 data: vec![],
-                acl: Acl::CREATOR_ALL.to_vec(),
+                acl: Acl::CREATOR_ALL.into(),
                 mode: CreateMode::Persistent,
             }],
             failed(0, Error::InvalidAcl),
@@ -253,7 +253,7 @@ fn rejected_before_reaching_c() {
         zk.multi(&[Op::Create {
             path: base.clone(),
             data: vec![],
-            acl: vec![],
+            acl: Vec::new().into(),
             mode: CreateMode::Persistent
         }]),
         Err(Error::InvalidAcl)

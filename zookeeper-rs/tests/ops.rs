@@ -21,8 +21,7 @@ fn create_persistent_and_get() {
     let zk = connect();
     let path = unique("persistent");
     assert_eq!(
-        zk.create(&path, b"hello", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-            .unwrap(),
+        zk.create(&path, b"hello", CreateMode::Persistent).unwrap(),
         path
     );
     let (data, stat) = zk.get(&path).unwrap();
@@ -114,9 +113,7 @@ fn create_container() {
 fn create2_returns_the_stat() {
     let zk = connect();
     let path = unique("create2");
-    let (created, stat) = zk
-        .create2(&path, b"abc", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    let (created, stat) = zk.create2(&path, b"abc", CreateMode::Persistent).unwrap();
     assert_eq!(created, path);
     assert_eq!(stat.version, 0);
     assert_eq!(stat.data_length, 3);
@@ -124,19 +121,13 @@ fn create2_returns_the_stat() {
     assert_eq!(zk.exists(&path).unwrap(), Some(stat));
 
     let (seq, seq_stat) = zk
-        .create2(
-            &format!("{path}/s-"),
-            b"",
-            Acl::OPEN_UNSAFE,
-            CreateMode::EphemeralSequential,
-        )
+        .create2(&format!("{path}/s-"), b"", CreateMode::EphemeralSequential)
         .unwrap();
     sequence_suffix(&seq, &format!("{path}/s-"));
     assert_eq!(seq_stat.ephemeral_owner, zk.client_id().unwrap().session_id);
     assert!(seq_stat.czxid > stat.czxid);
     assert_eq!(
-        zk.create2(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-            .unwrap_err(),
+        zk.create2(&path, b"", CreateMode::Persistent).unwrap_err(),
         Error::NodeExists
     );
 }
@@ -300,7 +291,7 @@ fn get_config_on_a_standalone_server() {
 fn reconfig_on_a_standalone_server_is_a_typed_error() {
     let zk = connect();
     let error = zk
-        .reconfig(None, None, Some("server.1=127.0.0.1:1:2;3"), None)
+        .reconfig(zookeeper::Reconfig::bulk("server.1=127.0.0.1:1:2;3"), None)
         .unwrap_err();
     // Dynamic reconfiguration is off unless `reconfigEnabled=true`.
     assert_eq!(error, Error::ReconfigDisabled);
@@ -315,13 +306,8 @@ fn error_no_node() {
     assert_eq!(zk.set(&path, b"", None).unwrap_err(), Error::NoNode);
     // Creating under a missing parent.
     assert_eq!(
-        zk.create(
-            &format!("{path}/child"),
-            b"",
-            Acl::OPEN_UNSAFE,
-            CreateMode::Persistent
-        )
-        .unwrap_err(),
+        zk.create(&format!("{path}/child"), b"", CreateMode::Persistent)
+            .unwrap_err(),
         Error::NoNode
     );
 }
@@ -337,15 +323,14 @@ fn error_node_exists() {
         CreateMode::Container,
     ] {
         assert_eq!(
-            zk.create(&path, b"second", Acl::OPEN_UNSAFE, mode)
-                .unwrap_err(),
+            zk.create(&path, b"second", mode).unwrap_err(),
             Error::NodeExists,
             "{mode:?}"
         );
     }
     assert_eq!(zk.get(&path).unwrap().0, b"first");
     assert_eq!(
-        zk.create("/zookeeper", b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+        zk.create("/zookeeper", b"", CreateMode::Persistent)
             .unwrap_err(),
         Error::NodeExists
     );
@@ -369,8 +354,7 @@ fn error_no_children_for_ephemerals() {
     create_mode(&zk, &path, b"", CreateMode::Ephemeral);
     for mode in [CreateMode::Persistent, CreateMode::EphemeralSequential] {
         assert_eq!(
-            zk.create(&format!("{path}/child"), b"", Acl::OPEN_UNSAFE, mode)
-                .unwrap_err(),
+            zk.create(&format!("{path}/child"), b"", mode).unwrap_err(),
             Error::NoChildrenForEphemerals,
             "{mode:?}"
         );
@@ -383,8 +367,12 @@ fn error_invalid_acl() {
     let path = unique("invalid-acl");
     // Rejected by the binding: an empty ACL.
     assert_eq!(
-        zk.create(&path, b"", &[], CreateMode::Persistent)
-            .unwrap_err(),
+        zk.create(
+            &path,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&[])
+        )
+        .unwrap_err(),
         Error::InvalidAcl
     );
     // Rejected by the server: `auth` with no authenticated identity, an unknown scheme,
@@ -395,8 +383,12 @@ fn error_invalid_acl() {
         vec![Acl::new(Perms::ALL, "digest", "missing-colon")],
     ] {
         assert_eq!(
-            zk.create(&path, b"", &acl, CreateMode::Persistent)
-                .unwrap_err(),
+            zk.create(
+                &path,
+                b"",
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl)
+            )
+            .unwrap_err(),
             Error::InvalidAcl,
             "{acl:?}"
         );
@@ -407,8 +399,11 @@ fn error_invalid_acl() {
         zk.create(
             &path,
             b"",
-            &[Acl::new(Perms::ALL, "world", "any\0one")],
-            CreateMode::Persistent
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&[Acl::new(
+                Perms::ALL,
+                "world",
+                "any\0one"
+            )])
         )
         .unwrap_err(),
         Error::InteriorNul("ACL id")
@@ -436,11 +431,21 @@ fn assert_all_reject(zk: &ZooKeeper, bad: &str) {
     };
     let acl = Acl::OPEN_UNSAFE;
     is_invalid(
-        zk.create(bad, b"", acl, CreateMode::Persistent).map(drop),
+        zk.create(
+            bad,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+        )
+        .map(drop),
         "create",
     );
     is_invalid(
-        zk.create2(bad, b"", acl, CreateMode::Ephemeral).map(drop),
+        zk.create2(
+            bad,
+            b"",
+            zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(acl),
+        )
+        .map(drop),
         "create2",
     );
     is_invalid(zk.delete(bad, None), "delete");
@@ -494,7 +499,7 @@ fn data_too_large() {
         max: MAX_DATA_LEN,
     };
     assert_eq!(
-        zk.create(&path, &too_large, Acl::OPEN_UNSAFE, CreateMode::Persistent)
+        zk.create(&path, &too_large, CreateMode::Persistent)
             .unwrap_err(),
         expected
     );
@@ -526,7 +531,11 @@ fn calls_after_close_fail_with_closed() {
         let acl = Acl::OPEN_UNSAFE;
         assert_eq!(
             handle
-                .create(&format!("{path}/x"), b"", acl, CreateMode::Persistent)
+                .create(
+                    &format!("{path}/x"),
+                    b"",
+                    zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl)
+                )
                 .unwrap_err(),
             Error::Closed
         );

@@ -103,8 +103,7 @@ fn failing_connect(builder: zookeeper::ZooKeeperBuilder) -> (Error, Duration) {
 /// A round trip of the basic operations, a watch, and a clean close.
 fn round_trip(zk: &ZooKeeper, label: &str) {
     let path = unique(label);
-    zk.create(&path, b"v1", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    zk.create(&path, b"v1", CreateMode::Persistent).unwrap();
     let (data, stat) = zk.get(&path).unwrap();
     assert_eq!(data, b"v1");
     let (_, _, watch) = zk.get_watch(&path).unwrap();
@@ -117,13 +116,8 @@ fn round_trip(zk: &ZooKeeper, label: &str) {
             .event_type,
         zookeeper::EventType::NodeDataChanged
     );
-    zk.create(
-        &format!("{path}/child"),
-        b"",
-        Acl::OPEN_UNSAFE,
-        CreateMode::Ephemeral,
-    )
-    .unwrap();
+    zk.create(&format!("{path}/child"), b"", CreateMode::Ephemeral)
+        .unwrap();
     assert_eq!(zk.get_children(&path).unwrap(), vec!["child".to_string()]);
     zk.delete(&format!("{path}/child"), None).unwrap();
     zk.delete(&path, None).unwrap();
@@ -310,21 +304,23 @@ mod tls {
             .create(
                 &private,
                 b"private",
-                std::slice::from_ref(&carol),
-                CreateMode::Persistent,
+                zookeeper::CreateOptions::new(CreateMode::Persistent)
+                    .with_acl(std::slice::from_ref(&carol)),
             )
             .unwrap();
         let shared = unique("tls-digest-shared");
         let shared_acl = vec![carol.clone(), Acl::new(Perms::READ, "world", "anyone")];
         owner
-            .create(&shared, b"shared", &shared_acl, CreateMode::Persistent)
+            .create(
+                &shared,
+                b"shared",
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&shared_acl),
+            )
             .unwrap();
 
         // Deleting a child needs DELETE on the parent, which `world` does not have.
         let child = format!("{shared}/owned");
-        owner
-            .create(&child, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-            .unwrap();
+        owner.create(&child, b"", CreateMode::Persistent).unwrap();
 
         let anonymous_tls = tls_builder(&f.secure(), config(&f.tls))
             .connect_timeout(SESSION)
@@ -338,12 +334,7 @@ mod tls {
             assert_eq!(other.set(&shared, b"x", None).unwrap_err(), Error::NoAuth);
             assert_eq!(
                 other
-                    .create(
-                        &format!("{shared}/c"),
-                        b"",
-                        Acl::OPEN_UNSAFE,
-                        CreateMode::Persistent
-                    )
+                    .create(&format!("{shared}/c"), b"", CreateMode::Persistent)
                     .unwrap_err(),
                 Error::NoAuth
             );
@@ -438,8 +429,7 @@ mod sasl {
         let events = zk.session_events();
         let pace = zk.session_events();
         let path = unique("sasl-reauth");
-        zk.create(&path, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-            .unwrap();
+        zk.create(&path, b"", CreateMode::Persistent).unwrap();
         let (_, _, on_data) = zk.get_watch(&path).unwrap();
         let (_, on_missing) = zk.exists_watch(&format!("{path}/missing")).unwrap();
 
@@ -521,7 +511,11 @@ mod sasl {
         let only_alice = vec![Acl::new(Perms::ALL, "sasl", ALICE.0)];
         let private = unique("sasl-private");
         alice
-            .create(&private, b"alice's", &only_alice, CreateMode::Persistent)
+            .create(
+                &private,
+                b"alice's",
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&only_alice),
+            )
             .unwrap();
         assert_eq!(alice.get(&private).unwrap().0, b"alice's");
         assert_eq!(alice.get_acl(&private).unwrap().0, only_alice);
@@ -536,7 +530,11 @@ mod sasl {
             Acl::new(Perms::READ, "world", "anyone"),
         ];
         alice
-            .create(&readable, b"public", &readable_acl, CreateMode::Persistent)
+            .create(
+                &readable,
+                b"public",
+                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&readable_acl),
+            )
             .unwrap();
         for other in [&bob, &anonymous] {
             assert_eq!(other.get(&readable).unwrap().0, b"public");
@@ -563,12 +561,7 @@ mod sasl {
 
         let anonymous = ZooKeeper::connect(&hosts, SESSION).unwrap();
         let error = anonymous
-            .create(
-                &unique("no-sasl"),
-                b"",
-                Acl::OPEN_UNSAFE,
-                CreateMode::Persistent,
-            )
+            .create(&unique("no-sasl"), b"", CreateMode::Persistent)
             .unwrap_err();
         assert!(
             matches!(
@@ -611,8 +604,12 @@ fn sasl_over_tls() {
         .unwrap();
     let path = unique("sasl-over-tls");
     let only_alice = vec![Acl::new(Perms::ALL, "sasl", ALICE.0)];
-    zk.create(&path, b"both", &only_alice, CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &path,
+        b"both",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&only_alice),
+    )
+    .unwrap();
     assert_eq!(zk.get(&path).unwrap().0, b"both");
     let anonymous = ZooKeeper::connect(&f.plain(), SESSION).unwrap();
     assert_eq!(anonymous.get(&path).unwrap_err(), Error::NoAuth);
@@ -649,8 +646,12 @@ fn tls_and_sasl_session_survives_a_server_restart() {
     let id = zk.client_id().unwrap();
     let path = unique("restart");
     let only_alice = vec![Acl::new(Perms::ALL, "sasl", ALICE.0)];
-    zk.create(&path, b"before", &only_alice, CreateMode::Persistent)
-        .unwrap();
+    zk.create(
+        &path,
+        b"before",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&only_alice),
+    )
+    .unwrap();
     let events = zk.session_events();
 
     server.restart().unwrap();

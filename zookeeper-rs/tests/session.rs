@@ -8,7 +8,7 @@ mod common;
 
 use common::{connect, create, create_mode, hosts, unique, wait_for_state, Proxy, WAIT};
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, ClientId, CreateMode, Error, EventType, SessionState, ZooKeeper};
+use zookeeper::{ClientId, CreateMode, Error, EventType, SessionState, ZooKeeper};
 
 fn connect_via(proxy: &Proxy, timeout: Duration) -> ZooKeeper {
     ZooKeeper::builder(&proxy.connect_string())
@@ -177,8 +177,7 @@ fn forced_expiry_ends_everything() {
     // Later calls fail at once with SessionExpired.
     assert_eq!(zk.get(&base).unwrap_err(), Error::SessionExpired);
     assert_eq!(
-        zk.create(&base, b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-            .unwrap_err(),
+        zk.create(&base, b"", CreateMode::Persistent).unwrap_err(),
         Error::SessionExpired
     );
     assert_eq!(
@@ -376,21 +375,14 @@ fn chroot_in_the_host_string() {
     assert_eq!(zk.get_children("/").unwrap(), ["a"]);
     let seq = create_mode(&zk, "/s-", b"", CreateMode::PersistentSequential);
     assert!(seq.starts_with("/s-") && seq.len() == 13, "{seq}");
-    let (created, _) = zk
-        .create2("/b", b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
-        .unwrap();
+    let (created, _) = zk.create2("/b", b"", CreateMode::Persistent).unwrap();
     assert_eq!(created, "/b");
     assert_eq!(zk.sync("/a").unwrap(), "/a");
 
     // Watch events carry chroot-relative paths.
     let (_, watch) = zk.exists_watch("/c").unwrap();
-    root.create(
-        &format!("{chroot}/c"),
-        b"",
-        Acl::OPEN_UNSAFE,
-        CreateMode::Persistent,
-    )
-    .unwrap();
+    root.create(&format!("{chroot}/c"), b"", CreateMode::Persistent)
+        .unwrap();
     let event = watch.wait_timeout(WAIT).unwrap().unwrap();
     assert_eq!(
         (event.event_type, event.path.as_str()),
@@ -406,7 +398,7 @@ fn chroot_in_the_host_string() {
     let missing = connect_to_chroot(&format!("{chroot}/missing"));
     assert_eq!(
         missing
-            .create("/x", b"", Acl::OPEN_UNSAFE, CreateMode::Persistent)
+            .create("/x", b"", CreateMode::Persistent)
             .unwrap_err(),
         Error::NoNode
     );

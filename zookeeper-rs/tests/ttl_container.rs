@@ -8,7 +8,7 @@ mod common;
 use common::{create, unique, WAIT};
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
-use zookeeper::{Acl, CreateMode, Error, EventType, ZooKeeper, MAX_TTL};
+use zookeeper::{CreateMode, Error, EventType, ZooKeeper, MAX_TTL};
 
 /// Extended types on; the container manager runs every 100 ms instead of every minute.
 fn sweeping_server() -> Server {
@@ -49,7 +49,6 @@ fn ttl_nodes_are_created_and_expire(zk: &ZooKeeper) {
         zk.create(
             &ttl,
             b"t",
-            Acl::OPEN_UNSAFE,
             CreateMode::PersistentWithTtl(Duration::from_millis(300))
         )
         .unwrap(),
@@ -59,7 +58,6 @@ fn ttl_nodes_are_created_and_expire(zk: &ZooKeeper) {
         .create2(
             &format!("{base}/seq-"),
             b"",
-            Acl::OPEN_UNSAFE,
             CreateMode::PersistentSequentialWithTtl(Duration::from_millis(300)),
         )
         .unwrap();
@@ -68,18 +66,12 @@ fn ttl_nodes_are_created_and_expire(zk: &ZooKeeper) {
     assert_eq!(stat.ephemeral_owner, 0);
     // A long TTL (the largest the server accepts) and one with a child stay.
     let long = format!("{base}/long");
-    zk.create(
-        &long,
-        b"",
-        Acl::OPEN_UNSAFE,
-        CreateMode::PersistentWithTtl(MAX_TTL),
-    )
-    .unwrap();
+    zk.create(&long, b"", CreateMode::PersistentWithTtl(MAX_TTL))
+        .unwrap();
     let parent = format!("{base}/parent");
     zk.create(
         &parent,
         b"",
-        Acl::OPEN_UNSAFE,
         CreateMode::PersistentWithTtl(Duration::from_millis(300)),
     )
     .unwrap();
@@ -101,13 +93,11 @@ fn containers_go_when_their_last_child_goes(zk: &ZooKeeper) {
     let never_used = unique("container-unused");
     let container = unique("container");
     assert_eq!(
-        zk.create(&never_used, b"", Acl::OPEN_UNSAFE, CreateMode::Container)
-            .unwrap(),
+        zk.create(&never_used, b"", CreateMode::Container).unwrap(),
         never_used
     );
     assert_eq!(
-        zk.create(&container, b"", Acl::OPEN_UNSAFE, CreateMode::Container)
-            .unwrap(),
+        zk.create(&container, b"", CreateMode::Container).unwrap(),
         container
     );
     let child = format!("{container}/child");
@@ -116,7 +106,6 @@ fn containers_go_when_their_last_child_goes(zk: &ZooKeeper) {
         .create2(
             &format!("{container}/e-"),
             b"",
-            Acl::OPEN_UNSAFE,
             CreateMode::EphemeralSequential,
         )
         .unwrap();
@@ -140,10 +129,7 @@ fn ttl_bounds_are_checked_before_c() {
         CreateMode::PersistentSequentialWithTtl(Duration::ZERO),
     ] {
         assert!(
-            matches!(
-                zk.create(&path, b"", Acl::OPEN_UNSAFE, mode),
-                Err(Error::InvalidArgument(_))
-            ),
+            matches!(zk.create(&path, b"", mode), Err(Error::InvalidArgument(_))),
             "{mode:?}"
         );
     }
@@ -161,23 +147,18 @@ fn ttl_on_a_server_without_extended_types() {
         CreateMode::PersistentSequentialWithTtl(Duration::from_secs(10)),
     ] {
         assert_eq!(
-            zk.create(&path, b"", Acl::OPEN_UNSAFE, mode).unwrap_err(),
+            zk.create(&path, b"", mode).unwrap_err(),
             Error::Unimplemented,
             "{mode:?}"
         );
         assert_eq!(
-            common::block_on(zk.create2_async(&path, b"", Acl::OPEN_UNSAFE, mode)).unwrap_err(),
+            common::block_on(zk.create2_async(&path, b"", mode)).unwrap_err(),
             Error::Unimplemented
         );
     }
     assert_eq!(zk.exists(&path).unwrap(), None);
     // The session is fine afterwards; containers work without extended types.
     create(&zk, &path, b"");
-    zk.create(
-        &format!("{path}-c"),
-        b"",
-        Acl::OPEN_UNSAFE,
-        CreateMode::Container,
-    )
-    .unwrap();
+    zk.create(&format!("{path}-c"), b"", CreateMode::Container)
+        .unwrap();
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, CreateMode, Error, ZooKeeper};
+use zookeeper::{CreateMode, Error, ZooKeeper};
 use zookeeper_recipes::cache::{CacheEvent, CacheEvents, NodeData};
 
 /// How long a test waits for something that should happen.
@@ -133,11 +133,11 @@ pub fn server_tree(zk: &ZooKeeper, root: &str, max_depth: usize) -> BTreeMap<Str
 
 /// Creates a persistent node, and its missing parents (empty).
 pub fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
-    let mut result = zk.create(path, data, Acl::OPEN_UNSAFE, CreateMode::Persistent);
+    let mut result = zk.create(path, data, CreateMode::Persistent);
     if result == Err(Error::NoNode) {
         let (parent, _) = path.rsplit_once('/').unwrap();
         zookeeper_recipes::util::ensure_path(zk, parent).unwrap();
-        result = zk.create(path, data, Acl::OPEN_UNSAFE, CreateMode::Persistent);
+        result = zk.create(path, data, CreateMode::Persistent);
     }
     result.unwrap_or_else(|e| panic!("create {path}: {e}"));
 }

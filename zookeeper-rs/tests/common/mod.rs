@@ -16,7 +16,7 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use zookeeper::crossbeam_channel::{Receiver, RecvTimeoutError};
-use zookeeper::{Acl, CreateMode, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper::{CreateMode, SessionState, WatchedEvent, ZooKeeper};
 
 /// Upper bound for anything a test waits on (events, futures, threads). Generous: it is
 /// only reached when something is broken, and then the test fails instead of hanging.
@@ -53,13 +53,13 @@ pub fn unique(name: &str) -> String {
 
 /// Creates a persistent node with open ACL; panics on failure.
 pub fn create(zk: &ZooKeeper, path: &str, data: &[u8]) -> String {
-    zk.create(path, data, Acl::OPEN_UNSAFE, CreateMode::Persistent)
+    zk.create(path, data, CreateMode::Persistent)
         .unwrap_or_else(|e| panic!("creating {path}: {e}"))
 }
 
 /// Creates a persistent node with open ACL in the given mode; panics on failure.
 pub fn create_mode(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) -> String {
-    zk.create(path, data, Acl::OPEN_UNSAFE, mode)
+    zk.create(path, data, mode)
         .unwrap_or_else(|e| panic!("creating {path} ({mode:?}): {e}"))
 }
 
