@@ -984,8 +984,8 @@ fn config_role(hosts: &str, path: &str, history: &Path, name: &str, stop: &Atomi
                     break 'outer;
                 }
             }
-            match watch.recv_timeout(Duration::from_millis(200)) {
-                Ok(Some(event)) => {
+            match watch.next(Duration::from_millis(200)) {
+                Ok(event) => {
                     if let (Some(data), Some(stat)) = (event.data(), event.stat()) {
                         last = String::from_utf8_lossy(data).into_owned();
                         w.record(&ConfigSeen {
@@ -998,7 +998,7 @@ fn config_role(hosts: &str, path: &str, history: &Path, name: &str, stop: &Atomi
                         n += 1;
                     }
                 }
-                Ok(None) => {}
+                Err(zookeeper_recipes::RecipeError::Timeout) => {}
                 Err(_) => break, // the watch ended: start another
             }
             if !watch.is_running() {

@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zookeeper::{Error, Stat, Watch, ZooKeeper};
+use zookeeper::{Error, Stat, Timeout, Watch, ZooKeeper};
 
 /// One state of the watched node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,7 +237,7 @@ impl Iterator for ConfigReceiver {
 pub struct ConfigWatch {
     path: String,
     shared: Arc<Shared>,
-    /// The watch's own receiver, behind `recv_timeout` and `latest`.
+    /// The watch's own receiver, behind `next` and `latest`.
     own: ConfigReceiver,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -307,20 +307,25 @@ impl ConfigWatch {
         ConfigReceiver::new(Arc::clone(&self.shared))
     }
 
-    /// Waits up to `timeout` for a state newer than the last one this method (or
-    /// [`latest`](Self::latest)) returned; `Ok(None)` on timeout, `Err(Lost)` (or the
-    /// session error) if the watch has stopped and its final state was returned.
-    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<ConfigEvent>> {
-        match self.own.recv_timeout(timeout) {
-            Ok(event) => Ok(Some(event)),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
+    /// Waits at most `timeout` ([`Timeout::Never`]: as long as it takes) for a state
+    /// newer than the last one this method (or [`latest`](Self::latest)) returned:
+    /// `Err(Timeout)` if none came, `Err(Lost)` (or the session error) if the watch has
+    /// stopped and its final state was returned.
+    pub fn next(&self, timeout: impl Into<Timeout>) -> Result<ConfigEvent> {
+        let received = match timeout.into().duration() {
+            Some(timeout) => self.own.recv_timeout(timeout),
+            None => self.own.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match received {
+            Ok(event) => Ok(event),
+            Err(RecvTimeoutError::Timeout) => Err(RecipeError::Timeout),
             Err(RecvTimeoutError::Disconnected) => Err(self
                 .end_reason()
                 .unwrap_or(RecipeError::Lost(LossReason::Closed))),
         }
     }
 
-    /// The newest state not yet returned by [`recv_timeout`](Self::recv_timeout) or
+    /// The newest state not yet returned by [`next`](Self::next) or
     /// this method, if any (without blocking).
     pub fn latest(&self) -> Option<ConfigEvent> {
         self.own.try_recv().ok()

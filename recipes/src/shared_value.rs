@@ -88,7 +88,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use zookeeper::{Error, Op, OpResult, Stat, Watch, ZooKeeper};
+use zookeeper::{Error, Op, OpResult, Stat, Timeout, Watch, ZooKeeper};
 
 /// Default time one call may take, retries on conflicts and connection loss included.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -806,21 +806,20 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
         })
     }
 
-    /// Waits up to `timeout` for a value newer than the last one returned (the first
-    /// call returns the current value at once). `Ok(None)`: nothing new in time.
-    /// `Err(Corrupt)`: the newest data is not a value of this layout. Once the watch has
-    /// stopped by itself and its last value was returned, the reason it stopped.
-    pub fn next(&mut self, timeout: Duration) -> Result<Option<Versioned<T>>> {
-        let deadline = Deadline::after(timeout);
+    /// Waits at most `timeout` ([`Timeout::Never`]: as long as it takes) for a value
+    /// newer than the last one returned (the first call returns the current one at
+    /// once). `Err(Timeout)`: nothing new in time. `Err(Corrupt)`: the newest data is not a value of this layout. Once
+    /// the watch has stopped by itself and its last value was returned, the reason it
+    /// stopped.
+    pub fn next(&mut self, timeout: impl Into<Timeout>) -> Result<Versioned<T>> {
+        let deadline = timeout.into().deadline();
         let mut state = self.latest.state.lock();
         loop {
             if state.serial > self.seen {
                 self.seen = state.serial;
-                return match &state.value {
-                    Some(Ok(value)) => Ok(Some(value.clone())),
-                    Some(Err(error)) => Err(error.clone()),
-                    None => Ok(None),
-                };
+                if let Some(value) = &state.value {
+                    return value.clone();
+                }
             }
             if let Some(reason) = &state.ended {
                 return Err(reason.clone());
@@ -833,7 +832,7 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
                 && state.serial == self.seen
                 && state.ended.is_none()
             {
-                return Ok(None);
+                return Err(RecipeError::Timeout);
             }
         }
     }

@@ -19,10 +19,7 @@ fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
 }
 
 fn next(watch: &ConfigWatch) -> ConfigEvent {
-    watch
-        .recv_timeout(WAIT)
-        .expect("watch running")
-        .expect("an event in time")
+    watch.next(WAIT).expect("an event in time")
 }
 
 fn value_of(event: &ConfigEvent) -> (String, i32) {
@@ -75,10 +72,10 @@ fn rapid_updates_arrive_in_order_with_the_final_value() {
         updates as usize + 1 - versions.len()
     );
     // Nothing after the final value.
-    assert!(watch
-        .recv_timeout(Duration::from_millis(200))
-        .unwrap()
-        .is_none());
+    assert!(matches!(
+        watch.next(Duration::from_millis(200)),
+        Err(RecipeError::Timeout)
+    ));
 }
 
 /// A writer that waits for each value to be seen before the next write gets every
@@ -151,7 +148,7 @@ fn stops_when_the_session_closes() {
     next(&watch);
     zk.close().unwrap();
     assert!(matches!(
-        watch.recv_timeout(WAIT),
+        watch.next(WAIT),
         Err(RecipeError::ZooKeeper(Error::Closed))
     ));
     assert!(!watch.is_running());
@@ -188,7 +185,7 @@ fn stops_when_the_session_expires() {
     next(&watch);
     expire(&zk, &hosts);
     assert!(matches!(
-        watch.recv_timeout(WAIT),
+        watch.next(WAIT),
         Err(RecipeError::ZooKeeper(Error::SessionExpired))
     ));
     assert_eq!(

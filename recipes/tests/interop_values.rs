@@ -161,7 +161,7 @@ fn shared_count_sides_read_each_other() {
     let count = SharedCount::new(&zk, &path, 99).unwrap();
     assert_eq!(count.count().unwrap(), 5);
     let mut watch = count.watch().unwrap();
-    assert_eq!(watch.next(T).unwrap().unwrap().value, 5);
+    assert_eq!(watch.next(T).unwrap().value, 5);
     curator.watch(T).unwrap();
 
     // Ours -> Curator (listener and read) and kazoo.
@@ -173,12 +173,9 @@ fn shared_count_sides_read_each_other() {
 
     // Curator -> ours (watch and read).
     curator.set(123_456, T).unwrap();
-    let mut latest = watch.next(T).unwrap().unwrap();
+    let mut latest = watch.next(T).unwrap();
     while latest.value != 123_456 {
-        latest = watch
-            .next(T)
-            .unwrap()
-            .expect("Curator's write reaches our watch");
+        latest = watch.next(T).expect("Curator's write reaches our watch");
     }
     assert_eq!(count.count().unwrap(), 123_456);
 
