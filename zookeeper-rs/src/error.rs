@@ -121,46 +121,63 @@ pub enum Error {
     },
 }
 
+/// Every `ZOO_*` error code and its variant: the one table both directions read.
+static CODES: [(i32, Error); 32] = [
+    (sys::ZSYSTEMERROR, Error::SystemError),
+    (sys::ZRUNTIMEINCONSISTENCY, Error::RuntimeInconsistency),
+    (sys::ZDATAINCONSISTENCY, Error::DataInconsistency),
+    (sys::ZCONNECTIONLOSS, Error::ConnectionLoss),
+    (sys::ZMARSHALLINGERROR, Error::MarshallingError),
+    (sys::ZUNIMPLEMENTED, Error::Unimplemented),
+    (sys::ZOPERATIONTIMEOUT, Error::OperationTimeout),
+    (sys::ZBADARGUMENTS, Error::BadArguments),
+    (sys::ZINVALIDSTATE, Error::InvalidState),
+    (sys::ZNEWCONFIGNOQUORUM, Error::NewConfigNoQuorum),
+    (sys::ZRECONFIGINPROGRESS, Error::ReconfigInProgress),
+    (sys::ZSSLCONNECTIONERROR, Error::SslConnectionError),
+    (sys::ZAPIERROR, Error::ApiError),
+    (sys::ZNONODE, Error::NoNode),
+    (sys::ZNOAUTH, Error::NoAuth),
+    (sys::ZBADVERSION, Error::BadVersion),
+    (
+        sys::ZNOCHILDRENFOREPHEMERALS,
+        Error::NoChildrenForEphemerals,
+    ),
+    (sys::ZNODEEXISTS, Error::NodeExists),
+    (sys::ZNOTEMPTY, Error::NotEmpty),
+    (sys::ZSESSIONEXPIRED, Error::SessionExpired),
+    (sys::ZINVALIDCALLBACK, Error::InvalidCallback),
+    (sys::ZINVALIDACL, Error::InvalidAcl),
+    (sys::ZAUTHFAILED, Error::AuthFailed),
+    (sys::ZCLOSING, Error::Closing),
+    (sys::ZNOTHING, Error::Nothing),
+    (sys::ZSESSIONMOVED, Error::SessionMoved),
+    (sys::ZNOTREADONLY, Error::NotReadOnly),
+    (
+        sys::ZEPHEMERALONLOCALSESSION,
+        Error::EphemeralOnLocalSession,
+    ),
+    (sys::ZNOWATCHER, Error::NoWatcher),
+    (sys::ZRECONFIGDISABLED, Error::ReconfigDisabled),
+    (
+        sys::ZSESSIONCLOSEDREQUIRESASLAUTH,
+        Error::SessionClosedRequireSaslAuth,
+    ),
+    (sys::ZTHROTTLEDOP, Error::ThrottledOp),
+];
+
 impl Error {
     /// Maps a C return code; `ZOK` maps to `None`.
     pub fn from_code(code: i32) -> Option<Error> {
-        use Error::*;
-        Some(match code {
-            sys::ZOK => return None,
-            sys::ZSYSTEMERROR => SystemError,
-            sys::ZRUNTIMEINCONSISTENCY => RuntimeInconsistency,
-            sys::ZDATAINCONSISTENCY => DataInconsistency,
-            sys::ZCONNECTIONLOSS => ConnectionLoss,
-            sys::ZMARSHALLINGERROR => MarshallingError,
-            sys::ZUNIMPLEMENTED => Unimplemented,
-            sys::ZOPERATIONTIMEOUT => OperationTimeout,
-            sys::ZBADARGUMENTS => BadArguments,
-            sys::ZINVALIDSTATE => InvalidState,
-            sys::ZNEWCONFIGNOQUORUM => NewConfigNoQuorum,
-            sys::ZRECONFIGINPROGRESS => ReconfigInProgress,
-            sys::ZSSLCONNECTIONERROR => SslConnectionError,
-            sys::ZAPIERROR => ApiError,
-            sys::ZNONODE => NoNode,
-            sys::ZNOAUTH => NoAuth,
-            sys::ZBADVERSION => BadVersion,
-            sys::ZNOCHILDRENFOREPHEMERALS => NoChildrenForEphemerals,
-            sys::ZNODEEXISTS => NodeExists,
-            sys::ZNOTEMPTY => NotEmpty,
-            sys::ZSESSIONEXPIRED => SessionExpired,
-            sys::ZINVALIDCALLBACK => InvalidCallback,
-            sys::ZINVALIDACL => InvalidAcl,
-            sys::ZAUTHFAILED => AuthFailed,
-            sys::ZCLOSING => Closing,
-            sys::ZNOTHING => Nothing,
-            sys::ZSESSIONMOVED => SessionMoved,
-            sys::ZNOTREADONLY => NotReadOnly,
-            sys::ZEPHEMERALONLOCALSESSION => EphemeralOnLocalSession,
-            sys::ZNOWATCHER => NoWatcher,
-            sys::ZRECONFIGDISABLED => ReconfigDisabled,
-            sys::ZSESSIONCLOSEDREQUIRESASLAUTH => SessionClosedRequireSaslAuth,
-            sys::ZTHROTTLEDOP => ThrottledOp,
-            other => Unknown(other),
-        })
+        if code == sys::ZOK {
+            return None;
+        }
+        Some(
+            CODES
+                .iter()
+                .find(|(c, _)| *c == code)
+                .map_or(Error::Unknown(code), |(_, error)| error.clone()),
+        )
     }
 
     /// Turns a C return code into a `Result`.
@@ -173,43 +190,13 @@ impl Error {
 
     /// The C code of this error, if it came from the C client or the server.
     pub fn code(&self) -> Option<i32> {
-        use Error::*;
-        Some(match self {
-            SystemError => sys::ZSYSTEMERROR,
-            RuntimeInconsistency => sys::ZRUNTIMEINCONSISTENCY,
-            DataInconsistency => sys::ZDATAINCONSISTENCY,
-            ConnectionLoss => sys::ZCONNECTIONLOSS,
-            MarshallingError => sys::ZMARSHALLINGERROR,
-            Unimplemented => sys::ZUNIMPLEMENTED,
-            OperationTimeout => sys::ZOPERATIONTIMEOUT,
-            BadArguments => sys::ZBADARGUMENTS,
-            InvalidState => sys::ZINVALIDSTATE,
-            NewConfigNoQuorum => sys::ZNEWCONFIGNOQUORUM,
-            ReconfigInProgress => sys::ZRECONFIGINPROGRESS,
-            SslConnectionError => sys::ZSSLCONNECTIONERROR,
-            ApiError => sys::ZAPIERROR,
-            NoNode => sys::ZNONODE,
-            NoAuth => sys::ZNOAUTH,
-            BadVersion => sys::ZBADVERSION,
-            NoChildrenForEphemerals => sys::ZNOCHILDRENFOREPHEMERALS,
-            NodeExists => sys::ZNODEEXISTS,
-            NotEmpty => sys::ZNOTEMPTY,
-            SessionExpired => sys::ZSESSIONEXPIRED,
-            InvalidCallback => sys::ZINVALIDCALLBACK,
-            InvalidAcl => sys::ZINVALIDACL,
-            AuthFailed => sys::ZAUTHFAILED,
-            Closing => sys::ZCLOSING,
-            Nothing => sys::ZNOTHING,
-            SessionMoved => sys::ZSESSIONMOVED,
-            NotReadOnly => sys::ZNOTREADONLY,
-            EphemeralOnLocalSession => sys::ZEPHEMERALONLOCALSESSION,
-            NoWatcher => sys::ZNOWATCHER,
-            ReconfigDisabled => sys::ZRECONFIGDISABLED,
-            SessionClosedRequireSaslAuth => sys::ZSESSIONCLOSEDREQUIRESASLAUTH,
-            ThrottledOp => sys::ZTHROTTLEDOP,
-            Unknown(code) => *code,
-            _ => return None,
-        })
+        if let Error::Unknown(code) = self {
+            return Some(*code);
+        }
+        CODES
+            .iter()
+            .find(|(_, error)| error == self)
+            .map(|(code, _)| *code)
     }
 
     /// The request may or may not have been applied: the connection dropped first.
