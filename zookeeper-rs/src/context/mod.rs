@@ -1,0 +1,267 @@
+//! The one module that owns every context handed to C, and every `extern "C"` function
+//! the C client calls back into.
+//!
+//! C never holds a pointer to Rust memory for a request or a watch: the context it gets
+//! is a registry id (a non-zero integer cast to `void*`). A callback looks its id up (a
+//! completion removes its entry); an id that is gone (already delivered, swept at expiry
+//! or close, or a watch registration released) is simply ignored. So each context is freed exactly
+//! once, whatever the C client does with late or duplicate calls (session-event clones
+//! after `zoo_remove_watches`, completions dropped at close, ZOOKEEPER-3868).
+//!
+//! The only real pointer given to C is the session's, as the global watcher context: an
+//! `Arc<Session>` leaked at init and reclaimed after `zookeeper_close` has joined the C
+//! threads (see `client.rs`).
+//!
+//! Callbacks run on the C completion thread. They copy what C hands them, take the
+//! registry lock only to remove an entry, and deliver outside it by non-blocking channel
+//! sends or by filling a reply slot: no user code runs here and nothing blocks.
+//!
+//! Parts: the registry (here), the `extern "C"` functions C calls ([`callbacks`]) and
+//! the copying of what C hands them out of C memory ([`copy`]).
+
+mod callbacks;
+mod copy;
+
+pub(crate) use callbacks::*;
+pub(crate) use copy::copy_acl;
+
+use crate::error::Error;
+use crate::reply::Fulfiller;
+use crate::types::SessionState;
+use crate::watch_table::{WatchHook, WatchTable};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use zookeeper_sys as sys;
+
+/// Buffers the C client writes into after submission (`zoo_amulti`): they must live
+/// until the completion has run, or until close.
+pub(crate) struct MultiBuffers {
+    pub(crate) ops: Vec<sys::zoo_op_t>,
+    pub(crate) results: Vec<sys::zoo_op_result_t>,
+    pub(crate) path_buffers: Vec<Vec<c_char>>,
+    pub(crate) stats: Vec<sys::Stat>,
+    /// Paths, data and ACLs the ops point at (serialized at submit; kept for simplicity).
+    pub(crate) _keep_alive: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+// SAFETY: the raw pointers inside point into this struct's own heap buffers or into
+// `_keep_alive`, which are all owned here; only the C completion thread or the closing
+// thread (after the C threads are joined) touches them.
+unsafe impl Send for MultiBuffers {}
+
+pub(crate) struct RequestEntry {
+    pub(crate) fulfiller: Fulfiller,
+    /// What the reply does to the watch state (a watching read, a watch removal); run
+    /// before the caller sees the reply.
+    pub(crate) watch: Option<WatchHook>,
+    pub(crate) multi: Option<Box<MultiBuffers>>,
+}
+
+enum Kind {
+    Request(RequestEntry),
+    /// A watch registration of the handle's watch table (one per path and kind).
+    Watch(Arc<WatchTable>),
+    /// Nobody waits any more, but C may still write into these buffers (a multi whose
+    /// submission reported ZMARSHALLINGERROR after queueing, or swept at expiry): freed
+    /// when its completion comes or at close.
+    Retained(Option<Box<MultiBuffers>>),
+}
+
+struct Entry {
+    client: u64,
+    kind: Kind,
+}
+
+const SHARDS: usize = 16;
+
+/// Sharded so that many clients and threads rarely contend on one lock.
+static REGISTRY: [Mutex<Option<HashMap<u64, Entry>>>; SHARDS] =
+    [const { Mutex::new(None) }; SHARDS];
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn shard(id: u64) -> &'static Mutex<Option<HashMap<u64, Entry>>> {
+    &REGISTRY[(id as usize) % SHARDS]
+}
+
+fn insert(client: u64, kind: Kind) -> u64 {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    put(id, Entry { client, kind });
+    id
+}
+
+/// Stores `entry` under `id` (a new one, or one taken out and put back).
+fn put(id: u64, entry: Entry) {
+    shard(id)
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(id, entry);
+}
+
+/// Keeps multi buffers C may still write into under their request's id, until that
+/// completion arrives or the handle closes.
+fn retain(id: u64, client: u64, buffers: Box<MultiBuffers>) {
+    put(
+        id,
+        Entry {
+            client,
+            kind: Kind::Retained(Some(buffers)),
+        },
+    );
+}
+
+fn remove(id: u64) -> Option<Entry> {
+    shard(id).lock().as_mut()?.remove(&id)
+}
+
+/// Removes entry `id` for its completion, unless it is a watch registration (which a
+/// completion never names; left in place).
+fn take_request(id: u64) -> Option<Entry> {
+    let mut guard = shard(id).lock();
+    let map = guard.as_mut()?;
+    if matches!(map.get(&id)?.kind, Kind::Watch(_)) {
+        return None;
+    }
+    map.remove(&id)
+}
+
+/// The `void*` C gets for an id.
+pub(crate) fn id_to_ptr(id: u64) -> *mut c_void {
+    id as usize as *mut c_void
+}
+
+fn ptr_to_id(ptr: *const c_void) -> u64 {
+    ptr as usize as u64
+}
+
+/// Registers a watch registration of `table`; returns its id (its C context).
+pub(crate) fn register_watch(client: u64, table: Arc<WatchTable>) -> u64 {
+    insert(client, Kind::Watch(table))
+}
+
+/// Frees a released watch registration's id.
+pub(crate) fn forget(id: u64) {
+    remove(id);
+}
+
+/// The watch table registration `id` belongs to, if it is still registered.
+fn watch_table(id: u64) -> Option<Arc<WatchTable>> {
+    match &shard(id).lock().as_ref()?.get(&id)?.kind {
+        Kind::Watch(table) => Some(Arc::clone(table)),
+        _ => None,
+    }
+}
+
+/// Registers a pending request; returns its id.
+pub(crate) fn register_request(client: u64, request: RequestEntry) -> u64 {
+    insert(client, Kind::Request(request))
+}
+
+/// The submission of request `id` failed with `rc`. Normally C will never call its
+/// completion, so it (and its watch) are freed now; after ZMARSHALLINGERROR the
+/// completion may still be queued (out of memory after queueing), so buffers C may write
+/// are retained until that completion or close.
+pub(crate) fn submission_failed(id: u64, rc: c_int) {
+    let Some(entry) = remove(id) else { return };
+    let Kind::Request(request) = entry.kind else {
+        return;
+    };
+    if let Some(hook) = request.watch {
+        hook.on_reply(rc);
+    }
+    if rc == sys::ZMARSHALLINGERROR {
+        if let Some(buffers) = request.multi {
+            retain(id, entry.client, buffers);
+        }
+    }
+    request
+        .fulfiller
+        .fulfill(Err(Error::from_code(rc).unwrap_or(Error::SystemError)));
+}
+
+/// Why a sweep happens: decides what waiters and watchers are told.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SweepReason {
+    /// The session expired or failed authentication: C will never call back again.
+    Terminal(SessionState),
+    /// `zookeeper_close` returned: the C threads are joined, nothing can call back.
+    Closed,
+}
+
+/// Frees every context of `client`. Requests fail (`SessionExpired`/`AuthFailed`, or
+/// `Closed`); watches get a final session event (terminal case) and end.
+pub(crate) fn sweep(client: u64, reason: SweepReason) {
+    let mut swept = Vec::new();
+    for shard in &REGISTRY {
+        let mut guard = shard.lock();
+        if let Some(map) = guard.as_mut() {
+            let ids: Vec<u64> = map
+                .iter()
+                .filter(|(_, e)| e.client == client)
+                .filter(|(_, e)| {
+                    // Buffers C may still write stay until close.
+                    matches!(reason, SweepReason::Closed) || !matches!(e.kind, Kind::Retained(_))
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ids {
+                if let Some(entry) = map.remove(&id) {
+                    swept.push((id, entry));
+                }
+            }
+        }
+    }
+    // Deliver outside the registry locks.
+    let mut tables: Vec<Arc<WatchTable>> = Vec::new();
+    for (id, entry) in swept {
+        match (entry.kind, reason) {
+            (Kind::Request(request), SweepReason::Terminal(state)) => {
+                let error = if state == SessionState::AuthFailed {
+                    Error::AuthFailed
+                } else {
+                    Error::SessionExpired
+                };
+                if let Some(buffers) = request.multi {
+                    // The completion may still come and write into these.
+                    retain(id, client, buffers);
+                }
+                request.fulfiller.fulfill(Err(error));
+            }
+            (Kind::Watch(table), _) => {
+                if !tables.iter().any(|t| Arc::ptr_eq(t, &table)) {
+                    tables.push(table);
+                }
+            }
+            // Closed: dropping fails requests with `Closed`.
+            (kind, _) => drop(kind),
+        }
+    }
+    // Watches get their final session event (terminal) or end (closed).
+    for table in tables {
+        table.end(reason);
+    }
+}
+
+/// Contexts of `client` still registered (pending requests, armed watches, retained
+/// buffers). Reads 0 after close.
+pub(crate) fn live_contexts(client: u64) -> usize {
+    REGISTRY
+        .iter()
+        .map(|shard| {
+            shard
+                .lock()
+                .as_ref()
+                .map_or(0, |map| map.values().filter(|e| e.client == client).count())
+        })
+        .sum()
+}
+
+/// Contexts of every client in this process.
+pub(crate) fn live_contexts_total() -> usize {
+    REGISTRY
+        .iter()
+        .map(|shard| shard.lock().as_ref().map_or(0, HashMap::len))
+        .sum()
+}
