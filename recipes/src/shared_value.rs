@@ -28,9 +28,8 @@
 //!     println!("moved {} -> {}", seen.value, seen.value + 1);
 //! }
 //! let mut changes = count.watch()?;
-//! if let Some(latest) = changes.next(Duration::from_secs(1))? {
-//!     println!("now {} (version {})", latest.value, latest.version);
-//! }
+//! let latest = changes.next(Duration::from_secs(1))?; // the current value, at once
+//! println!("now {} (version {})", latest.value, latest.version);
 //!
 //! let hits = AtomicLong::new(&zk, "/app/hits")?;
 //! let change = hits.increment()?;

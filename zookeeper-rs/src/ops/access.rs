@@ -1,0 +1,129 @@
+//! ACLs and authentication.
+
+use super::*;
+use crate::acl::CAcl;
+use crate::client::ZooKeeper;
+use crate::context;
+use crate::error::{Error, Result};
+use crate::path::{c_path, c_string};
+use crate::reply::{Payload, ZkFuture};
+use crate::timeout::Version;
+use crate::types::{Acl, Stat};
+use zookeeper_sys as sys;
+
+impl ZooKeeper {
+    /// The node's ACL and `Stat`.
+    pub fn get_acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
+        self.get_acl_async(path).wait()
+    }
+
+    /// Async [`get_acl`](Self::get_acl).
+    pub fn get_acl_async(&self, path: &str) -> ZkFuture<(Vec<Acl>, Stat)> {
+        let path = match c_path(path, false) {
+            Ok(path) => path,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; path valid for the call; ours is the completion.
+                unsafe {
+                    sys::zoo_aget_acl(zh, path.as_ptr(), Some(context::acl_completion), request)
+                }
+            },
+            |reply, _| match payload(reply)? {
+                Payload::Acl(acl, stat) => Ok((acl, stat_of(stat)?)),
+                other => unexpected(other),
+            },
+        )
+    }
+
+    /// Replaces the node's ACL at ACL `version` (`None`: any).
+    pub fn set_acl(&self, path: &str, acl: &[Acl], version: impl Into<Version>) -> Result<()> {
+        self.set_acl_async(path, acl, version).wait()
+    }
+
+    /// Async [`set_acl`](Self::set_acl).
+    pub fn set_acl_async(
+        &self,
+        path: &str,
+        acl: &[Acl],
+        version: impl Into<Version>,
+    ) -> ZkFuture<()> {
+        let version = version.into();
+        if acl.is_empty() {
+            return ZkFuture::failed(Error::InvalidAcl);
+        }
+        let (path, mut acl) = match c_path(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))) {
+            Ok(args) => args,
+            Err(error) => return ZkFuture::failed(error),
+        };
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                let mut vector = acl.as_vector();
+                // SAFETY: live handle; path and ACL valid for the call and serialized by C
+                // before it returns; ours is the completion.
+                unsafe {
+                    sys::zoo_aset_acl(
+                        zh,
+                        path.as_ptr(),
+                        version_of(version),
+                        &mut vector,
+                        Some(context::void_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| payload(reply).map(drop),
+        )
+    }
+
+    /// Adds credentials to the session (`zoo_add_auth`), e.g. `("digest", b"user:pass")`.
+    /// Wrong credentials for a scheme the server checks end the session (`AuthFailed`).
+    ///
+    /// Scheme and credentials above the server's default request limit (`jute.maxbuffer`,
+    /// 0xfffff bytes) fail with `DataTooLarge` before anything is sent: the server would
+    /// drop the connection instead of answering, and the C client, which resends every
+    /// credential after each reconnect, would reconnect in a loop until the session
+    /// expired.
+    pub fn add_auth(&self, scheme: &str, credentials: &[u8]) -> Result<()> {
+        self.add_auth_async(scheme, credentials).wait()
+    }
+
+    /// Async [`add_auth`](Self::add_auth).
+    pub fn add_auth_async(&self, scheme: &str, credentials: &[u8]) -> ZkFuture<()> {
+        if let Err(error) = check_auth_len(scheme, credentials.len()) {
+            return ZkFuture::failed(error);
+        }
+        let scheme = match c_string(scheme, "auth scheme") {
+            Ok(scheme) if !scheme.as_bytes().is_empty() => scheme,
+            Ok(_) => return ZkFuture::failed(Error::InvalidArgument("empty auth scheme")),
+            Err(error) => return ZkFuture::failed(error),
+        };
+        // In range of `c_int`: checked above.
+        let (cert, len) = data_ptr(credentials);
+        self.submit(
+            None,
+            None,
+            |zh, _, request| {
+                // SAFETY: live handle; scheme and credentials are copied by C before it
+                // returns (it keeps them to resend on reconnect), `len` is their true
+                // length (bounded above, so no `int` truncation); ours is the completion.
+                unsafe {
+                    sys::zoo_add_auth(
+                        zh,
+                        scheme.as_ptr(),
+                        cert,
+                        len,
+                        Some(context::void_completion),
+                        request,
+                    )
+                }
+            },
+            |reply, _| payload(reply).map(drop),
+        )
+    }
+}
