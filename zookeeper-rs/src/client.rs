@@ -346,10 +346,19 @@ impl ZooKeeper {
         Ok(call(handle.0.as_ptr()))
     }
 
+    /// A request to prepare and [`send`](Request::send).
+    pub(crate) fn request(&self) -> Request<'_> {
+        Request {
+            zk: self,
+            watch: None,
+            buffers: None,
+        }
+    }
+
     /// Submits one asynchronous C call. `call` gets the handle, the watch context (NULL
     /// unless `watch` is a watching read) and the request context, and returns the C
     /// return code.
-    pub(crate) fn submit<T: 'static>(
+    fn submit<T: 'static>(
         &self,
         watch: Option<WatchRequest<'_>>,
         multi: Option<Box<context::MultiBuffers>>,
@@ -705,5 +714,38 @@ fn terminal_error(zh: *mut sys::zhandle_t) -> Option<Error> {
         Some(Error::AuthFailed)
     } else {
         None
+    }
+}
+
+/// One request being prepared: the watch it arms and the buffers C writes into, if any;
+/// [`send`](Self::send) submits it. Every operation goes through here, so registering
+/// the contexts, the ended-session checks and the failure paths are written once.
+pub(crate) struct Request<'a> {
+    zk: &'a ZooKeeper,
+    watch: Option<WatchRequest<'a>>,
+    buffers: Option<Box<context::MultiBuffers>>,
+}
+
+impl<'a> Request<'a> {
+    /// Arms `watch` with the request (`None`: no watch).
+    pub(crate) fn watching(mut self, watch: Option<WatchRequest<'a>>) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Keeps `buffers` (which C writes the results into) until the completion or close.
+    pub(crate) fn keeping(mut self, buffers: Box<context::MultiBuffers>) -> Self {
+        self.buffers = Some(buffers);
+        self
+    }
+
+    /// Submits with `call` (given the handle, the watcher context and the request
+    /// context) and converts the reply with `convert` (given the armed watch).
+    pub(crate) fn send<T: 'static>(
+        self,
+        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void) -> c_int,
+        convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
+    ) -> ZkFuture<T> {
+        self.zk.submit(self.watch, self.buffers, call, convert)
     }
 }

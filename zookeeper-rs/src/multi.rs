@@ -4,7 +4,7 @@
 use crate::client::ZooKeeper;
 use crate::context::{self, MultiBuffers};
 use crate::error::{Error, Result};
-use crate::ops::{check_request_len, create_args, data_ptr, request_len, unexpected};
+use crate::ops::{check_request_len, checked, create_args, data_ptr, request_len, unexpected};
 use crate::path::{c_path, check_data};
 use crate::reply::{Payload, ZkFuture};
 use crate::timeout::Version;
@@ -124,17 +124,12 @@ impl ZooKeeper {
 
     /// Async [`multi`](Self::multi).
     pub fn multi_async(&self, ops: &[Op]) -> ZkFuture<Vec<OpResult>> {
-        let mut buffers = match multi_buffers(ops) {
-            Ok(buffers) => buffers,
-            Err(error) => return ZkFuture::failed(error),
-        };
+        let mut buffers = checked!(multi_buffers(ops));
         let kinds: Vec<OpKind> = ops.iter().map(OpKind::of).collect();
         let count = ops.len() as c_int;
         let ops_ptr = buffers.ops.as_ptr();
         let results_ptr = buffers.results.as_mut_ptr();
-        self.submit(
-            None,
-            Some(buffers),
+        self.request().keeping(buffers).send(
             |zh, _, request| {
                 // SAFETY: live handle; `ops_ptr`/`results_ptr` point into the heap buffers
                 // of the `MultiBuffers` now owned by the request's registry entry, which

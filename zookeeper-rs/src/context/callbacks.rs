@@ -209,6 +209,15 @@ pub(crate) unsafe extern "C" fn multi_completion(rc: c_int, data: *const c_void)
 
 /// The watcher for every path watch; its context is the id of a watch registration
 /// (one per handle, path and kind; see `watch_table.rs`).
+/// [`path_watcher`] if `watch`, else no watcher.
+pub(crate) fn path_watcher_if(watch: bool) -> sys::watcher_fn {
+    if watch {
+        Some(path_watcher)
+    } else {
+        None
+    }
+}
+
 pub(crate) unsafe extern "C" fn path_watcher(
     _zh: *mut sys::zhandle_t,
     event_type: c_int,

@@ -19,13 +19,8 @@ impl ZooKeeper {
 
     /// Async [`get_acl`](Self::get_acl).
     pub fn get_acl_async(&self, path: &str) -> ZkFuture<(Vec<Acl>, Stat)> {
-        let path = match c_path(path, false) {
-            Ok(path) => path,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        self.submit(
-            None,
-            None,
+        let path = checked!(c_path(path, false));
+        self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.
                 unsafe {
@@ -55,13 +50,8 @@ impl ZooKeeper {
         if acl.is_empty() {
             return ZkFuture::failed(Error::InvalidAcl);
         }
-        let (path, mut acl) = match c_path(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))) {
-            Ok(args) => args,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        self.submit(
-            None,
-            None,
+        let (path, mut acl) = checked!(c_path(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))));
+        self.request().send(
             |zh, _, request| {
                 let mut vector = acl.as_vector();
                 // SAFETY: live handle; path and ACL valid for the call and serialized by C
@@ -95,19 +85,17 @@ impl ZooKeeper {
 
     /// Async [`add_auth`](Self::add_auth).
     pub fn add_auth_async(&self, scheme: &str, credentials: &[u8]) -> ZkFuture<()> {
-        if let Err(error) = check_auth_len(scheme, credentials.len()) {
-            return ZkFuture::failed(error);
-        }
-        let scheme = match c_string(scheme, "auth scheme") {
-            Ok(scheme) if !scheme.as_bytes().is_empty() => scheme,
-            Ok(_) => return ZkFuture::failed(Error::InvalidArgument("empty auth scheme")),
-            Err(error) => return ZkFuture::failed(error),
-        };
+        checked!(check_auth_len(scheme, credentials.len()));
+        let scheme = checked!(c_string(scheme, "auth scheme").and_then(|scheme| {
+            if scheme.as_bytes().is_empty() {
+                Err(Error::InvalidArgument("empty auth scheme"))
+            } else {
+                Ok(scheme)
+            }
+        }));
         // In range of `c_int`: checked above.
         let (cert, len) = data_ptr(credentials);
-        self.submit(
-            None,
-            None,
+        self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; scheme and credentials are copied by C before it
                 // returns (it keeps them to resend on reconnect), `len` is their true

@@ -65,35 +65,28 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Vec<String>, Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = match c_path(path_str, false) {
-            Ok(path) => path,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        self.submit(
-            watch.then_some(WatchRequest::Read(WatchKind::Children, path_str)),
-            None,
-            |zh, watch_context, request| {
-                let watcher = if watch {
-                    Some(context::path_watcher as _)
-                } else {
-                    None
-                };
-                // SAFETY: as in `exists_impl`.
-                unsafe {
-                    sys::zoo_awget_children2(
-                        zh,
-                        path.as_ptr(),
-                        watcher,
-                        watch_context,
-                        Some(context::strings_stat_completion),
-                        request,
-                    )
-                }
-            },
-            move |reply, watch| match payload(reply)? {
-                Payload::Children(children, stat) => finish(children, stat, watch),
-                other => unexpected(other),
-            },
-        )
+        let path = checked!(c_path(path_str, false));
+        self.request()
+            .watching(watch.then_some(WatchRequest::Read(WatchKind::Children, path_str)))
+            .send(
+                |zh, watch_context, request| {
+                    let watcher = context::path_watcher_if(watch);
+                    // SAFETY: as in `exists_impl`.
+                    unsafe {
+                        sys::zoo_awget_children2(
+                            zh,
+                            path.as_ptr(),
+                            watcher,
+                            watch_context,
+                            Some(context::strings_stat_completion),
+                            request,
+                        )
+                    }
+                },
+                move |reply, watch| match payload(reply)? {
+                    Payload::Children(children, stat) => finish(children, stat, watch),
+                    other => unexpected(other),
+                },
+            )
     }
 }

@@ -23,13 +23,8 @@ impl ZooKeeper {
 
     /// Async [`sync`](Self::sync).
     pub fn sync_async(&self, path: &str) -> ZkFuture<String> {
-        let path = match c_path(path, false) {
-            Ok(path) => path,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        self.submit(
-            None,
-            None,
+        let path = checked!(c_path(path, false));
+        self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.
                 unsafe {
@@ -69,32 +64,28 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Vec<u8>, Stat, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        self.submit(
-            watch.then_some(WatchRequest::Read(WatchKind::Config, "/zookeeper/config")),
-            None,
-            |zh, watch_context, request| {
-                let watcher = if watch {
-                    Some(context::path_watcher as _)
-                } else {
-                    None
-                };
-                // SAFETY: live handle; the watcher context is a registry id or NULL;
-                // ours is the completion.
-                unsafe {
-                    sys::zoo_awgetconfig(
-                        zh,
-                        watcher,
-                        watch_context,
-                        Some(context::data_completion),
-                        request,
-                    )
-                }
-            },
-            move |reply, watch| match payload(reply)? {
-                Payload::Data(data, stat) => finish(data, stat_of(stat)?, watch),
-                other => unexpected(other),
-            },
-        )
+        self.request()
+            .watching(watch.then_some(WatchRequest::Read(WatchKind::Config, "/zookeeper/config")))
+            .send(
+                |zh, watch_context, request| {
+                    let watcher = context::path_watcher_if(watch);
+                    // SAFETY: live handle; the watcher context is a registry id or NULL;
+                    // ours is the completion.
+                    unsafe {
+                        sys::zoo_awgetconfig(
+                            zh,
+                            watcher,
+                            watch_context,
+                            Some(context::data_completion),
+                            request,
+                        )
+                    }
+                },
+                move |reply, watch| match payload(reply)? {
+                    Payload::Data(data, stat) => finish(data, stat_of(stat)?, watch),
+                    other => unexpected(other),
+                },
+            )
     }
 
     /// Changes the ensemble membership (`zoo_reconfig`), only from configuration
@@ -138,9 +129,7 @@ impl ZooKeeper {
             return ZkFuture::failed(Error::InvalidArgument("a reconfig without any change"));
         }
         let as_ptr = |value: &Option<CString>| value.as_ref().map_or(ptr::null(), |v| v.as_ptr());
-        self.submit(
-            None,
-            None,
+        self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; strings NULL or valid for the call; ours is the completion.
                 unsafe {

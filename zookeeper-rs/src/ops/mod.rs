@@ -6,6 +6,17 @@
 //! ([`access`]), sync and configuration ([`config`]), watch removal
 //! ([`watch_removal`]); `multi` lives with its operations in [`crate::multi`].
 
+/// The value of a checked argument, or (early) a failed future with its error.
+macro_rules! checked {
+    ($argument:expr) => {
+        match $argument {
+            Ok(value) => value,
+            Err(error) => return $crate::reply::ZkFuture::failed(error),
+        }
+    };
+}
+pub(crate) use checked;
+
 mod access;
 mod children;
 mod config;

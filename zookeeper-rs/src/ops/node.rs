@@ -100,14 +100,9 @@ impl ZooKeeper {
         with_stat: bool,
         finish: impl FnOnce(String, Option<Stat>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let mut args = match create_args(path, data, options.acl, options.mode) {
-            Ok(args) => args,
-            Err(error) => return ZkFuture::failed(error),
-        };
+        let mut args = checked!(create_args(path, data, options.acl, options.mode));
         let (value, len) = data_ptr(data);
-        self.submit(
-            None,
-            None,
+        self.request().send(
             |zh, _, request| {
                 let acl = args.acl.as_vector();
                 // SAFETY: live handle; path, value and ACL are valid for the call and
@@ -156,13 +151,8 @@ impl ZooKeeper {
     /// Async [`delete`](Self::delete).
     pub fn delete_async(&self, path: &str, version: impl Into<Version>) -> ZkFuture<()> {
         let version = version.into();
-        let path = match c_path(path, false) {
-            Ok(path) => path,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        self.submit(
-            None,
-            None,
+        let path = checked!(c_path(path, false));
+        self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; the path is valid for the call; ours is the completion.
                 unsafe {
@@ -206,42 +196,35 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = match c_path(path_str, false) {
-            Ok(path) => path,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        self.submit(
-            watch.then_some(WatchRequest::Read(WatchKind::Exists, path_str)),
-            None,
-            |zh, watch_context, request| {
-                let watcher = if watch {
-                    Some(context::path_watcher as _)
-                } else {
-                    None
-                };
-                // SAFETY: live handle; path valid for the call; the watcher context is a
-                // registry id (or NULL with no watcher); ours is the completion.
-                unsafe {
-                    sys::zoo_awexists(
-                        zh,
-                        path.as_ptr(),
-                        watcher,
-                        watch_context,
-                        Some(context::stat_completion),
-                        request,
-                    )
-                }
-            },
-            move |reply, watch| {
-                if reply.rc == sys::ZNONODE {
-                    return finish(None, watch);
-                }
-                match payload(reply)? {
-                    Payload::Stat(stat) => finish(Some(stat_of(stat)?), watch),
-                    other => unexpected(other),
-                }
-            },
-        )
+        let path = checked!(c_path(path_str, false));
+        self.request()
+            .watching(watch.then_some(WatchRequest::Read(WatchKind::Exists, path_str)))
+            .send(
+                |zh, watch_context, request| {
+                    let watcher = context::path_watcher_if(watch);
+                    // SAFETY: live handle; path valid for the call; the watcher context is a
+                    // registry id (or NULL with no watcher); ours is the completion.
+                    unsafe {
+                        sys::zoo_awexists(
+                            zh,
+                            path.as_ptr(),
+                            watcher,
+                            watch_context,
+                            Some(context::stat_completion),
+                            request,
+                        )
+                    }
+                },
+                move |reply, watch| {
+                    if reply.rc == sys::ZNONODE {
+                        return finish(None, watch);
+                    }
+                    match payload(reply)? {
+                        Payload::Stat(stat) => finish(Some(stat_of(stat)?), watch),
+                        other => unexpected(other),
+                    }
+                },
+            )
     }
 
     /// The node's data and `Stat`.
@@ -272,36 +255,29 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Vec<u8>, Stat, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = match c_path(path_str, false) {
-            Ok(path) => path,
-            Err(error) => return ZkFuture::failed(error),
-        };
-        self.submit(
-            watch.then_some(WatchRequest::Read(WatchKind::Data, path_str)),
-            None,
-            |zh, watch_context, request| {
-                let watcher = if watch {
-                    Some(context::path_watcher as _)
-                } else {
-                    None
-                };
-                // SAFETY: as in `exists_impl`.
-                unsafe {
-                    sys::zoo_awget(
-                        zh,
-                        path.as_ptr(),
-                        watcher,
-                        watch_context,
-                        Some(context::data_completion),
-                        request,
-                    )
-                }
-            },
-            move |reply, watch| match payload(reply)? {
-                Payload::Data(data, stat) => finish(data, stat_of(stat)?, watch),
-                other => unexpected(other),
-            },
-        )
+        let path = checked!(c_path(path_str, false));
+        self.request()
+            .watching(watch.then_some(WatchRequest::Read(WatchKind::Data, path_str)))
+            .send(
+                |zh, watch_context, request| {
+                    let watcher = context::path_watcher_if(watch);
+                    // SAFETY: as in `exists_impl`.
+                    unsafe {
+                        sys::zoo_awget(
+                            zh,
+                            path.as_ptr(),
+                            watcher,
+                            watch_context,
+                            Some(context::data_completion),
+                            request,
+                        )
+                    }
+                },
+                move |reply, watch| match payload(reply)? {
+                    Payload::Data(data, stat) => finish(data, stat_of(stat)?, watch),
+                    other => unexpected(other),
+                },
+            )
     }
 
     /// Sets the node's data at `version` (`None`: any); returns the new `Stat` (`zoo_set2`).
@@ -317,19 +293,13 @@ impl ZooKeeper {
         version: impl Into<Version>,
     ) -> ZkFuture<Stat> {
         let version = version.into();
-        let checked = c_path(path, false).and_then(|c| {
+        let path = checked!(c_path(path, false).and_then(|c| {
             check_data(data)?;
             check_request_len(request_len(path, data, &[]))?;
             Ok(c)
-        });
-        let path = match checked {
-            Ok(path) => path,
-            Err(error) => return ZkFuture::failed(error),
-        };
+        }));
         let (value, len) = data_ptr(data);
-        self.submit(
-            None,
-            None,
+        self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; path and data valid for the call and serialized by
                 // C before it returns; ours is the completion.

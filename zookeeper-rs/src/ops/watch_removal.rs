@@ -26,9 +26,9 @@ impl ZooKeeper {
         let c_path = c_path(path, false)?;
         if from == WatchRemoval::Server {
             return self
-                .submit(
-                    Some(WatchRequest::Remove(path, which)),
-                    None,
+                .request()
+                .watching(Some(WatchRequest::Remove(path, which)))
+                .send(
                     |zh, _, request| {
                         // The header declares `void_completion_t *completion`, but C
                         // stores and later calls that pointer as the completion function
