@@ -1,14 +1,13 @@
 //! The handle: connect, session accessors, close, and the one path by which every
 //! request reaches C (`submit`).
 
-use crate::context::{self, RequestEntry, SweepReason};
+use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
 use crate::path::c_string;
-use crate::reply::{deadline_after, Fulfiller, Reply, ReplySlot, ZkFuture};
+use crate::reply::deadline_after;
 use crate::session::{Session, SessionEvents};
 use crate::types::{ClientId, SessionState, WatchedEvent};
-use crate::watch::Watch;
-use crate::watch_table::{WatchRequest, WatchTable};
+use crate::watch_table::WatchTable;
 use parking_lot::RwLock;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
@@ -56,7 +55,6 @@ struct Inner {
     session_context: *const Session,
     client: u64,
     /// What the C handle references for TLS/SASL; outlives `zookeeper_close`.
-    #[cfg(any(feature = "tls", feature = "sasl"))]
     security: Arc<crate::security::Keepalive>,
 }
 
@@ -107,7 +105,6 @@ pub struct ZooKeeperBuilder {
     read_only: bool,
     deterministic_order: Option<bool>,
     resolution_delay: Duration,
-    #[cfg(any(feature = "tls", feature = "sasl"))]
     pub(crate) security: crate::security::SecurityOptions,
 }
 
@@ -177,7 +174,6 @@ impl ZooKeeperBuilder {
         });
 
         // TLS files loaded once and strings checked before anything is handed to C.
-        #[cfg(any(feature = "tls", feature = "sasl"))]
         let security = crate::security::Prepared::new(&self.security)?;
 
         crate::logging::apply_default_level();
@@ -196,22 +192,8 @@ impl ZooKeeperBuilder {
         };
         // SAFETY: `hosts` is NUL-terminated and copied by C; `client_id` is NULL or a
         // valid clientid_t copied by C; the context is a live `Arc<Session>` reclaimed only
-        // after `zookeeper_close` (or right below if init fails); the callbacks are ours.
-        #[cfg(not(any(feature = "tls", feature = "sasl")))]
-        let zh = unsafe {
-            sys::zookeeper_init2(
-                hosts.as_ptr(),
-                Some(crate::session::global_watcher),
-                session_ms,
-                client_id.as_ref().map_or(ptr::null(), |id| id as *const _),
-                session_context as *mut c_void,
-                flags,
-                Some(context::log_callback),
-            )
-        };
-        // SAFETY: as above; the keepalive holds what C references for TLS/SASL and is
-        // kept in `Inner` until after `zookeeper_close`.
-        #[cfg(any(feature = "tls", feature = "sasl"))]
+        // after `zookeeper_close` (or right below if init fails). The keepalive holds what
+        // C references for TLS/SASL and is kept in `Inner` until after `zookeeper_close`.
         let (zh, keepalive) = unsafe {
             security.init(
                 hosts.as_ptr(),
@@ -242,33 +224,17 @@ impl ZooKeeperBuilder {
                 watches,
                 session_context,
                 client,
-                #[cfg(any(feature = "tls", feature = "sasl"))]
                 security: Arc::new(keepalive),
             }),
         };
         let deadline = deadline_after(self.connect_timeout.unwrap_or(self.session_timeout));
-        #[cfg(feature = "tls")]
-        let tls_failures_before = crate::logging::tls_failures();
-        // A failed SASL authentication ends the session without a session event: a
-        // monitor notices it, now and for the rest of the handle's life.
-        #[cfg(feature = "sasl")]
-        if self.security.uses_sasl() {
-            crate::security::monitor_authentication(&zk);
-        }
+        let connecting = crate::security::Connecting::start(&self.security, &zk);
         let state = zk.inner.session.wait_connected(deadline);
         match state {
             state if state.is_connected() => Ok(zk),
             SessionState::Expired => Err(Error::SessionExpired),
             SessionState::AuthFailed => Err(Error::AuthFailed),
-            // The C client retries a failed TLS handshake until the deadline and only logs
-            // why: name the cause instead of a bare timeout.
-            #[cfg(feature = "tls")]
-            _ if self.security.uses_tls()
-                && crate::logging::tls_failures() != tls_failures_before =>
-            {
-                Err(Error::SslConnectionError)
-            }
-            _ => Err(Error::Timeout), // dropping `zk` closes the handle
+            _ => Err(connecting.timeout_error()), // dropping `zk` closes the handle
         }
     }
 }
@@ -292,7 +258,6 @@ impl ZooKeeper {
             read_only: false,
             deterministic_order: None,
             resolution_delay: Duration::from_secs(10),
-            #[cfg(any(feature = "tls", feature = "sasl"))]
             security: Default::default(),
         }
     }
@@ -344,75 +309,6 @@ impl ZooKeeper {
             _ => {}
         }
         Ok(call(handle.0.as_ptr()))
-    }
-
-    /// A request to prepare and [`send`](Request::send).
-    pub(crate) fn request(&self) -> Request<'_> {
-        Request {
-            zk: self,
-            watch: None,
-            buffers: None,
-        }
-    }
-
-    /// Submits one asynchronous C call. `call` gets the handle, the watch context (NULL
-    /// unless `watch` is a watching read) and the request context, and returns the C
-    /// return code.
-    fn submit<T: 'static>(
-        &self,
-        watch: Option<WatchRequest<'_>>,
-        multi: Option<Box<context::MultiBuffers>>,
-        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void) -> c_int,
-        convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
-    ) -> ZkFuture<T> {
-        let client = self.inner.client;
-        let slot = ReplySlot::new();
-        let is_multi = multi.is_some();
-        let outcome = self.with_handle(|zh| {
-            if is_multi {
-                // An ended session is answered here, before C, for two reasons. In
-                // 3.8 `zoo_amulti` checks the state once per operation, and when one
-                // check fails it still frees each later operation's request path,
-                // which it never initialised (a stale pointer: in practice the
-                // previous operation's path, i.e. our buffer), and with a chroot it
-                // frees the failing operation's path twice: heap corruption. And it
-                // folds that ZINVALIDSTATE into ZMARSHALLINGERROR, the code it also
-                // returns for an allocation failure after queueing, after which the
-                // buffers must be kept. The check cannot close the window in which
-                // the IO thread ends the session during the call itself.
-                if let Some(error) = terminal_error(zh) {
-                    return Err(error);
-                }
-            }
-            let prepared = self.inner.watches.prepare(watch)?;
-            let request_id = context::register_request(
-                client,
-                RequestEntry {
-                    fulfiller: Fulfiller(Arc::clone(&slot)),
-                    watch: prepared.hook,
-                    multi,
-                },
-            );
-            let rc = terminal_code(
-                zh,
-                call(zh, prepared.context, context::id_to_ptr(request_id)),
-            );
-            if rc == sys::ZMARSHALLINGERROR && is_multi {
-                // The session ended during the call: that is the error (the slot keeps
-                // the first result); the buffers are still kept below, as C may hold them.
-                if let Some(error) = terminal_error(zh) {
-                    slot.fulfill(Err(error));
-                }
-            }
-            if rc != sys::ZOK {
-                context::submission_failed(request_id, rc);
-            }
-            Ok(prepared.watch)
-        });
-        match outcome {
-            Ok(Ok(watch)) => ZkFuture::pending(slot, move |reply| convert(reply, watch)),
-            Ok(Err(error)) | Err(error) => ZkFuture::failed(error),
-        }
     }
 
     /// This handle's watch registrations.
@@ -622,12 +518,10 @@ fn close_inner(inner: &Inner) -> Result<()> {
         let session = Arc::clone(&inner.session);
         let session_context = inner.session_context as usize;
         let client = inner.client;
-        #[cfg(any(feature = "tls", feature = "sasl"))]
         let keepalive = Arc::clone(&inner.security);
         std::thread::spawn(move || {
             let result = finish_close(handle, &session, session_context as *const Session, client);
             // What C referenced for TLS/SASL goes only once the handle is closed.
-            #[cfg(any(feature = "tls", feature = "sasl"))]
             drop(keepalive);
             result
         });
@@ -685,67 +579,5 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr>
             )))
         }
         _ => None,
-    }
-}
-
-/// C answers ZINVALIDSTATE for a call on a session that has just ended, before the
-/// global watcher has told us: name the ending instead (`SessionExpired`, `AuthFailed`),
-/// as calls made a moment later get it.
-pub(crate) fn terminal_code(zh: *mut sys::zhandle_t, rc: c_int) -> c_int {
-    if rc != sys::ZINVALIDSTATE {
-        return rc;
-    }
-    terminal_error(zh)
-        .and_then(|error| error.code())
-        .unwrap_or(rc)
-}
-
-/// The error for a session the C client already knows has ended (expired or failed
-/// authentication), whether or not its session event has reached us yet.
-fn terminal_error(zh: *mut sys::zhandle_t) -> Option<Error> {
-    // SAFETY: the caller holds the handle's read lock, so `zh` is live.
-    let state = unsafe { sys::zoo_state(zh) };
-    // SAFETY: reading `extern const int`s the C library defines and never writes.
-    let (expired, auth_failed) =
-        unsafe { (sys::ZOO_EXPIRED_SESSION_STATE, sys::ZOO_AUTH_FAILED_STATE) };
-    if state == expired {
-        Some(Error::SessionExpired)
-    } else if state == auth_failed {
-        Some(Error::AuthFailed)
-    } else {
-        None
-    }
-}
-
-/// One request being prepared: the watch it arms and the buffers C writes into, if any;
-/// [`send`](Self::send) submits it. Every operation goes through here, so registering
-/// the contexts, the ended-session checks and the failure paths are written once.
-pub(crate) struct Request<'a> {
-    zk: &'a ZooKeeper,
-    watch: Option<WatchRequest<'a>>,
-    buffers: Option<Box<context::MultiBuffers>>,
-}
-
-impl<'a> Request<'a> {
-    /// Arms `watch` with the request (`None`: no watch).
-    pub(crate) fn watching(mut self, watch: Option<WatchRequest<'a>>) -> Self {
-        self.watch = watch;
-        self
-    }
-
-    /// Keeps `buffers` (which C writes the results into) until the completion or close.
-    pub(crate) fn keeping(mut self, buffers: Box<context::MultiBuffers>) -> Self {
-        self.buffers = Some(buffers);
-        self
-    }
-
-    /// Submits with `call` (given the handle, the watcher context and the request
-    /// context) and converts the reply with `convert` (given the armed watch).
-    pub(crate) fn send<T: 'static>(
-        self,
-        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void) -> c_int,
-        convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
-    ) -> ZkFuture<T> {
-        self.zk.submit(self.watch, self.buffers, call, convert)
     }
 }

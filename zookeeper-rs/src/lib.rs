@@ -32,7 +32,7 @@ mod multi;
 mod ops;
 mod path;
 mod reply;
-#[cfg(any(feature = "tls", feature = "sasl"))]
+mod request;
 mod security;
 mod session;
 mod timeout;

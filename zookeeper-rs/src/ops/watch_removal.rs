@@ -62,7 +62,7 @@ impl ZooKeeper {
             // sync form never waits: C removes the entries under its watcher lock and
             // signals its completion before waiting on it.
             let rc = unsafe { sys::zoo_remove_all_watches(zh, c_path.as_ptr(), which.to_c(), 1) };
-            crate::client::terminal_code(zh, rc)
+            crate::request::terminal_code(zh, rc)
         })?;
         Error::check(rc)?;
         self.watch_table().retire(path, which);
