@@ -1,0 +1,173 @@
+//! Terms of leadership and the guard that reports a term's end.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Terms and guards.
+// ---------------------------------------------------------------------------------------
+
+/// One term of leadership, shared by its guards and the latch thread.
+pub(super) struct Term {
+    pub(super) number: u64,
+    pub(super) token: i64,
+    pub(super) node: String,
+    pub(super) generation: u64,
+    pub(super) inner: Mutex<TermInner>,
+}
+
+#[derive(Default)]
+pub(super) struct TermInner {
+    pub(super) end: Option<TermEnd>,
+    pub(super) ended_at: Option<Instant>,
+    /// Loss receivers; dropped (disconnecting them) when the term ends without a loss.
+    pub(super) subscribers: Vec<Sender<LeadershipLost>>,
+}
+
+impl Term {
+    /// Ends the term (the first end counts); tells the loss receivers.
+    pub(super) fn finish(&self, end: TermEnd) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.end.is_some() {
+            return false;
+        }
+        inner.end = Some(end);
+        inner.ended_at = Some(Instant::now());
+        let subscribers = std::mem::take(&mut inner.subscribers);
+        if let TermEnd::Lost(reason) = end {
+            for subscriber in subscribers {
+                let _ = subscriber.try_send(reason);
+            }
+        }
+        true
+    }
+
+    pub(super) fn end(&self) -> Option<TermEnd> {
+        self.inner.lock().end
+    }
+}
+
+/// Requests to the latch thread.
+pub(super) enum Command {
+    /// End the term numbered so (any term if `None`) and join again at the back; then
+    /// answer whether a term ended.
+    Relinquish {
+        term: Option<u64>,
+        done: Sender<bool>,
+    },
+}
+
+/// One term of leadership (see the [module docs](super)): a cheap handle, cloned freely.
+/// Dropping it changes nothing: the latch leads until the term ends (relinquished,
+/// closed or lost).
+#[derive(Clone)]
+pub struct LeadershipGuard {
+    pub(super) term: Arc<Term>,
+    pub(super) commands: Sender<Command>,
+}
+
+impl fmt::Debug for LeadershipGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeadershipGuard")
+            .field("term", &self.term.number)
+            .field("token", &self.term.token)
+            .field("node", &self.term.node)
+            .field("end", &self.term.end())
+            .finish()
+    }
+}
+
+impl LeadershipGuard {
+    /// The term's number within its latch (1, 2, ...).
+    pub fn term(&self) -> u64 {
+        self.term.number
+    }
+
+    /// The fencing token: the `czxid` of the term's node. It is larger than the token of
+    /// every earlier term of any participant of the election, so a resource that
+    /// remembers the largest token it has seen can refuse a stale leader.
+    pub fn token(&self) -> i64 {
+        self.term.token
+    }
+
+    /// The path of the term's node.
+    pub fn node(&self) -> &str {
+        &self.term.node
+    }
+
+    /// The generation of the session the term was won on (always 1 on a plain handle).
+    pub fn generation(&self) -> u64 {
+        self.term.generation
+    }
+
+    /// Whether the term still lasts (not relinquished, closed or lost). No request.
+    pub fn is_leader(&self) -> bool {
+        self.term.end().is_none()
+    }
+
+    /// Whether leadership is known to be lost (see [`LeadershipLost`]). No request.
+    pub fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    /// Why leadership was lost, if it was.
+    pub fn lost_reason(&self) -> Option<LeadershipLost> {
+        match self.term.end() {
+            Some(TermEnd::Lost(reason)) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// How the term ended, if it has.
+    pub fn end(&self) -> Option<TermEnd> {
+        self.term.end()
+    }
+
+    /// When the latch ended the term (learned of the loss, relinquished, or closed), if
+    /// it has: the end of the critical section as the latch saw it, which a thread
+    /// holding the guard may learn of a little later.
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.term.inner.lock().ended_at
+    }
+
+    /// `Ok` while the term lasts, else `RecipeError::Lost` (for `?` before acting).
+    pub fn check(&self) -> Result<()> {
+        match self.term.end() {
+            None => Ok(()),
+            Some(TermEnd::Lost(reason)) => Err(RecipeError::Lost(LossReason::Leadership(reason))),
+            Some(TermEnd::Relinquished) => Err(RecipeError::Lost(LossReason::Relinquished)),
+            Some(TermEnd::LatchClosed) => Err(RecipeError::Lost(LossReason::Closed)),
+        }
+    }
+
+    /// A receiver that gets the reason once leadership is lost (at once if it already
+    /// is). If the term ends without a loss (relinquished, latch closed), the receiver
+    /// disconnects instead (`recv` fails). Each call makes an independent receiver; use it
+    /// with `recv_timeout` or `crossbeam_channel::select!`.
+    pub fn lost(&self) -> Receiver<LeadershipLost> {
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let mut inner = self.term.inner.lock();
+        match inner.end {
+            Some(TermEnd::Lost(reason)) => {
+                let _ = sender.try_send(reason);
+            }
+            Some(_) => {}
+            None => inner.subscribers.push(sender),
+        }
+        receiver
+    }
+
+    /// Ends this term if it still lasts: the latch deletes the term's node (the next
+    /// participant leads) and joins again at the back. Returns whether the term was
+    /// still current. Waits for the latch thread to do it.
+    pub fn relinquish(&self) -> Result<bool> {
+        relinquish(&self.commands, Some(self.term.number))
+    }
+}
+
+pub(super) fn relinquish(commands: &Sender<Command>, term: Option<u64>) -> Result<bool> {
+    let (done, answer) = crossbeam_channel::bounded(1);
+    if commands.send(Command::Relinquish { term, done }).is_err() {
+        return Ok(false); // the latch has stopped: no term left
+    }
+    Ok(answer.recv().unwrap_or(false))
+}
