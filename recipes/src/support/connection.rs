@@ -1,0 +1,178 @@
+//! Riding out connection loss: retries, waiting for a reconnection, session errors.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Riding out connection loss.
+// ---------------------------------------------------------------------------------------
+
+/// After a retryable failure (connection loss, throttling): waits until the session is
+/// connected again, within `patience`; a terminal session reports its error. `attempt`
+/// counts consecutive failures: the session state is updated on the completion thread
+/// and may still say "connected" just after a loss, so tries back off (5 ms longer each
+/// time, up to 100 ms) instead of spinning.
+pub(crate) fn await_reconnect(
+    zk: &ZooKeeper,
+    patience: impl Into<Patience>,
+    attempt: u32,
+) -> Result<()> {
+    let patience = patience.into();
+    if zk.state().is_connected() {
+        let pause = Duration::from_millis(5 * u64::from(attempt.clamp(1, 20)));
+        std::thread::sleep(pause.min(patience.reconnect_wait()?));
+    }
+    match zk.wait_connected(patience.reconnect_wait()?) {
+        Ok(()) => Ok(()),
+        Err(Error::Timeout) => Err(patience.gave_up()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Runs an idempotent request (a read, or a write whose repetition is harmless),
+/// retrying it after retryable failures within `patience` (see [`await_reconnect`]).
+pub(crate) fn retry<T>(
+    zk: &ZooKeeper,
+    patience: impl Into<Patience>,
+    mut request: impl FnMut() -> zookeeper::Result<T>,
+) -> Result<T> {
+    let patience = patience.into();
+    let mut attempt = 0;
+    loop {
+        match request() {
+            Err(error) if error.is_retryable() => {
+                attempt += 1;
+                await_reconnect(zk, patience, attempt)?;
+            }
+            other => return other.map_err(RecipeError::from),
+        }
+    }
+}
+
+/// The request of a background cleanup: run again until it succeeds.
+pub(super) type CleanupRequest = Box<dyn FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send>;
+
+/// A cleanup handed to the background worker by [`finish_in_background`].
+pub(super) struct Cleanup {
+    pub(super) zk: ZooKeeper,
+    pub(super) what: String,
+    pub(super) request: CleanupRequest,
+    /// When the worker gives up and lets go of its handle clone.
+    pub(super) give_up_at: Instant,
+    /// Not tried again before then.
+    pub(super) next_try: Instant,
+}
+
+/// The cleanup worker's queue; `None` while no worker runs.
+pub(super) static CLEANUPS: Mutex<Option<Sender<Cleanup>>> = Mutex::new(None);
+
+/// How long the cleanup worker stays after its last cleanup, for the next one.
+pub(super) const CLEANUP_LINGER: Duration = Duration::from_secs(1);
+
+/// How often a cleanup whose client is disconnected checks for the connection.
+pub(super) const CLEANUP_POLL: Duration = Duration::from_millis(100);
+
+/// Runs `request` in the background until it succeeds or fails for good: for cleanups
+/// (deleting a lock node, releasing a work item) that must happen even though the
+/// connection did not come back in time. `what` names the cleanup in the log.
+///
+/// Bounded: a cleanup is dropped once the session is over (expired, closed: its
+/// ephemeral nodes went with it) or after twice the session timeout. By then either the
+/// connection came back and the request ran, or the client was cut off for longer than
+/// the session timeout and the server has expired the session. So the worker never
+/// keeps a handle (and a session the user has let go of) open for longer than that, and
+/// never loops forever when the ensemble is gone. One worker thread serves the whole
+/// process and ends when it has had nothing to do for a second.
+pub(crate) fn finish_in_background(
+    zk: ZooKeeper,
+    what: String,
+    request: impl FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send + 'static,
+) {
+    let now = Instant::now();
+    let cleanup = Cleanup {
+        give_up_at: now + 2 * default_op_timeout(&zk),
+        next_try: now,
+        zk,
+        what,
+        request: Box::new(request),
+    };
+    let mut queue = CLEANUPS.lock();
+    if let Some(sender) = queue.as_ref() {
+        // The worker drops its receiver only after taking the sender out under this
+        // lock, so the send cannot fail here.
+        let _ = sender.send(cleanup);
+        return;
+    }
+    let (sender, receiver) = crossbeam_channel::unbounded();
+    let spawned = std::thread::Builder::new()
+        .name("zk-recipe-cleanup".into())
+        .spawn(move || cleanup_worker(receiver));
+    match spawned {
+        Ok(_) => {
+            let _ = sender.send(cleanup);
+            *queue = Some(sender);
+        }
+        Err(error) => log::warn!("recipes: cannot start the cleanup thread: {error}"),
+    }
+}
+
+/// The body of the cleanup thread: tries each cleanup when due, drops it when done, when
+/// its session is over, or when its time is up; ends when idle.
+pub(super) fn cleanup_worker(receiver: Receiver<Cleanup>) {
+    let mut pending: Vec<Cleanup> = Vec::new();
+    loop {
+        let wait = match pending.iter().map(|c| c.next_try).min() {
+            Some(at) => at.saturating_duration_since(Instant::now()),
+            None => CLEANUP_LINGER,
+        };
+        match receiver.recv_timeout(wait) {
+            Ok(cleanup) => {
+                pending.push(cleanup);
+                pending.extend(receiver.try_iter());
+            }
+            Err(_) if pending.is_empty() => {
+                let mut queue = CLEANUPS.lock();
+                match receiver.try_recv() {
+                    Ok(cleanup) => pending.push(cleanup),
+                    Err(_) => {
+                        *queue = None;
+                        return;
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+        let now = Instant::now();
+        pending.retain_mut(|cleanup| {
+            if cleanup.next_try > now {
+                return true;
+            }
+            let state = cleanup.zk.state();
+            if state.is_terminal() {
+                log::debug!("recipes: {} dropped: the session is over", cleanup.what);
+                return false;
+            }
+            if now >= cleanup.give_up_at {
+                log::warn!(
+                    "recipes: giving up {}: the server was unreachable too long",
+                    cleanup.what
+                );
+                return false;
+            }
+            if !state.is_connected() {
+                cleanup.next_try = now + CLEANUP_POLL;
+                return true;
+            }
+            match (cleanup.request)(&cleanup.zk) {
+                Ok(()) => false,
+                Err(error) if error.is_retryable() => {
+                    cleanup.next_try = Instant::now() + CLEANUP_POLL;
+                    true
+                }
+                Err(error) => {
+                    log::debug!("recipes: giving up {}: {error}", cleanup.what);
+                    false
+                }
+            }
+        });
+    }
+}

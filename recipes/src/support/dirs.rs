@@ -1,0 +1,111 @@
+//! Recipe directories and fixed nodes: base paths, creating directories and parents.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Nodes.
+// ---------------------------------------------------------------------------------------
+
+/// Validates a recipe's base path: a valid node path other than `/`.
+pub(crate) fn check_base_path(path: &str) -> Result<()> {
+    zookeeper::validate_path(path, false)?;
+    if path == "/" {
+        return Err(RecipeError::InvalidArgument(
+            "the recipe path must not be /",
+        ));
+    }
+    Ok(())
+}
+
+/// Creates `path` and any missing parents as empty persistent nodes with an open ACL; a
+/// node that already exists is fine (the body of [`crate::util::ensure_path`]).
+pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
+    create_dir(zk, path, &NodeOptions::default())
+}
+
+/// Creates the recipe directory `path` (with `nodes`' ACL, as a container if asked) and
+/// any missing parents (persistent, same ACL); an existing node is fine.
+pub(crate) fn create_dir(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> zookeeper::Result<()> {
+    // `exists` first: creating a node that exists under a parent we may not create in
+    // would fail with NoAuth rather than NodeExists.
+    if path == "/" || zk.exists(path)?.is_some() {
+        return Ok(());
+    }
+    make_dir(zk, path, b"", nodes.dir_mode(), nodes)
+}
+
+/// Creates `path` holding `data` with `mode`; on NoNode its parents first (persistent,
+/// empty). One request when the parent exists.
+pub(super) fn make_dir(
+    zk: &ZooKeeper,
+    path: &str,
+    data: &[u8],
+    mode: CreateMode,
+    nodes: &NodeOptions,
+) -> zookeeper::Result<()> {
+    match zk.create(
+        path,
+        data,
+        zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list()),
+    ) {
+        Ok(_) | Err(Error::NodeExists) => Ok(()),
+        Err(Error::NoNode) => {
+            match path.rsplit_once('/') {
+                Some((parent, _)) if !parent.is_empty() => {
+                    make_dir(zk, parent, b"", CreateMode::Persistent, nodes)?
+                }
+                _ => return Err(Error::NoNode),
+            }
+            match zk.create(
+                path,
+                data,
+                zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list()),
+            ) {
+                Ok(_) | Err(Error::NodeExists) => Ok(()),
+                Err(error) => Err(error),
+            }
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// [`create_dir`] within `patience`.
+pub(crate) fn ensure_dir(
+    zk: &ZooKeeper,
+    dir: &str,
+    nodes: &NodeOptions,
+    patience: impl Into<Patience>,
+) -> Result<()> {
+    retry(zk, patience, || create_dir(zk, dir, nodes))
+}
+
+/// Creates the persistent node `path` holding `data` unless it exists (then it is left as
+/// it is), and any missing parents (empty), within `patience`.
+pub(crate) fn create_if_absent(
+    zk: &ZooKeeper,
+    path: &str,
+    data: &[u8],
+    nodes: &NodeOptions,
+    patience: impl Into<Patience>,
+) -> Result<()> {
+    let patience = patience.into();
+    let mut attempt = 0;
+    loop {
+        match zk.create(
+            path,
+            data,
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(nodes.acl_list()),
+        ) {
+            Ok(_) | Err(Error::NodeExists) => return Ok(()),
+            Err(Error::NoNode) => match path.rsplit_once('/') {
+                Some((parent, _)) if !parent.is_empty() => ensure_dir(zk, parent, nodes, patience)?,
+                _ => return Err(Error::NoNode.into()),
+            },
+            Err(error) if error.is_retryable() => {
+                attempt += 1;
+                await_reconnect(zk, patience, attempt)?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Deleting nodes, and nodes a process holds (lock requests, leases) until released.
+
+use super::*;
+
+/// One delete of `path` (any version); an absent node counts as deleted.
+pub(super) fn delete_any_version(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
+    match zk.delete(path, None) {
+        Ok(()) | Err(Error::NoNode) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Deletes `path` (any version) within `patience`; an absent node is fine.
+pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patience>) -> Result<()> {
+    retry(zk, patience, || delete_any_version(zk, path))
+}
+
+/// [`delete_node`] for a node that must go although its session may well survive (a lock
+/// or waiter node): if the connection does not come back in time, the delete goes on in
+/// the background ([`finish_in_background`]). Returns `delete_node`'s result.
+pub(crate) fn delete_eventually(zk: &ZooKeeper, path: &str, patience: Patience) -> Result<()> {
+    let result = delete_node(zk, path, patience);
+    if gave_up_for_connection(&result) {
+        delete_in_background(zk, path);
+    }
+    result
+}
+
+/// Whether a failed step gave up for want of a connection (so the server may not have
+/// seen it): connection loss, or a deadline that passed while waiting for one.
+pub(super) fn gave_up_for_connection<T>(result: &Result<T>) -> bool {
+    match result {
+        Err(RecipeError::ZooKeeper(error)) => error.is_retryable(),
+        Err(RecipeError::Timeout) => true,
+        _ => false,
+    }
+}
+
+/// Hands the delete of `path` to the background worker.
+pub(super) fn delete_in_background(zk: &ZooKeeper, path: &str) {
+    let path = path.to_string();
+    let what = format!("deleting {path}");
+    finish_in_background(zk.clone(), what, move |zk| delete_any_version(zk, &path));
+}
+
+/// How long dropping a guard waits for its node's delete to be answered before handing
+/// it to the background: the drop of a guard must not block for the reconnect timeout.
+pub(super) const DROP_WAIT: Duration = Duration::from_secs(2);
+
+/// Deletes `path` for a guard being dropped: sends the delete and waits at most
+/// [`DROP_WAIT`] for the answer (enough for a connected client, so the node is gone when
+/// the drop returns); an unanswered or lost delete goes on in the background.
+pub(crate) fn delete_on_drop(zk: &ZooKeeper, path: &str) {
+    match zk.delete_async(path, None).wait_timeout(DROP_WAIT) {
+        Ok(()) | Err(Error::NoNode) => {}
+        Err(error) if error.is_retryable() || error == Error::Timeout => {
+            delete_in_background(zk, path)
+        }
+        // The session is over: the node went with it.
+        Err(error) if error.is_session_terminal() => {}
+        Err(error) => log::debug!("recipes: deleting {path} on drop: {error}"),
+    }
+}
+
+/// A node this process holds (a lock request, a lease): deleted by
+/// [`release`](Self::release) or, at the latest, when dropped.
+#[derive(Debug)]
+pub(crate) struct OwnedNode {
+    pub(super) zk: ZooKeeper,
+    pub(super) name: String,
+    pub(super) czxid: i64,
+    /// Empty once released.
+    pub(super) path: String,
+}
+
+impl OwnedNode {
+    /// The node `created` in `dir`.
+    pub(crate) fn new(zk: &ZooKeeper, dir: &str, created: Created) -> OwnedNode {
+        OwnedNode {
+            zk: zk.clone(),
+            path: format!("{dir}/{}", created.name),
+            name: created.name,
+            czxid: created.czxid,
+        }
+    }
+
+    /// The node's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The node's path.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The zxid that created the node.
+    pub(crate) fn czxid(&self) -> i64 {
+        self.czxid
+    }
+
+    /// Deletes the node (once); a failure is reported. If the server could not be
+    /// reached, the delete goes on in the background.
+    pub(crate) fn release(&mut self) -> Result<()> {
+        if self.path.is_empty() {
+            return Ok(());
+        }
+        let path = std::mem::take(&mut self.path);
+        delete_eventually(&self.zk, &path, op_deadline(&self.zk).into())
+    }
+
+    /// Whether the node still exists (false after session expiry).
+    pub(crate) fn exists(&self) -> Result<bool> {
+        Ok(retry(&self.zk, op_deadline(&self.zk), || {
+            self.zk.exists(&self.path)
+        })?
+        .is_some())
+    }
+}
+
+impl Drop for OwnedNode {
+    fn drop(&mut self) {
+        if !self.path.is_empty() {
+            delete_on_drop(&self.zk, &std::mem::take(&mut self.path));
+        }
+    }
+}
+
+/// The public methods of a guard type whose field `node` is its [`OwnedNode`]:
+/// `release`, `is_held` and `node`; `$what` names what it holds, for the docs.
+macro_rules! owned_node_guard {
+    ($guard:ident, $what:literal) => {
+        impl $guard {
+            #[doc = concat!("Releases the ", $what, ", reporting a failure to delete the node")]
+            /// (if the server could not be reached, the delete goes on in the background).
+            pub fn release(mut self) -> $crate::Result<()> {
+                self.node.release()
+            }
+
+            #[doc = concat!("Whether the ", $what, " node still exists (false after session")]
+            /// expiry).
+            pub fn is_held(&self) -> $crate::Result<bool> {
+                self.node.exists()
+            }
+
+            #[doc = concat!("The ", $what, " node's name.")]
+            pub fn node(&self) -> &str {
+                self.node.name()
+            }
+        }
+    };
+}
+pub(crate) use owned_node_guard;

@@ -1,0 +1,118 @@
+//! Waiting on watches, and the background worker for cleanup.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Watches.
+// ---------------------------------------------------------------------------------------
+
+/// The error a terminal session state stands for.
+pub(crate) fn session_error(state: SessionState) -> RecipeError {
+    RecipeError::ZooKeeper(match state {
+        SessionState::AuthFailed => Error::AuthFailed,
+        SessionState::Closed => Error::Closed,
+        _ => Error::SessionExpired,
+    })
+}
+
+/// Passes a watch event on, unless it reports the end of the session: then its error.
+pub(crate) fn check_event(event: WatchedEvent) -> Result<WatchedEvent> {
+    if event.event_type == EventType::Session && event.state.is_terminal() {
+        return Err(session_error(event.state));
+    }
+    Ok(event)
+}
+
+/// Waits for `watch` to fire until `deadline` (`Ok(None)`: the deadline came first).
+pub(crate) fn wait_until(
+    watch: &Watch,
+    deadline: Deadline,
+) -> zookeeper::Result<Option<WatchedEvent>> {
+    match deadline.remaining() {
+        None => watch.wait().map(Some),
+        Some(left) => watch.wait_timeout(left),
+    }
+}
+
+/// Runs the blocking `wait` counted in `waiting` (a recipe's "threads blocked now" gauge).
+pub(crate) fn counted_wait<T>(waiting: &AtomicU64, wait: impl FnOnce() -> T) -> T {
+    waiting.fetch_add(1, Ordering::Relaxed);
+    let result = wait();
+    waiting.fetch_sub(1, Ordering::Relaxed);
+    result
+}
+
+/// Takes a watch nobody waits for any more off this client, so it does not stay
+/// registered until its node changes. Local removal: works while disconnected too; the
+/// server's copy then fires into nothing. Failing means it has fired or gone already.
+pub(crate) fn withdraw_watch(zk: &ZooKeeper, watch: &Watch) {
+    let _ = zk.remove_watch(watch);
+}
+
+/// Waits for `watch` until `deadline`, counted in `waiting`: `Ok(Some(event))` once it
+/// fired (the end of the session is its error), `Ok(None)` when the deadline came first,
+/// and then the watch has been withdrawn ([`withdraw_watch`]).
+pub(crate) fn await_watch(
+    zk: &ZooKeeper,
+    watch: &Watch,
+    deadline: Deadline,
+    waiting: &AtomicU64,
+) -> Result<Option<WatchedEvent>> {
+    match counted_wait(waiting, || wait_until(watch, deadline))? {
+        Some(event) => check_event(event).map(Some),
+        None => {
+            withdraw_watch(zk, watch);
+            Ok(None)
+        }
+    }
+}
+
+/// How a [`wait_for_change`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeWait {
+    /// The watch fired: a wake-up.
+    Fired,
+    /// Nothing was waited for: the node was gone already, or the connection dropped
+    /// (and came back). Look again.
+    LookAgain,
+    /// The deadline came first (the watch was taken off again).
+    TimedOut,
+}
+
+/// Sets a data watch on `path` with `get` and returns the node's data and stat with it;
+/// `Ok(None)` if the node is gone (nothing is registered then) or the connection dropped
+/// and came back within `patience` (look again). `get`, not `exists`: on a node that is
+/// already gone `exists` would leave a creation watch behind forever.
+pub(crate) fn watch_node(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+) -> Result<Option<(Vec<u8>, Stat, Watch)>> {
+    match zk.get_watch(path) {
+        Ok(found) => Ok(Some(found)),
+        Err(Error::NoNode) => Ok(None),
+        Err(error) if error.is_retryable() => {
+            await_reconnect(zk, patience, 1)?;
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Blocks until the node at `path` (e.g. a predecessor in a line) changes or goes, or the
+/// deadline of `patience` passes, counted in `waiting`. A wait that times out withdraws
+/// its watch: nothing stays registered.
+pub(crate) fn wait_for_change(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+    waiting: &AtomicU64,
+) -> Result<NodeWait> {
+    let Some((_, _, watch)) = watch_node(zk, path, patience)? else {
+        return Ok(NodeWait::LookAgain);
+    };
+    match await_watch(zk, &watch, patience.deadline, waiting)? {
+        Some(_) => Ok(NodeWait::Fired),
+        None => Ok(NodeWait::TimedOut),
+    }
+}
