@@ -1,0 +1,239 @@
+//! Connection states from session events, and the bounded stream of them.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Translating session events.
+// ---------------------------------------------------------------------------------------
+
+/// Turns C session states into connection states, dropping repeats.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Translator {
+    pub(super) last: Option<ConnectionState>,
+}
+
+impl Translator {
+    /// A translator whose last reported state is `last`.
+    pub(crate) fn after(last: ConnectionState) -> Translator {
+        Translator { last: Some(last) }
+    }
+
+    /// The first event: the state at subscription.
+    pub(crate) fn initial(&mut self, state: SessionState) -> ConnectionState {
+        let first = match state {
+            SessionState::Connected => ConnectionState::Connected,
+            SessionState::ConnectedReadOnly => ConnectionState::ReadOnly,
+            state if state.is_terminal() => ConnectionState::Lost,
+            _ => ConnectionState::Suspended,
+        };
+        self.last = Some(first);
+        first
+    }
+
+    /// The state a session event moves to, unless it repeats the last one.
+    pub(crate) fn on_session(&mut self, state: SessionState) -> Option<ConnectionState> {
+        use ConnectionState::*;
+        if self.last == Some(Lost) {
+            return None;
+        }
+        let next = match state {
+            SessionState::Connected => match self.last {
+                None => Connected,
+                Some(Suspended) | Some(ReadOnly) => Reconnected,
+                Some(_) => return None,
+            },
+            SessionState::ConnectedReadOnly => match self.last {
+                Some(ReadOnly) => return None,
+                _ => ReadOnly,
+            },
+            state if state.is_terminal() => Lost,
+            SessionState::Connecting | SessionState::Associating | SessionState::NotConnected => {
+                match self.last {
+                    Some(Suspended) => return None,
+                    _ => Suspended,
+                }
+            }
+            _ => return None,
+        };
+        self.last = Some(next);
+        Some(next)
+    }
+
+    /// The last state reported.
+    pub(crate) fn last(&self) -> Option<ConnectionState> {
+        self.last
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The stream.
+// ---------------------------------------------------------------------------------------
+
+/// Most events a [`ConnectionStates`] keeps for a reader that does not read.
+pub(super) const STATE_CAPACITY: usize = 64;
+
+/// Queued connection events, bounded: see [`ConnectionStates`].
+#[derive(Debug, Default)]
+pub(crate) struct StateBuffer {
+    pub(super) queue: VecDeque<ConnectionEvent>,
+}
+
+impl StateBuffer {
+    pub(crate) fn push(&mut self, event: ConnectionEvent) {
+        if self.queue.len() >= STATE_CAPACITY {
+            self.make_room();
+        }
+        self.queue.push_back(event);
+    }
+
+    /// Drops the oldest `Suspended`/`Reconnected` pair of one session (a blip the reader
+    /// no longer needs to hear about: later events tell the current state), else the
+    /// oldest event that is neither `Lost` nor `NewSession`.
+    pub(super) fn make_room(&mut self) {
+        use ConnectionState::*;
+        let pair = (1..self.queue.len()).find(|&i| {
+            let (a, b) = (self.queue[i - 1], self.queue[i]);
+            a.state == Suspended && b.state == Reconnected && a.generation == b.generation
+        });
+        if let Some(i) = pair {
+            self.queue.drain(i - 1..=i);
+            return;
+        }
+        let droppable = self
+            .queue
+            .iter()
+            .position(|e| !matches!(e.state, Lost | NewSession))
+            .unwrap_or(0);
+        self.queue.remove(droppable);
+    }
+}
+
+impl Buffer for StateBuffer {
+    type Item = ConnectionEvent;
+
+    fn pop(&mut self) -> Option<ConnectionEvent> {
+        self.queue.pop_front()
+    }
+
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// A stream of [`ConnectionEvent`]s (see the [module docs](super)): from a plain handle
+/// ([`ConnectionStates::new`]) or a [`ManagedZooKeeper`] ([`ManagedZooKeeper::states`]).
+/// Read it blocking ([`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout),
+/// [`iter`](Self::iter)), without waiting ([`try_recv`](Self::try_recv)) or as a future
+/// ([`next`](Self::next)).
+///
+/// Memory is bounded: at most 64 events are kept for a reader that does not read; beyond
+/// that, the oldest `Suspended`/`Reconnected` pair is dropped (`Lost` and `NewSession`
+/// are kept), so the last event always tells the current state.
+///
+/// The stream of a plain handle ends after `Lost` (expiry, authentication failure, or
+/// close); that of a managed client ends when the client is closed. A stream does not
+/// keep its session open.
+pub struct ConnectionStates {
+    pub(super) queue: Arc<EventQueue<StateBuffer>>,
+    /// The forwarding thread of a plain handle's stream (stopped when dropped).
+    pub(super) _pump: Option<Pump>,
+}
+
+pub(super) struct Pump {
+    pub(super) stop: Option<Sender<()>>,
+    pub(super) thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for ConnectionStates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionStates")
+            .field("queued", &self.queue.len())
+            .field("ended", &self.queue.is_closed())
+            .finish()
+    }
+}
+
+impl ConnectionStates {
+    /// The connection states of a plain handle, from now on (generation 1). A small
+    /// thread forwards the handle's session events until the stream is dropped or ends.
+    pub fn new(zk: &ZooKeeper) -> Result<ConnectionStates> {
+        let queue = EventQueue::new(StateBuffer::default());
+        let events = zk.session_events().into_receiver();
+        let mut translator = Translator::default();
+        let first = translator.initial(zk.state());
+        queue.update(|b| {
+            b.push(ConnectionEvent {
+                state: first,
+                generation: 1,
+            })
+        });
+        if first == ConnectionState::Lost {
+            queue.close();
+            return Ok(ConnectionStates { queue, _pump: None });
+        }
+        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let feed = Arc::clone(&queue);
+        let thread = std::thread::Builder::new()
+            .name("zk-connection-states".into())
+            .spawn(move || pump(events, translator, &feed, &stop_rx))
+            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
+        Ok(ConnectionStates {
+            queue,
+            _pump: Some(Pump {
+                stop: Some(stop),
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    pub(super) fn managed(queue: Arc<EventQueue<StateBuffer>>) -> ConnectionStates {
+        ConnectionStates { queue, _pump: None }
+    }
+
+    receiving_methods!(ConnectionEvent);
+
+    /// Rings when an event was queued or the stream ended (for a recipe thread's
+    /// `Select`; drain it before the queue).
+    pub(crate) fn doorbell(&self) -> &Receiver<()> {
+        self.queue.doorbell()
+    }
+}
+
+pub(super) fn pump(
+    events: Receiver<WatchedEvent>,
+    mut translator: Translator,
+    queue: &EventQueue<StateBuffer>,
+    stop: &Receiver<()>,
+) {
+    loop {
+        select! {
+            recv(events) -> event => {
+                let state = match event {
+                    Ok(event) if event.event_type == EventType::Session => {
+                        translator.on_session(event.state)
+                    }
+                    Ok(_) => None,
+                    // The handle closed.
+                    Err(_) => translator.on_session(SessionState::Closed),
+                };
+                if let Some(state) = state {
+                    queue.update(|b| b.push(ConnectionEvent { state, generation: 1 }));
+                }
+                if translator.last() == Some(ConnectionState::Lost) {
+                    break;
+                }
+            }
+            recv(stop) -> _ => break,
+        }
+    }
+    queue.close();
+}
