@@ -1,5 +1,6 @@
 //! Coordination recipes built only on the safe client (`zookeeper-rs`), never on the
-//! raw bindings: blocking APIs with timeouts, thread-safe, typed errors.
+//! raw bindings: blocking APIs with timeouts, thread-safe, typed errors, and an async
+//! form of every blocking call for any executor ([`asynchronous::Async`]).
 //!
 //! | recipe | module | from |
 //! |---|---|---|

@@ -6,12 +6,11 @@
 mod common;
 
 use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, Proxy};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake};
 use std::thread;
 use std::time::{Duration, Instant};
+use zk_harness::executor::block_on;
 use zk_harness::history::{check_lock, monotonic_nanos, CriticalSection};
 use zk_harness::testing::Seed;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
@@ -60,28 +59,6 @@ fn next_event(latch: &LeaderLatch) -> LeadershipEvent {
         .events()
         .recv_timeout(T)
         .expect("no leadership event in time")
-}
-
-/// Polls `future` on this thread (woken by unpark) until it completes.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    let deadline = Instant::now() + T;
-    loop {
-        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
-            return value;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "the future did not complete in time");
-        thread::park_timeout(left);
-    }
 }
 
 /// Holds leadership for up to `hold` (less if it is lost) and returns the section. It

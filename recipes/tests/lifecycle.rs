@@ -8,12 +8,10 @@ mod common;
 
 use cache_common::{expire, WAIT};
 use common::{unique_path, Proxy};
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use zk_harness::executor::block_on;
 use zk_harness::{Server, ServerOptions};
 use zookeeper::{CreateMode, Error, SessionState, ZooKeeper};
 use zookeeper_recipes::lifecycle::{
@@ -38,29 +36,6 @@ const RECONNECT_WAIT: Duration = Duration::from_secs(90);
 
 fn event(state: ConnectionState, generation: u64) -> ConnectionEvent {
     ConnectionEvent { state, generation }
-}
-
-/// Polls `future` on this thread (woken by unpark) until it completes; fails the test
-/// after [`RECONNECT_WAIT`].
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    let deadline = Instant::now() + RECONNECT_WAIT;
-    loop {
-        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
-            return value;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "the future did not complete in time");
-        thread::park_timeout(left);
-    }
 }
 
 #[test]

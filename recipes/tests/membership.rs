@@ -6,11 +6,8 @@ mod common;
 
 use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, Proxy};
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use zk_harness::executor::block_on;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
 use zookeeper_recipes::lifecycle::ManagedZooKeeper;
@@ -45,27 +42,6 @@ fn expire(zk: &ZooKeeper) {
 
 fn data_of(zk: &ZooKeeper, path: &str) -> Option<Vec<u8>> {
     zk.get(path).ok().map(|(data, _)| data)
-}
-
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    let deadline = Instant::now() + T;
-    loop {
-        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
-            return value;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "the future did not complete in time");
-        thread::park_timeout(left);
-    }
 }
 
 #[test]

@@ -309,6 +309,8 @@ struct Shared {
     hold_inbound: AtomicBool,
     shutdown: AtomicBool,
     pings: AtomicU64,
+    /// Bytes handed on toward clients (replies, events, handshakes).
+    to_clients: AtomicU64,
 }
 
 struct State {
@@ -448,6 +450,7 @@ impl FaultProxy {
             hold_inbound: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             pings: AtomicU64::new(0),
+            to_clients: AtomicU64::new(0),
         });
         let accept_shared = Arc::clone(&shared);
         let accept = spawn_counted("fault-proxy-accept", move || {
@@ -676,6 +679,11 @@ impl FaultProxy {
     /// Requests forwarded so far, over all connections (pings excluded).
     pub fn requests_forwarded(&self) -> u64 {
         self.shared.lock().requests.len() as u64
+    }
+
+    /// Bytes forwarded toward clients so far (what a client's reads cost on the wire).
+    pub fn bytes_to_clients(&self) -> u64 {
+        self.shared.to_clients.load(Ordering::SeqCst)
     }
 
     /// Pings forwarded from clients so far.
@@ -915,6 +923,11 @@ fn forward(shared: &Shared, conn: &Conn, dir: Dir, bytes: Vec<u8>, passes: bool)
     let mut out = conn.out(dir);
     if conn.is_closed() {
         return false;
+    }
+    if dir == Dir::ToClient {
+        shared
+            .to_clients
+            .fetch_add(bytes.len() as u64, Ordering::SeqCst);
     }
     if shared.stalled.load(Ordering::SeqCst) {
         out.held.push_back(bytes);

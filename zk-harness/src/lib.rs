@@ -46,6 +46,7 @@
 mod edge;
 mod ensemble;
 mod error;
+pub mod executor;
 pub mod fault_proxy;
 mod fourlw;
 pub mod history;
@@ -71,8 +72,9 @@ pub use hosts::{
 };
 pub use lag::LaggingEnsemble;
 pub use options::ServerOptions;
-pub use schedule::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, SplitMix64, TimedAction};
+pub use schedule::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, TimedAction};
 pub use security::{ServerSasl, ServerTls, TlsMaterial};
 pub use server::Server;
 pub use spawner::process_alive;
+pub use testing::Rng;
 pub use util::{free_port, free_ports};

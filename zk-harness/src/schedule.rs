@@ -14,59 +14,7 @@ use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{HarnessError, Result};
-
-/// SplitMix64: a tiny, fast, well-mixed 64-bit generator; reproducible from its seed.
-/// Not for cryptography.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// A generator starting from `seed` (any value, 0 included).
-    pub fn new(seed: u64) -> Self {
-        SplitMix64 { state: seed }
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (0 when `n` is 0), without modulo bias.
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            return 0;
-        }
-        // Lemire's multiply-shift with rejection of the biased low zone.
-        let threshold = n.wrapping_neg() % n;
-        loop {
-            let m = u128::from(self.next_u64()) * u128::from(n);
-            if (m as u64) >= threshold {
-                return (m >> 64) as u64;
-            }
-        }
-    }
-
-    /// A duration in `lo..=hi` (millisecond resolution; `lo` if `hi <= lo`).
-    pub fn duration_between(&mut self, lo: Duration, hi: Duration) -> Duration {
-        let lo_ms = lo.as_millis() as u64;
-        let hi_ms = hi.as_millis() as u64;
-        if hi_ms <= lo_ms {
-            return lo;
-        }
-        Duration::from_millis(lo_ms + self.below(hi_ms - lo_ms + 1))
-    }
-
-    /// True with probability `numerator / denominator`.
-    pub fn chance(&mut self, numerator: u64, denominator: u64) -> bool {
-        self.below(denominator) < numerator
-    }
-}
+use crate::testing::Rng;
 
 /// A kind of fault a schedule may contain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -246,12 +194,12 @@ impl FaultSchedule {
         usable.sort();
         usable.dedup();
 
-        let mut rng = SplitMix64::new(seed);
+        let mut rng = Rng::new(seed);
         let mut actions = Vec::new();
         let mut t = rng.duration_between(shape.min_gap, shape.max_gap);
         while !usable.is_empty() && t < duration {
             let kind = usable[rng.below(usable.len() as u64) as usize];
-            let pick = |rng: &mut SplitMix64, n: usize| rng.below(n as u64) as usize;
+            let pick = |rng: &mut Rng, n: usize| rng.below(n as u64) as usize;
             let (start, end) = match kind {
                 FaultKind::KillMember => {
                     let member = pick(&mut rng, shape.members);
@@ -378,7 +326,7 @@ impl FaultSchedule {
                 let nanos = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64);
-                Ok(SplitMix64::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64())
+                Ok(Rng::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64())
             }
         }
     }

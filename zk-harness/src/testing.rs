@@ -240,12 +240,13 @@ impl Rng {
         if n == 0 {
             return 0;
         }
-        // Rejection of the top partial range keeps every value equally likely.
-        let zone = u64::MAX - u64::MAX % n;
+        // Lemire's multiply-shift with rejection of the biased low zone (the fault
+        // schedules' sequences depend on it: keep it so recorded seeds replay).
+        let threshold = n.wrapping_neg() % n;
         loop {
-            let x = self.next_u64();
-            if x < zone {
-                return x % n;
+            let m = u128::from(self.next_u64()) * u128::from(n);
+            if (m as u64) >= threshold {
+                return (m >> 64) as u64;
             }
         }
     }
@@ -253,6 +254,16 @@ impl Rng {
     /// Uniform in `range` (`lo..hi`); `lo` when the range is empty.
     pub fn range(&mut self, range: std::ops::Range<u64>) -> u64 {
         range.start + self.below(range.end.saturating_sub(range.start))
+    }
+
+    /// A duration in `lo..=hi` (millisecond resolution; `lo` if `hi <= lo`).
+    pub fn duration_between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let lo_ms = lo.as_millis() as u64;
+        let hi_ms = hi.as_millis() as u64;
+        if hi_ms <= lo_ms {
+            return lo;
+        }
+        Duration::from_millis(lo_ms + self.below(hi_ms - lo_ms + 1))
     }
 
     /// Uniform in `[0, 1)`.

@@ -10,7 +10,7 @@ use zk_harness::history::{
     Completion, ConfigSeen, CriticalSection, Event, FencedWrite, HistoryWriter, IssuedId, Put,
     Record, Take, Violation, Violations,
 };
-use zk_harness::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, SplitMix64};
+use zk_harness::{FaultAction, FaultKind, FaultSchedule, Rng, ScheduleShape};
 
 fn sec(owner: &str, token: i64, start: u64, end: u64) -> CriticalSection {
     CriticalSection {
@@ -530,10 +530,10 @@ fn config_watch_rejects_going_back_conflicts_and_stale_or_silent_watchers() {
 
 #[test]
 fn splitmix_matches_the_reference_sequence_and_stays_in_range() {
-    let mut rng = SplitMix64::new(0);
+    let mut rng = Rng::new(0);
     assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
     assert_eq!(rng.next_u64(), 0x6e78_9e6a_a1b9_65f4);
-    let mut rng = SplitMix64::new(7);
+    let mut rng = Rng::new(7);
     let mut hits = [0u32; 3];
     for _ in 0..3000 {
         hits[rng.below(3) as usize] += 1;

@@ -6,10 +6,9 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::ZooKeeper;
@@ -58,69 +57,34 @@ pub fn assert_no_leftover_contexts(zk: &ZooKeeper) {
     );
 }
 
-/// A TCP forwarder to a server that the test can cut (closing every connection and
-/// refusing new ones) and restore: a client behind it loses its connection and cannot
-/// come back until the test says so.
+/// A proxy the test can cut (closing every connection and refusing new ones) and
+/// restore: a client behind it loses its connection and cannot come back until the test
+/// says so. The vocabulary of these tests over [`zk_harness::FaultProxy`].
 pub struct Proxy {
     /// Where clients connect (`127.0.0.1:<port>`).
     pub addr: String,
-    up: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<TcpStream>>>,
+    inner: zk_harness::FaultProxy,
 }
 
 impl Proxy {
     /// Forwards to `target` (`host:port`).
     pub fn start(target: &str) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let up = Arc::new(AtomicBool::new(true));
-        let connections = Arc::new(Mutex::new(Vec::new()));
-        let (target, accept_up, accept_connections) = (
-            target.to_string(),
-            Arc::clone(&up),
-            Arc::clone(&connections),
-        );
-        thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if !accept_up.load(Ordering::SeqCst) {
-                    continue; // dropped: closed at once
-                }
-                let Ok(server) = TcpStream::connect(&target) else {
-                    continue;
-                };
-                let mut kept = accept_connections.lock().unwrap();
-                kept.push(client.try_clone().unwrap());
-                kept.push(server.try_clone().unwrap());
-                for (mut from, mut to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(Shutdown::Both);
-                    });
-                }
-            }
-        });
+        let inner = zk_harness::FaultProxy::start(target).expect("starting a proxy");
         Proxy {
-            addr,
-            up,
-            connections,
+            addr: inner.connect_string(),
+            inner,
         }
     }
 
     /// Closes every connection and refuses new ones.
     pub fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for connection in self.connections.lock().unwrap().drain(..) {
-            let _ = connection.shutdown(Shutdown::Both);
-        }
+        self.inner.block();
+        self.inner.cut_all();
     }
 
     /// Accepts connections again.
     pub fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
+        self.inner.unblock();
     }
 }
 
@@ -242,7 +206,7 @@ pub mod opcode {
     pub const MULTI: i32 = 14;
 }
 
-/// One request a client sent through a [`FaultProxy`].
+/// One request a client sent through a [`FaultProxy`] (pings are not recorded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     /// Which client connection (0, 1, ... in accept order).
@@ -251,185 +215,76 @@ pub struct Request {
     pub opcode: i32,
 }
 
-#[derive(Default)]
-struct FaultState {
-    up: AtomicBool,
-    /// Cut the connection right after forwarding the next request with this opcode.
-    cut_after: Mutex<Option<i32>>,
-    /// Set once such a cut happened.
-    cut_done: AtomicBool,
-    requests: Mutex<Vec<Request>>,
-    bytes_to_client: std::sync::atomic::AtomicU64,
-    connections: std::sync::atomic::AtomicUsize,
-    /// Both sockets of every live connection, for `cut`.
-    sockets: Mutex<Vec<TcpStream>>,
-}
-
-/// A TCP forwarder that understands ZooKeeper's framing on the client-to-server side:
-/// it records every request's opcode, counts the bytes sent to the client, can cut the
-/// connection right after a chosen request is forwarded (its reply never reaches the
-/// client, though the server applies it), and can be cut and restored as a whole.
+/// A proxy that records every request's opcode, counts the bytes sent to clients, can
+/// cut the connection right after a chosen request is forwarded (its reply never
+/// reaches the client, though the server applies it), and can be cut and restored as a
+/// whole. The vocabulary of these tests over [`zk_harness::FaultProxy`].
 pub struct FaultProxy {
     /// Where clients connect (`127.0.0.1:<port>`).
     pub addr: String,
-    state: Arc<FaultState>,
-}
-
-fn read_frame(from: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut len = [0u8; 4];
-    from.read_exact(&mut len).ok()?;
-    let len = i32::from_be_bytes(len);
-    let mut frame = vec![0u8; usize::try_from(len).ok()? + 4];
-    frame[..4].copy_from_slice(&len.to_be_bytes());
-    from.read_exact(&mut frame[4..]).ok()?;
-    Some(frame)
+    inner: zk_harness::FaultProxy,
+    start: zk_harness::fault_proxy::RequestMark,
+    /// Faults fired before the last `cut_after`.
+    fired_before: std::sync::atomic::AtomicUsize,
 }
 
 impl FaultProxy {
     /// Forwards to `target` (`host:port`).
     pub fn start(target: &str) -> FaultProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let state = Arc::new(FaultState::default());
-        state.up.store(true, Ordering::SeqCst);
-        let (target, accept_state) = (target.to_string(), Arc::clone(&state));
-        thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if !accept_state.up.load(Ordering::SeqCst) {
-                    continue; // dropped: closed at once
-                }
-                let Ok(server) = TcpStream::connect(&target) else {
-                    continue;
-                };
-                let connection = accept_state.connections.fetch_add(1, Ordering::SeqCst);
-                accept_state
-                    .sockets
-                    .lock()
-                    .unwrap()
-                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
-                // Set before a cut request is forwarded: its reply is then dropped.
-                let deaf = Arc::new(AtomicBool::new(false));
-                Self::pump_requests(
-                    Arc::clone(&accept_state),
-                    connection,
-                    client.try_clone().unwrap(),
-                    server.try_clone().unwrap(),
-                    Arc::clone(&deaf),
-                );
-                let state = Arc::clone(&accept_state);
-                let (mut from, mut to) = (server, client);
-                thread::spawn(move || {
-                    let mut buffer = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match from.read(&mut buffer) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        if deaf.load(Ordering::SeqCst) || to.write_all(&buffer[..n]).is_err() {
-                            break;
-                        }
-                        state.bytes_to_client.fetch_add(n as u64, Ordering::SeqCst);
-                    }
-                    let _ = to.shutdown(Shutdown::Both);
-                    let _ = from.shutdown(Shutdown::Both);
-                });
-            }
-        });
-        FaultProxy { addr, state }
-    }
-
-    fn pump_requests(
-        state: Arc<FaultState>,
-        connection: usize,
-        mut from: TcpStream,
-        mut to: TcpStream,
-        deaf: Arc<AtomicBool>,
-    ) {
-        thread::spawn(move || {
-            // The first frame is the connect request (no request header).
-            let mut first = true;
-            while let Some(frame) = read_frame(&mut from) {
-                let opcode = if first || frame.len() < 12 {
-                    None
-                } else {
-                    Some(i32::from_be_bytes(frame[8..12].try_into().unwrap()))
-                };
-                first = false;
-                let cut = opcode.is_some_and(|op| {
-                    let mut armed = state.cut_after.lock().unwrap();
-                    let hit = *armed == Some(op);
-                    if hit {
-                        *armed = None;
-                    }
-                    hit
-                });
-                if let Some(op) = opcode {
-                    state.requests.lock().unwrap().push(Request {
-                        connection,
-                        opcode: op,
-                    });
-                }
-                if cut {
-                    deaf.store(true, Ordering::SeqCst);
-                }
-                if to.write_all(&frame).is_err() {
-                    break;
-                }
-                if cut {
-                    // Forwarded: the server applies it; its reply is dropped.
-                    let _ = to.flush();
-                    state.cut_done.store(true, Ordering::SeqCst);
-                    break;
-                }
-            }
-            let _ = to.shutdown(Shutdown::Both);
-            let _ = from.shutdown(Shutdown::Both);
-        });
-    }
-
-    /// Cuts the connection right after the next request with `opcode` is forwarded to
-    /// the server (the server applies it; the client never gets its reply and sees a
-    /// connection loss). The client may reconnect at once.
-    pub fn cut_after(&self, opcode: i32) {
-        self.state.cut_done.store(false, Ordering::SeqCst);
-        *self.state.cut_after.lock().unwrap() = Some(opcode);
-    }
-
-    /// Whether the cut armed by [`cut_after`](Self::cut_after) has happened.
-    pub fn has_cut(&self) -> bool {
-        self.state.cut_done.load(Ordering::SeqCst)
-    }
-
-    /// Closes every connection and refuses new ones until [`restore`](Self::restore).
-    pub fn cut(&self) {
-        self.state.up.store(false, Ordering::SeqCst);
-        for socket in self.state.sockets.lock().unwrap().drain(..) {
-            let _ = socket.shutdown(Shutdown::Both);
+        let inner = zk_harness::FaultProxy::start(target).expect("starting a proxy");
+        FaultProxy {
+            addr: inner.connect_string(),
+            start: inner.mark(),
+            inner,
+            fired_before: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Cuts the connection right after the next request with `opcode` is forwarded: the
+    /// server applies it, its reply is lost, the client reconnects.
+    pub fn cut_after(&self, opcode: i32) {
+        self.fired_before
+            .store(self.inner.fired().len(), Ordering::SeqCst);
+        self.inner
+            .cut_after_matching(1, move |r| r.op == zk_harness::OpCode(opcode));
+    }
+
+    /// Whether the cut armed by the last `cut_after` happened.
+    pub fn has_cut(&self) -> bool {
+        self.inner.fired().len() > self.fired_before.load(Ordering::SeqCst)
+    }
+
+    /// Closes every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.inner.block();
+        self.inner.cut_all();
     }
 
     /// Accepts connections again.
     pub fn restore(&self) {
-        self.state.up.store(true, Ordering::SeqCst);
+        self.inner.unblock();
     }
 
-    /// Every request forwarded so far (pings included), in order.
+    /// Every request sent through the proxy so far, in order.
     pub fn requests(&self) -> Vec<Request> {
-        self.state.requests.lock().unwrap().clone()
-    }
-
-    /// Requests forwarded so far, pings excluded.
-    pub fn request_count(&self) -> usize {
-        self.requests()
+        self.inner
+            .requests_since(self.start)
             .iter()
-            .filter(|r| r.opcode != opcode::PING)
-            .count()
+            .map(|r| Request {
+                connection: r.connection as usize,
+                opcode: r.op.0,
+            })
+            .collect()
     }
 
-    /// Bytes the server sent to clients so far.
+    /// The number of requests so far.
+    pub fn request_count(&self) -> usize {
+        self.requests().len()
+    }
+
+    /// Bytes sent to clients so far.
     pub fn bytes_to_client(&self) -> u64 {
-        self.state.bytes_to_client.load(Ordering::SeqCst)
+        self.inner.bytes_to_clients()
     }
 }
 

@@ -1,18 +1,12 @@
 //! Helpers shared by the integration tests: connecting to the harness's servers, unique
-//! znode paths, a std-only `block_on`, SHA-1/base64 for digest ACL ids, waiting on session
+//! znode paths, `block_on` (from the harness), SHA-1/base64 for digest ACL ids, waiting on session
 //! events, and a small TCP proxy that can cut a client off from its server.
 //!
 //! Each test file is its own crate and uses a subset of these.
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::{self};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use zookeeper::crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -65,63 +59,9 @@ pub fn create_mode(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) ->
 
 // ---------------------------------------------------------------- block_on
 
-struct ThreadWaker {
-    thread: Thread,
-    woken: AtomicBool,
-}
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.thread.unpark();
-    }
-}
-
-/// Drives `future` to completion on this thread with a thread-parking waker; panics if it
-/// takes longer than [`WAIT`].
-pub fn block_on<F: Future>(future: F) -> F::Output {
-    block_on_timeout(future, WAIT).expect("future did not complete in time")
-}
-
-/// Like [`block_on`], `None` if `timeout` passes first.
-pub fn block_on_timeout<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
-    let deadline = Instant::now() + timeout;
-    let mut future = pin!(future);
-    let state = Arc::new(ThreadWaker {
-        thread: thread::current(),
-        woken: AtomicBool::new(false),
-    });
-    let waker = Waker::from(Arc::clone(&state));
-    let mut cx = Context::from_waker(&waker);
-    loop {
-        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
-            return Some(value);
-        }
-        // Park until woken (spurious unparks just poll again).
-        while !state.woken.swap(false, Ordering::Acquire) {
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            thread::park_timeout(deadline - now);
-        }
-    }
-}
-
-/// Polls `future` once with a no-op waker.
-pub fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-    struct Noop;
-    impl Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    let waker = Waker::from(Arc::new(Noop));
-    let mut cx = Context::from_waker(&waker);
-    std::pin::Pin::new(future).poll(&mut cx)
-}
+// Each test binary uses a part of these.
+#[allow(unused_imports)]
+pub use zk_harness::executor::{block_on, block_on_timeout, poll_once};
 
 // ---------------------------------------------------------------- session events
 
@@ -271,102 +211,39 @@ pub fn digest_id(user: &str, password: &str) -> String {
 
 // ---------------------------------------------------------------- proxy
 
-/// A TCP forwarder in front of a server. [`block`](Proxy::block) cuts every connection
-/// and refuses new ones (accepts and closes them at once) until
-/// [`unblock`](Proxy::unblock): a client behind it is cut off from the server while the
-/// server (and other clients) keep running.
+/// A proxy in front of a server. [`block`](Proxy::block) cuts every connection and
+/// refuses new ones (accepts and closes them at once) until [`unblock`](Proxy::unblock):
+/// a client behind it is cut off from the server while the server (and other clients)
+/// keep running. The vocabulary of these tests over [`zk_harness::FaultProxy`].
 pub struct Proxy {
-    address: SocketAddr,
-    blocked: Arc<AtomicBool>,
-    stopped: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<TcpStream>>>,
+    inner: zk_harness::FaultProxy,
 }
 
 impl Proxy {
-    /// Starts forwarding a new port on 127.0.0.1 to `target` (`host:port`).
     pub fn start(target: &str) -> Proxy {
         Proxy::start_on("127.0.0.1", target)
     }
 
-    /// Starts forwarding a new port on the loopback address `ip` (any of 127.0.0.0/8)
-    /// to `target`.
     pub fn start_on(ip: &str, target: &str) -> Proxy {
-        let listener = TcpListener::bind((ip, 0)).expect("binding the proxy");
-        let address = listener.local_addr().expect("proxy address");
-        let proxy = Proxy {
-            address,
-            blocked: Arc::new(AtomicBool::new(false)),
-            stopped: Arc::new(AtomicBool::new(false)),
-            connections: Arc::new(Mutex::new(Vec::new())),
-        };
-        let target = target.to_string();
-        let blocked = Arc::clone(&proxy.blocked);
-        let stopped = Arc::clone(&proxy.stopped);
-        let connections = Arc::clone(&proxy.connections);
-        thread::spawn(move || {
-            for client in listener.incoming() {
-                if stopped.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(client) = client else { continue };
-                if blocked.load(Ordering::SeqCst) {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(&target) else {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                };
-                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (
-                    client.try_clone(),
-                    server.try_clone(),
-                    client.try_clone(),
-                    server.try_clone(),
-                ) else {
-                    continue;
-                };
-                {
-                    let mut list = connections.lock().unwrap();
-                    list.push(c3);
-                    list.push(s3);
-                }
-                thread::spawn(move || pump(client, server));
-                thread::spawn(move || pump(s2, c2));
-            }
-        });
-        proxy
+        let ip = ip.parse().expect("an IP address");
+        Proxy {
+            inner: zk_harness::FaultProxy::start_on(ip, target).expect("starting a proxy"),
+        }
     }
 
     /// `IP:PORT` of the proxy, for a client's connect string.
     pub fn connect_string(&self) -> String {
-        self.address.to_string()
+        self.inner.connect_string()
     }
 
     /// Cuts every open connection and refuses new ones.
     pub fn block(&self) {
-        self.blocked.store(true, Ordering::SeqCst);
-        for stream in self.connections.lock().unwrap().drain(..) {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
+        self.inner.block();
+        self.inner.cut_all();
     }
 
     /// Forwards new connections again.
     pub fn unblock(&self) {
-        self.blocked.store(false, Ordering::SeqCst);
-    }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream) {
-    let _ = io::copy(&mut from, &mut to);
-    let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        self.block();
-        // Wake the accept loop so it sees `stopped` and exits.
-        let _ = TcpStream::connect(self.address);
+        self.inner.unblock();
     }
 }
