@@ -366,19 +366,15 @@ fn lost_replies_never_double_or_lose_an_acknowledged_increment() {
 /// versions wrap from `i32::MAX` to `i32::MIN`.
 #[test]
 fn conditional_writes_at_the_ends_of_the_version() {
-    use zk_harness::peers::{craft_state, CraftedNode};
-    let server = zk_harness::Server::start_with(&zk_harness::ServerOptions::for_tests()).unwrap();
     let five = 5i32.to_be_bytes();
-    craft_state(
-        &server,
-        &[
-            CraftedNode::new("/ends/raced", &five, -1),
-            CraftedNode::new("/ends/free", &five, -1),
-            CraftedNode::new("/ends/long", &5i64.to_be_bytes(), -1),
-            CraftedNode::new("/ends/max", &five, i32::MAX),
-        ],
-    )
-    .unwrap();
+    let crafted = zk_harness::Crafted::new()
+        .node("/ends/raced", &five, -1)
+        .node("/ends/free", &five, -1)
+        .node("/ends/long", &5i64.to_be_bytes(), -1)
+        .node("/ends/max", &five, i32::MAX);
+    let server =
+        zk_harness::Server::start_crafted_with(&crafted, &zk_harness::ServerOptions::for_tests())
+            .unwrap();
     let zk = connect_to(&server.connect_string());
     let other = connect_to(&server.connect_string());
 

@@ -46,11 +46,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! # Crafted server states
-//! [`craft_state`] restarts a server from a snapshot holding nodes in states the API
-//! cannot reach in a test's time (a data version at -1 or `i32::MAX`, a child counter
-//! near its end), written with the server's own classes.
-//!
 //! # Processes
 //! Children are spawned with `PR_SET_PDEATHSIG = SIGKILL` from the harness's spawner
 //! thread (as the servers are), so they die with the test process; [`Peer`]'s `Drop`
@@ -82,8 +77,6 @@ use crate::util;
 
 const CURATOR_SOURCE: &str = include_str!("../peers/CuratorPeer.java");
 const CURATOR_CLASS: &str = "CuratorPeer";
-const CRAFT_SOURCE: &str = include_str!("../peers/CraftState.java");
-const CRAFT_CLASS: &str = "CraftState";
 const KAZOO_SOURCE: &str = include_str!("../peers/kazoo_peer.py");
 const KAZOO_SCRIPT: &str = "kazoo_peer.py";
 const JAVA_DIR: &str = "/usr/share/java";
@@ -150,13 +143,8 @@ pub enum PeerError {
         /// What was wrong.
         detail: String,
     },
-    /// Stopping or restarting a server failed ([`craft_state`]).
+    /// A harness step failed.
     Harness(crate::HarnessError),
-    /// Writing a crafted snapshot failed.
-    Craft {
-        /// The tool's output.
-        output: String,
-    },
 }
 
 impl PeerError {
@@ -202,7 +190,6 @@ impl fmt::Display for PeerError {
             } => write!(f, "peer {peer}: {command} failed: {message}"),
             PeerError::Protocol { peer, detail } => write!(f, "peer {peer}: {detail}"),
             PeerError::Harness(error) => error.fmt(f),
-            PeerError::Craft { output } => write!(f, "writing the crafted snapshot failed:\n{output}"),
         }
     }
 }
@@ -1002,7 +989,6 @@ impl Drop for Peer {
 fn sources_hash() -> u64 {
     let mut h = DefaultHasher::new();
     CURATOR_SOURCE.hash(&mut h);
-    CRAFT_SOURCE.hash(&mut h);
     KAZOO_SOURCE.hash(&mut h);
     h.finish()
 }
@@ -1098,9 +1084,6 @@ fn build_into(dir: &Path) -> PeerResult<()> {
     if javac.is_ok() {
         if let Ok(classpath) = curator_classpath() {
             compile(CURATOR_CLASS, CURATOR_SOURCE, &classpath)?;
-        }
-        if let Ok(classpath) = util::server_classpath() {
-            compile(CRAFT_CLASS, CRAFT_SOURCE, &classpath)?;
         }
     }
     write(".complete", "")
@@ -1251,101 +1234,6 @@ fn kazoo_command() -> PeerResult<Command> {
     // -u: unbuffered, so every answer line reaches the pipe at once.
     cmd.arg("-u").arg(dir.join(KAZOO_SCRIPT));
     Ok(cmd)
-}
-
-// ---------------------------------------------------------------------------------------
-// Crafted server states.
-// ---------------------------------------------------------------------------------------
-
-/// A node for [`craft_state`]: what the API cannot make without billions of writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CraftedNode {
-    /// Its path; missing parents are created empty.
-    pub path: String,
-    /// Its data.
-    pub data: Vec<u8>,
-    /// Its data version (e.g. -1, where `setData(version -1)` means "any version":
-    /// ZOOKEEPER-4743; or `i32::MAX`, where the next write wraps to `i32::MIN`).
-    pub version: i32,
-    /// Its child counter (`cversion`), which names the next sequential child; `None`
-    /// leaves it at 0. Must be positive.
-    pub cversion: Option<i32>,
-}
-
-impl CraftedNode {
-    /// A node at `path` holding `data` at data version `version`.
-    pub fn new(path: &str, data: &[u8], version: i32) -> CraftedNode {
-        CraftedNode {
-            path: path.to_string(),
-            data: data.to_vec(),
-            version,
-            cversion: None,
-        }
-    }
-
-    /// Sets its child counter.
-    pub fn cversion(mut self, cversion: i32) -> CraftedNode {
-        self.cversion = Some(cversion);
-        self
-    }
-}
-
-/// Replaces `server`'s whole state with `nodes`: stops the server, writes a snapshot
-/// holding just these nodes (and their parents) with the server's own classes
-/// (`DataTree`, `FileTxnSnapLog` from Debian's `zookeeper.jar`), and restarts it on the
-/// same port. Sessions of the old state are gone. For a standalone [`Server`](crate::Server).
-pub fn craft_state(server: &crate::Server, nodes: &[CraftedNode]) -> PeerResult<()> {
-    let mut spec = String::new();
-    for node in nodes {
-        if node.path.contains(['\t', '\n']) || !node.path.starts_with('/') {
-            return Err(PeerError::Craft {
-                output: format!("bad path {:?}", node.path),
-            });
-        }
-        let hex: String = node.data.iter().map(|b| format!("{b:02x}")).collect();
-        let cversion = node.cversion.map_or("-".to_string(), |c| c.to_string());
-        spec.push_str(&format!(
-            "{}\t{hex}\t{}\t{cversion}\n",
-            node.path, node.version
-        ));
-    }
-    let dir = compiled(CRAFT_CLASS)?;
-    let classpath = util::server_classpath().map_err(PeerError::Harness)?;
-    let java = java()?;
-
-    server.stop();
-    let snapshots = server.data_dir().join("version-2");
-    let _ = fs::remove_dir_all(&snapshots);
-    let mut cmd = Command::new(java);
-    cmd.args([
-        "-Xmx128m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        "-cp",
-    ])
-    .arg(format!("{}:{classpath}", dir.display()))
-    .arg(CRAFT_CLASS)
-    .arg(server.data_dir())
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child =
-        spawner::spawn(cmd).map_err(|e| PeerError::io("running the snapshot writer", e))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(spec.as_bytes())
-            .map_err(|e| PeerError::io("writing the node spec", e))?;
-    }
-    let output = child
-        .wait_with_output()
-        .map_err(|e| PeerError::io("waiting for the snapshot writer", e))?;
-    if !output.status.success() {
-        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&output.stderr));
-        return Err(PeerError::Craft { output: text });
-    }
-    server.restart().map_err(PeerError::Harness)?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -233,16 +233,12 @@ fn a_dropped_peer_is_gone() {
 
 #[test]
 fn crafted_state_is_served() {
-    use zk_harness::peers::{craft_state, CraftedNode};
-    let server = zk_harness::Server::start_with(&zk_harness::ServerOptions::for_tests()).unwrap();
-    craft_state(
-        &server,
-        &[
-            CraftedNode::new("/crafted/count", &42i32.to_be_bytes(), -1),
-            CraftedNode::new("/crafted/dir", b"", 0).cversion(1000),
-        ],
-    )
-    .expect("crafted snapshot");
+    let crafted = zk_harness::Crafted::new()
+        .node("/crafted/count", &42i32.to_be_bytes(), -1)
+        .dir("/crafted/dir", 1000);
+    let server =
+        zk_harness::Server::start_crafted_with(&crafted, &zk_harness::ServerOptions::for_tests())
+            .expect("crafted snapshot");
     let mut kazoo = Peer::start(
         Participant::KazooCuratorCounter,
         &server.connect_string(),
