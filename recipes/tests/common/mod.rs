@@ -5,12 +5,12 @@
 //! Each test binary compiles this module and uses only a part of it.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+use zk_harness::testing::TestChild;
 use zookeeper::ZooKeeper;
 
 /// Session timeout of the tests' sessions.
@@ -91,69 +91,34 @@ impl Proxy {
 /// A command that runs only the test `test` of this test binary, printing its output
 /// (libtest's capture off), as a child process.
 pub fn child_test(test: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command.args(["--exact", test, "--nocapture", "--test-threads=1"]);
-    command
+    TestChild::command(test).expect("the test binary's path")
 }
 
 /// A child process running one test of this binary (see [`child_session`] for its side)
 /// that reports to the parent on stdout and then hangs. Killed on drop (also when the
-/// test fails); it exits by itself once the parent goes away.
-pub struct Child(std::process::Child);
+/// test fails); it exits by itself once the parent goes away. Over
+/// [`zk_harness::testing::TestChild`].
+pub struct Child(TestChild);
 
 impl Child {
     /// Starts the test `test` as a child working on `path` of the shared test server,
     /// told so through the environment variable `env_var`.
     pub fn start(test: &str, env_var: &str, path: &str) -> Child {
-        let hosts = zk_harness::shared_test_connect_string();
-        Child(
-            child_test(test)
-                .env(env_var, format!("{hosts}\n{path}"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
-        )
+        let spec = format!("{}\n{path}", zk_harness::shared_test_connect_string());
+        Child(TestChild::spawn(test, &[(env_var, &spec)]).expect("starting the child"))
     }
 
-    /// Reads the child's stdout (on a helper thread, so a silent child cannot hang the
-    /// test) until a line contains `marker`; returns what follows it.
+    /// Reads the child's stdout until a line contains `marker` (30 s at most); returns
+    /// what follows it.
     pub fn wait_for_marker(&mut self, marker: &str) -> String {
-        let stdout = self.0.stdout.take().unwrap();
-        let (line_tx, line_rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if line_tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = line_rx
-                .recv_timeout(left)
-                .expect("the child did not report in time (or exited)");
-            // libtest prints "test child_... ... " before the child's own output.
-            if let Some((_, rest)) = line.split_once(marker) {
-                return rest.trim().to_string();
-            }
-        }
+        self.0
+            .wait_for_marker(marker, Duration::from_secs(30))
+            .expect("the child did not report in time (or exited)")
     }
 
     /// SIGKILL: no cleanup, its session just stops talking.
     pub fn kill(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        self.0.kill();
     }
 }
 
