@@ -1,16 +1,16 @@
 //! Helpers of the chaos suite (`tests/chaos.rs`): child processes re-executing the test
-//! binary, a guard that kills them all, line-based reports from the children, a
-//! system-wide monotonic clock, and serialization of the ensemble tests.
+//! binary (several at once, their report lines multiplexed onto one channel), a guard
+//! that kills them all, and serialization of the ensemble tests. Clock and unique paths
+//! come from the harness.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Environment variable naming a child's role (its presence makes the child entry run).
 pub const ROLE_ENV: &str = "ZK_CHAOS_CHILD_ROLE";
@@ -29,28 +29,12 @@ pub fn serial() -> MutexGuard<'static, ()> {
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine, so
 /// critical-section stamps of different children can be compared.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+#[allow(unused_imports)]
+pub use zk_harness::history::monotonic_nanos as now_ns;
 
 /// A znode path no other test or run uses.
 pub fn unique(name: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "/chaos-{name}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    zk_harness::testing::unique_path(&format!("chaos-{name}"))
 }
 
 /// Sends `sig` to `pid`; false if it failed.
