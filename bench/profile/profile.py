@@ -47,13 +47,13 @@ CATEGORIES = [
 
 # Inclusive cost (the function and all it calls) of the layers worth naming.
 INCLUSIVE = [
-    r"zookeeper::ops::<impl zookeeper::client::ZooKeeper>::\w+_async",
+    r"zookeeper::ops::(\w+::)*<impl zookeeper::client::ZooKeeper>::\w+_async",
     r"zookeeper::path::validate_path",
     r"CString>::new::SpecNewImpl>::spec_new_impl",
     r"zookeeper::reply::ZkFuture<T>::pending",
     r"zookeeper::reply::ZkFuture<T>::wait",
     r"zookeeper::reply::ReplySlot::wait_take",
-    r"zookeeper::context::\w+_completion",
+    r"zookeeper::context::(\w+::)*\w+_completion",
     r"zookeeper::reply::ReplySlot::fulfill",
     r"hashbrown::",
     r"^zoo_a?w?(get|exists|set|create|delete)\w*",

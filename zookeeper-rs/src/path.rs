@@ -44,22 +44,35 @@ fn check_path(path: &str, sequential: bool) -> std::result::Result<(), &'static 
     if path.ends_with('/') && !sequential {
         return Err("path must not end with /");
     }
-    if path.contains('\0') {
+    let bytes = path.as_bytes();
+    if bytes.contains(&0) {
         return Err("path contains a NUL character");
     }
-    let mut names = path[1..].split('/').peekable();
-    while let Some(name) = names.next() {
-        // The last name of a sequential create gets the sequence number appended.
-        if sequential && names.peek().is_none() {
-            break;
-        }
-        match name {
-            "" => return Err("empty node name (//)"),
-            "." | ".." => return Err("relative paths (. or ..) are not allowed"),
-            _ => {}
+    // One pass over the bytes: the names between slashes, and whether a character may
+    // be forbidden (ASCII controls here; anything non-ASCII is decoded below, rarely).
+    let mut name_start = 1;
+    let mut forbidden_ascii = false;
+    let mut non_ascii = false;
+    for i in 1..=bytes.len() {
+        let b = bytes.get(i).copied().unwrap_or(b'/');
+        if b == b'/' {
+            // The last name of a sequential create gets the sequence number appended.
+            let last = i == bytes.len();
+            if !(sequential && last) {
+                match &bytes[name_start..i] {
+                    b"" => return Err("empty node name (//)"),
+                    b"." | b".." => return Err("relative paths (. or ..) are not allowed"),
+                    _ => {}
+                }
+            }
+            name_start = i + 1;
+        } else if b < 0x20 || b == 0x7f {
+            forbidden_ascii = true;
+        } else if b >= 0x80 {
+            non_ascii = true;
         }
     }
-    if path.chars().any(is_forbidden_char) {
+    if forbidden_ascii || (non_ascii && path.chars().any(is_forbidden_char)) {
         return Err("path contains a character the server rejects");
     }
     Ok(())
@@ -84,6 +97,44 @@ pub(crate) fn c_path(path: &str, sequential: bool) -> Result<CString> {
     CString::new(path).map_err(|_| invalid(path, "path contains a NUL character"))
 }
 
+/// Longest path kept inline by [`CPath`] (NUL excluded); longer ones go to the heap.
+const INLINE_PATH: usize = 255;
+
+/// A checked path, NUL-terminated for one C call: inline (no allocation) up to
+/// [`INLINE_PATH`] bytes. Its pointer is valid while it is not moved, so take it inside
+/// the call that uses it; a pointer C keeps past the call needs [`c_path`]'s `CString`.
+pub(crate) struct CPath {
+    inline: [u8; INLINE_PATH + 1],
+    heap: Option<CString>,
+}
+
+impl CPath {
+    /// The NUL-terminated path for C.
+    pub(crate) fn as_ptr(&self) -> *const std::os::raw::c_char {
+        match &self.heap {
+            Some(path) => path.as_ptr(),
+            None => self.inline.as_ptr().cast(),
+        }
+    }
+}
+
+/// [`c_path`] for a single call, without allocating for paths up to [`INLINE_PATH`]
+/// bytes (the common case): C copies the path into the request before the call returns.
+pub(crate) fn c_path_for_call(path: &str, sequential: bool) -> Result<CPath> {
+    validate_path(path, sequential)?;
+    let bytes = path.as_bytes();
+    if bytes.len() > INLINE_PATH {
+        return c_path(path, sequential).map(|heap| CPath {
+            inline: [0; INLINE_PATH + 1],
+            heap: Some(heap),
+        });
+    }
+    let mut inline = [0; INLINE_PATH + 1];
+    // validate_path rejected NUL, so the terminator is the first NUL.
+    inline[..bytes.len()].copy_from_slice(bytes);
+    Ok(CPath { inline, heap: None })
+}
+
 /// Checks node data against [`MAX_DATA_LEN`].
 pub(crate) fn check_data(data: &[u8]) -> Result<()> {
     if data.len() > MAX_DATA_LEN {
@@ -103,6 +154,79 @@ pub(crate) fn c_string(value: &str, what: &'static str) -> Result<CString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The straightforward form of the rules (one pass per rule), kept to check the
+    /// single-pass `check_path` against.
+    fn reference(path: &str, sequential: bool) -> std::result::Result<(), &'static str> {
+        if path.is_empty() {
+            return Err("path is empty");
+        }
+        if !path.starts_with('/') {
+            return Err("path must start with /");
+        }
+        if path.len() == 1 {
+            return Ok(());
+        }
+        if path.ends_with('/') && !sequential {
+            return Err("path must not end with /");
+        }
+        if path.contains('\0') {
+            return Err("path contains a NUL character");
+        }
+        let mut names = path[1..].split('/').peekable();
+        while let Some(name) = names.next() {
+            if sequential && names.peek().is_none() {
+                break;
+            }
+            match name {
+                "" => return Err("empty node name (//)"),
+                "." | ".." => return Err("relative paths (. or ..) are not allowed"),
+                _ => {}
+            }
+        }
+        if path.chars().any(is_forbidden_char) {
+            return Err("path contains a character the server rejects");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_single_pass_check_agrees_with_the_rules() {
+        let alphabet = [
+            '/',
+            '/',
+            '.',
+            'a',
+            'b',
+            '\u{1}',
+            '\u{7f}',
+            '\u{e9}',
+            '\u{e000}',
+            '\u{10400}',
+            '\0',
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..200_000 {
+            let len = (next() % 9) as usize;
+            let mut path = String::from(if next() % 8 == 0 { "" } else { "/" });
+            for _ in 0..len {
+                path.push(alphabet[(next() % alphabet.len() as u64) as usize]);
+            }
+            for sequential in [false, true] {
+                assert_eq!(
+                    check_path(&path, sequential),
+                    reference(&path, sequential),
+                    "{path:?} sequential={sequential}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn accepts_what_the_server_accepts() {

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::types::{Acl, Stat};
+use crate::watch::Watch;
 use parking_lot::{Condvar, Mutex};
 use std::future::Future;
 use std::pin::Pin;
@@ -137,11 +138,15 @@ impl Drop for Fulfiller {
 const COMPLETION_THREAD_WAIT: Error =
     Error::InvalidArgument("blocking wait on the C completion thread would deadlock");
 
-type Convert<T> = Box<dyn FnOnce(Reply) -> Result<T> + Send>;
+/// Turns a reply (and the watch the request armed) into the call's result. Most are
+/// closures without captures: boxing them allocates nothing.
+type Convert<T> = Box<dyn FnOnce(Reply, Option<Watch>) -> Result<T> + Send>;
 
 enum FutureState<T> {
     Failed(Option<Error>),
-    Pending(Arc<ReplySlot>, Option<Convert<T>>),
+    /// The slot, the armed watch (kept out of the converter so that it stays free of
+    /// captures), the converter.
+    Pending(Arc<ReplySlot>, Option<Watch>, Option<Convert<T>>),
 }
 
 /// The result of an asynchronous call: a `Future` for any executor (it needs no
@@ -165,18 +170,19 @@ impl<T> ZkFuture<T> {
 
     pub(crate) fn pending(
         slot: Arc<ReplySlot>,
-        convert: impl FnOnce(Reply) -> Result<T> + Send + 'static,
+        watch: Option<Watch>,
+        convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
         ZkFuture {
-            state: FutureState::Pending(slot, Some(Box::new(convert))),
+            state: FutureState::Pending(slot, watch, Some(Box::new(convert))),
         }
     }
 
     fn finish(&mut self, result: Result<Reply>) -> Result<T> {
         match &mut self.state {
             FutureState::Failed(error) => Err(error.take().unwrap_or(Error::Closed)),
-            FutureState::Pending(_, convert) => match (result, convert.take()) {
-                (Ok(reply), Some(convert)) => convert(reply),
+            FutureState::Pending(_, watch, convert) => match (result, convert.take()) {
+                (Ok(reply), Some(convert)) => convert(reply, watch.take()),
                 (Err(error), _) => Err(error),
                 (Ok(_), None) => Err(Error::Closed),
             },
@@ -190,7 +196,7 @@ impl<T> ZkFuture<T> {
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, _) => slot.wait_take(None).unwrap_or(Err(Error::Timeout)),
+            FutureState::Pending(slot, ..) => slot.wait_take(None).unwrap_or(Err(Error::Timeout)),
         };
         self.finish(result)
     }
@@ -203,7 +209,7 @@ impl<T> ZkFuture<T> {
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, _) => slot
+            FutureState::Pending(slot, ..) => slot
                 .wait_take(Some(deadline_after(timeout)))
                 .unwrap_or(Err(Error::Timeout)),
         };
@@ -220,7 +226,7 @@ impl<T> Future for ZkFuture<T> {
         let this = self.get_mut();
         let result = match &this.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, _) => match slot.poll_take(cx) {
+            FutureState::Pending(slot, ..) => match slot.poll_take(cx) {
                 Poll::Ready(result) => result,
                 Poll::Pending => return Poll::Pending,
             },

@@ -78,7 +78,7 @@ impl ZooKeeper {
             Ok(prepared.watch)
         });
         match outcome {
-            Ok(Ok(watch)) => ZkFuture::pending(slot, move |reply| convert(reply, watch)),
+            Ok(Ok(watch)) => ZkFuture::pending(slot, watch, convert),
             Ok(Err(error)) | Err(error) => ZkFuture::failed(error),
         }
     }

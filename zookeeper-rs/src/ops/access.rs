@@ -5,7 +5,7 @@ use crate::acl::CAcl;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::{Error, Result};
-use crate::path::{c_path, c_string};
+use crate::path::{c_path_for_call, c_string};
 use crate::reply::{Payload, ZkFuture};
 use crate::timeout::Version;
 use crate::types::{Acl, Stat};
@@ -19,7 +19,7 @@ impl ZooKeeper {
 
     /// Async [`get_acl`](Self::get_acl).
     pub fn get_acl_async(&self, path: &str) -> ZkFuture<(Vec<Acl>, Stat)> {
-        let path = checked!(c_path(path, false));
+        let path = checked!(c_path_for_call(path, false));
         self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.
@@ -50,7 +50,8 @@ impl ZooKeeper {
         if acl.is_empty() {
             return ZkFuture::failed(Error::InvalidAcl);
         }
-        let (path, mut acl) = checked!(c_path(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))));
+        let (path, mut acl) =
+            checked!(c_path_for_call(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))));
         self.request().send(
             |zh, _, request| {
                 let mut vector = acl.as_vector();

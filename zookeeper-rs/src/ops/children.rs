@@ -4,7 +4,7 @@ use super::*;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::Result;
-use crate::path::c_path;
+use crate::path::c_path_for_call;
 use crate::reply::{Payload, ZkFuture};
 use crate::types::Stat;
 use crate::watch::Watch;
@@ -65,7 +65,7 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Vec<String>, Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = checked!(c_path(path_str, false));
+        let path = checked!(c_path_for_call(path_str, false));
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Children, path_str)))
             .send(

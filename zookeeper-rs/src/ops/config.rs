@@ -4,7 +4,7 @@ use super::*;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::{Error, Result};
-use crate::path::{c_path, c_string};
+use crate::path::{c_path_for_call, c_string};
 use crate::reply::{Payload, ZkFuture};
 use crate::types::Stat;
 use crate::watch::Watch;
@@ -23,7 +23,7 @@ impl ZooKeeper {
 
     /// Async [`sync`](Self::sync).
     pub fn sync_async(&self, path: &str) -> ZkFuture<String> {
-        let path = checked!(c_path(path, false));
+        let path = checked!(c_path_for_call(path, false));
         self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.

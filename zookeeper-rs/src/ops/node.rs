@@ -5,7 +5,7 @@ use crate::acl::CAcl;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::{Error, Result};
-use crate::path::{c_path, check_data};
+use crate::path::{c_path, c_path_for_call, check_data};
 use crate::reply::{Payload, ZkFuture};
 use crate::timeout::Version;
 use crate::types::{Acl, CreateMode, Stat};
@@ -151,7 +151,7 @@ impl ZooKeeper {
     /// Async [`delete`](Self::delete).
     pub fn delete_async(&self, path: &str, version: impl Into<Version>) -> ZkFuture<()> {
         let version = version.into();
-        let path = checked!(c_path(path, false));
+        let path = checked!(c_path_for_call(path, false));
         self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; the path is valid for the call; ours is the completion.
@@ -196,7 +196,7 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = checked!(c_path(path_str, false));
+        let path = checked!(c_path_for_call(path_str, false));
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Exists, path_str)))
             .send(
@@ -255,7 +255,7 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Vec<u8>, Stat, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = checked!(c_path(path_str, false));
+        let path = checked!(c_path_for_call(path_str, false));
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Data, path_str)))
             .send(
@@ -293,7 +293,7 @@ impl ZooKeeper {
         version: impl Into<Version>,
     ) -> ZkFuture<Stat> {
         let version = version.into();
-        let path = checked!(c_path(path, false).and_then(|c| {
+        let path = checked!(c_path_for_call(path, false).and_then(|c| {
             check_data(data)?;
             check_request_len(request_len(path, data, &[]))?;
             Ok(c)
