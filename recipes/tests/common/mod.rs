@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zk_harness::testing::TestChild;
 use zookeeper::ZooKeeper;
 
@@ -31,19 +31,15 @@ pub fn connect() -> ZooKeeper {
 pub fn unique_path(name: &str) -> String {
     let binary = env!("CARGO_CRATE_NAME");
     format!(
-        "/recipes-tests/{binary}/{name}-{}",
-        zookeeper_recipes::util::guid()
+        "/recipes-tests/{binary}{}",
+        zk_harness::testing::unique_path(name)
     )
 }
 
 /// Polls `condition` until it holds; fails the test after 10 s. For states nothing
 /// signals, such as "another thread is now blocked" (read from a recipe's own gauge).
-pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        thread::sleep(Duration::from_millis(2));
-    }
+pub fn wait_until(what: &str, condition: impl FnMut() -> bool) {
+    zk_harness::testing::wait_until(what, Duration::from_secs(10), condition);
 }
 
 /// No watch or request context left behind by `zk` once the recipe values are gone. (A

@@ -5,9 +5,7 @@
 //! Each test file is its own crate and uses a subset of these.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::{self};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use zookeeper::crossbeam_channel::{Receiver, RecvTimeoutError};
 use zookeeper::{CreateMode, SessionState, WatchedEvent, ZooKeeper};
@@ -34,15 +32,7 @@ pub fn connect_to(hosts: &str) -> ZooKeeper {
 
 /// A znode path no other test (or earlier run against an external server) uses.
 pub fn unique(name: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "/zkrs-{name}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    zk_harness::testing::unique_path(&format!("zkrs-{name}"))
 }
 
 /// Creates a persistent node with open ACL; panics on failure.
@@ -115,12 +105,8 @@ pub fn wait_for_stream_end(
 
 /// Polls `condition` every few ms until it holds; panics after `timeout`. Only for
 /// conditions no event reports (e.g. a context count).
-pub fn poll_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(5));
-    }
+pub fn poll_until(what: &str, timeout: Duration, condition: impl FnMut() -> bool) {
+    zk_harness::testing::wait_until(what, timeout, condition);
 }
 
 // ---------------------------------------------------------------- digest ids

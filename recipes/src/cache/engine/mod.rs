@@ -35,6 +35,10 @@ struct Node {
     depth: usize,
     /// Its data as last read (`None`: not read yet, absent, or not cached).
     data: Option<Arc<NodeData>>,
+    /// The state last reported in an event, when `data` was refreshed since without one
+    /// (only child fields of its Stat changed): the next event's `old` is this, what a
+    /// reader of the events knows.
+    reported: Option<Arc<NodeData>>,
     /// Known to exist (for the root: decides between the exists watch and the others).
     present: bool,
     /// Names of its children as last listed.
@@ -54,6 +58,7 @@ impl Node {
         Node {
             depth,
             data: None,
+            reported: None,
             present: false,
             children: BTreeSet::new(),
             data_watch: None,

@@ -241,16 +241,21 @@ impl Worker {
         match node.data.clone() {
             None => {
                 node.data = Some(Arc::clone(&fresh));
+                node.reported = None;
                 self.changed(path, None, Some(fresh));
             }
             Some(old) if old.stat.czxid == stat.czxid && old.stat.mzxid == stat.mzxid => {
-                // The same data; only child fields of the Stat may differ. No event.
+                // The same data; only child fields of the Stat may differ. No event (the
+                // view shows the fresh Stat; the next event's `old` stays what was
+                // reported).
+                node.reported.get_or_insert(old);
                 node.data = Some(Arc::clone(&fresh));
                 self.shared.view.write().insert(path.to_string(), fresh);
             }
             Some(old) if newer(&stat, &old.stat) => {
+                let reported = node.reported.take().unwrap_or(old);
                 node.data = Some(Arc::clone(&fresh));
-                self.changed(path, Some(old), Some(fresh));
+                self.changed(path, Some(reported), Some(fresh));
             }
             // Older than what the cache holds (a server behind the one read before).
             Some(_) => {}
@@ -304,7 +309,8 @@ impl Worker {
         root.dirty_data = false;
         root.dirty_children = false;
         let watches = [root.data_watch.take(), root.child_watch.take()];
-        let old = root.data.take();
+        let old = root.reported.take().or(root.data.take());
+        root.data = None;
         for watch in watches.into_iter().flatten() {
             self.unwatch(watch);
         }
@@ -353,7 +359,7 @@ impl Worker {
             self.unwatch(watch);
         }
         if node.data.is_some() {
-            self.changed(path, node.data, None);
+            self.changed(path, node.reported.or(node.data), None);
         }
     }
 
