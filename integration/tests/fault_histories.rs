@@ -58,9 +58,12 @@ use zookeeper::{ClientId, CreateMode, SessionState, ZooKeeper};
 use zookeeper_recipes::config_watch::ConfigWatch;
 use zookeeper_recipes::election::LeaderElection;
 use zookeeper_recipes::id_generator::IdGenerator;
+use zookeeper_recipes::leader_latch::LeaderLatch;
+use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 use zookeeper_recipes::lock::Lock;
 use zookeeper_recipes::queue::Queue;
 use zookeeper_recipes::semaphore::Semaphore;
+use zookeeper_recipes::shared_value::AtomicLong;
 use zookeeper_recipes::work_queue::WorkQueue;
 use zookeeper_recipes::NodeOptions;
 
@@ -116,6 +119,15 @@ impl Paths {
     }
     fn config(&self) -> String {
         format!("{}/config", self.base)
+    }
+    fn latch(&self) -> String {
+        format!("{}/latch", self.base)
+    }
+    fn leases(&self) -> String {
+        format!("{}/leases", self.base)
+    }
+    fn counter(&self) -> String {
+        format!("{}/counter", self.base)
     }
 }
 
@@ -444,6 +456,7 @@ fn judge(history: &Path, summaries: &[String]) -> Verdict {
             .collect()
     };
     let (locks, leads, leases) = (role("lock:"), role("lead:"), role("sem:"));
+    let (latch_terms, curator_leases) = (role("latch:"), role("lsem:"));
     let queue_puts: Vec<Put> = puts
         .iter()
         .filter(|p| p.item.starts_with("q:"))
@@ -461,6 +474,12 @@ fn judge(history: &Path, summaries: &[String]) -> Verdict {
     v.counts.insert("lock_sections", locks.len());
     v.counts.insert("leader_terms", leads.len());
     v.counts.insert("semaphore_leases", leases.len());
+    v.counts.insert("latch_terms", latch_terms.len());
+    v.counts.insert("lease_semaphore_leases", curator_leases.len());
+    v.counts.insert(
+        "counter_increments",
+        ids.iter().filter(|i| i.id.starts_with(COUNTER_PREFIX)).count(),
+    );
     v.counts.insert("queue_puts", queue_puts.len());
     v.counts.insert("queue_takes", takes.len());
     v.counts.insert("work_puts", work_puts.len());
@@ -475,6 +494,8 @@ fn judge(history: &Path, summaries: &[String]) -> Verdict {
     add(check_lock(&locks));
     add(check_lock(&leads));
     add(check_semaphore(&leases, PERMITS as usize));
+    add(check_lock(&latch_terms));
+    add(check_semaphore(&curator_leases, PERMITS as usize));
     // The queue's one documented exception: a consumer whose connection dropped during
     // its delete and finds the item gone returns it (at-least-once). A duplicate is only
     // excused if one of its deliveries rode out a disturbance of its session.
@@ -641,6 +662,9 @@ fn child_worker() {
             ("submit", ctx.spawn(work_producer)),
             ("work", ctx.spawn(work_consumer)),
             ("ids", ctx.spawn(id_role)),
+            ("latch", ctx.spawn(latch_role)),
+            ("lease", ctx.spawn(lease_role)),
+            ("count", ctx.spawn(counter_role)),
         ];
         let mut disturbances = HistoryWriter::append_to(&history).expect("history");
         while !stop.load(Ordering::SeqCst) {
@@ -954,6 +978,96 @@ fn id_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
                 .expect("history");
                 n += 1;
             }
+            Err(_) => ctx.back_off(),
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    n
+}
+
+/// Leader latch: a term is a section, judged like a lock's (never two leaders at once,
+/// tokens growing); each term ends by relinquishing, so leadership keeps moving.
+fn latch_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
+    let Ok(latch) = LeaderLatch::start(&ctx.zk, &ctx.paths.latch()) else {
+        return 0;
+    };
+    let mut n = 0;
+    while ctx.live() {
+        match latch.await_leadership(TURN) {
+            Ok(guard) => {
+                let start = monotonic_nanos();
+                work_inside(ctx);
+                let end = monotonic_nanos();
+                let token = guard.token();
+                if guard.check().is_ok() && ctx.confirm(guard.node(), Some(token)).is_some() {
+                    ctx.section(w, "latch", token, start, end);
+                    n += 1;
+                }
+                let _ = guard.relinquish();
+            }
+            Err(zookeeper_recipes::RecipeError::Timeout) => {}
+            Err(_) => ctx.back_off(),
+        }
+    }
+    latch.close();
+    n
+}
+
+/// The semaphore with leases (Curator's layout): at most `PERMITS` leases at once.
+fn lease_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
+    let Ok(semaphore) = LeaseSemaphore::new(
+        &ctx.zk,
+        &ctx.paths.leases(),
+        PERMITS,
+        SemaphoreLayout::Curator,
+    ) else {
+        return 0;
+    };
+    let mut n = 0;
+    while ctx.live() {
+        match semaphore.acquire(1, TURN) {
+            Ok(mut leases) => {
+                let start = monotonic_nanos();
+                work_inside(ctx);
+                let end = monotonic_nanos();
+                if let Some(lease) = leases.pop() {
+                    if let Some(czxid) = ctx.confirm(lease.node(), None) {
+                        ctx.section(w, "lsem", czxid, start, end);
+                        n += 1;
+                    }
+                    let _ = lease.release();
+                }
+            }
+            Err(zookeeper_recipes::RecipeError::Timeout) => {}
+            Err(_) => ctx.back_off(),
+        }
+    }
+    n
+}
+
+/// Ids of the shared counter's increments in the history (each increment's new value
+/// must be unique: a lost or doubled increment repeats one).
+const COUNTER_PREFIX: &str = "count-";
+
+/// The atomic long (Curator's `DistributedAtomicLong` layout): every acknowledged
+/// increment's new value is recorded; two increments seeing the same value would mean
+/// one was lost or applied twice.
+fn counter_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
+    let Ok(counter) = AtomicLong::new(&ctx.zk, &ctx.paths.counter()) else {
+        return 0;
+    };
+    let mut n = 0;
+    while ctx.live() {
+        match counter.increment() {
+            Ok(change) if change.succeeded => {
+                w.record(&IssuedId {
+                    id: format!("{COUNTER_PREFIX}{}", change.post),
+                    owner: ctx.owner.clone(),
+                })
+                .expect("history");
+                n += 1;
+            }
+            Ok(_) => {}
             Err(_) => ctx.back_off(),
         }
         thread::sleep(Duration::from_millis(10));

@@ -14,10 +14,12 @@ use zk_harness::fault_proxy::Request;
 use zk_harness::testing::{poll_until, unique_path};
 use zk_harness::{FaultProxy, OpCode};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::barrier::DoubleBarrier;
 use zookeeper_recipes::election::LeaderElection;
 use zookeeper_recipes::id_generator::IdGenerator;
 use zookeeper_recipes::lock::Lock;
 use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::rwlock::ReadWriteLock;
 use zookeeper_recipes::semaphore::Semaphore;
 use zookeeper_recipes::work_queue::WorkQueue;
 
@@ -125,7 +127,7 @@ fn copies(admin: &ZooKeeper, path: &str, data: &[u8]) -> usize {
     };
     children
         .iter()
-        .filter(|c| c.starts_with("qn-"))
+        .filter(|c| c.starts_with("item-"))
         .filter(|c| {
             admin
                 .get(&format!("{path}/{c}"))
@@ -331,6 +333,155 @@ fn cases() -> Vec<Case> {
                 let led = election.wait_until_leader(SETTLE);
                 election.resign().ok();
                 led.map_err(|e| format!("a stale candidate blocks the line: {e}"))
+            },
+        },
+        Case {
+            name: "queue-take-timeout",
+            setup: with_item,
+            run: |zk, path| {
+                // A short deadline: a fault makes it pass while the take is in doubt.
+                let queue = Queue::new(zk, path).map_err(err_text)?;
+                queue
+                    .take(Duration::from_millis(300))
+                    .map(|d| String::from_utf8_lossy(&d).into_owned())
+                    .map_err(err_text)
+            },
+            check: |admin, path, outcome| {
+                let left = copies(admin, path, b"precious");
+                match outcome {
+                    Ok(data) if data == "precious" && left == 0 => Ok(()),
+                    Ok(data) => Err(format!("took {data:?}, {left} copies left")),
+                    Err(_) if left == 1 => Ok(()),
+                    Err(e) => Err(format!("take failed ({e}) and {left} copies left")),
+                }
+            },
+        },
+        Case {
+            name: "lock-acquire-timeout",
+            setup: no_setup,
+            run: |zk, path| {
+                let lock = Lock::new(zk, path).map_err(err_text)?;
+                let guard = lock.acquire(Duration::from_secs(2)).map_err(err_text)?;
+                guard.release().map(|()| String::new()).map_err(err_text)
+            },
+            check: |admin, path, _| {
+                settles("the lock directory is empty", || {
+                    admin.get_children(path).map_or(true, |c| c.is_empty())
+                })?;
+                let rival = Lock::new(admin, path).unwrap();
+                match rival.try_acquire().map_err(err_text)? {
+                    Some(guard) => guard.release().map_err(err_text),
+                    None => Err("a rival cannot take the free lock".into()),
+                }
+            },
+        },
+        Case {
+            name: "work-take-release",
+            setup: with_work,
+            run: |zk, path| {
+                let queue = WorkQueue::new(zk, path).map_err(err_text)?;
+                let item = queue.take(OP_TIMEOUT).map_err(err_text)?;
+                item.release().map(|()| String::new()).map_err(err_text)
+            },
+            check: |admin, path, _| {
+                // Released or not, the item is there once and claimable once the
+                // consumer's session is gone.
+                let queue = WorkQueue::new(admin, path).unwrap();
+                let item = queue
+                    .take(SETTLE)
+                    .map_err(|e| format!("released item not claimable: {e}"))?;
+                item.complete().map_err(err_text)?;
+                match queue.len().map_err(err_text)? {
+                    0 => Ok(()),
+                    n => Err(format!("{n} copies after completing the one item")),
+                }
+            },
+        },
+        Case {
+            name: "id-reserve",
+            setup: with_counter,
+            run: |zk, path| {
+                let ids = IdGenerator::new(zk, path).map_err(err_text)?;
+                let range = ids.reserve(10, OP_TIMEOUT).map_err(err_text)?;
+                if range.start <= 5 || range.end - range.start != 10 {
+                    return Err(format!("ids {range:?} after 5"));
+                }
+                Ok(range.end.to_string())
+            },
+            check: |admin, path, outcome| {
+                if let Err(e) = outcome {
+                    if e.starts_with("ids ") {
+                        return Err(e.clone());
+                    }
+                }
+                let next = IdGenerator::new(admin, path)
+                    .unwrap()
+                    .next_id()
+                    .map_err(err_text)?;
+                match outcome {
+                    Ok(end) if next < end.parse::<u64>().unwrap() => {
+                        Err(format!("id {next} inside a reserved range (end {end})"))
+                    }
+                    _ => Ok(()),
+                }
+            },
+        },
+        Case {
+            name: "rwlock-write",
+            setup: no_setup,
+            run: |zk, path| {
+                let lock = ReadWriteLock::new(zk, path).map_err(err_text)?;
+                let guard = lock.write(OP_TIMEOUT).map_err(err_text)?;
+                guard.release().map(|()| String::new()).map_err(err_text)
+            },
+            check: |admin, path, _| {
+                settles("the rwlock directory is empty", || {
+                    admin.get_children(path).map_or(true, |c| c.is_empty())
+                })?;
+                let rival = ReadWriteLock::new(admin, path).unwrap();
+                match rival.try_write().map_err(err_text)? {
+                    Some(guard) => guard.release().map_err(err_text),
+                    None => Err("a writer cannot take the free lock".into()),
+                }
+            },
+        },
+        Case {
+            name: "rwlock-read",
+            setup: no_setup,
+            run: |zk, path| {
+                let lock = ReadWriteLock::new(zk, path).map_err(err_text)?;
+                let guard = lock.read(OP_TIMEOUT).map_err(err_text)?;
+                guard.release().map(|()| String::new()).map_err(err_text)
+            },
+            check: |admin, path, _| {
+                settles("the rwlock directory is empty", || {
+                    admin.get_children(path).map_or(true, |c| c.is_empty())
+                })?;
+                let rival = ReadWriteLock::new(admin, path).unwrap();
+                match rival.try_write().map_err(err_text)? {
+                    Some(guard) => guard.release().map_err(err_text),
+                    None => Err("a stale reader blocks writers".into()),
+                }
+            },
+        },
+        Case {
+            name: "double-barrier",
+            setup: no_setup,
+            run: |zk, path| {
+                let barrier = DoubleBarrier::new(zk, path, 1).map_err(err_text)?;
+                barrier.enter(OP_TIMEOUT).map_err(err_text)?;
+                barrier
+                    .leave(OP_TIMEOUT)
+                    .map(|()| String::new())
+                    .map_err(err_text)
+            },
+            check: |admin, path, _| {
+                // A later round works: nothing stale blocks it or lets it pass early.
+                let barrier = DoubleBarrier::new(admin, path, 1).unwrap();
+                barrier
+                    .enter(SETTLE)
+                    .and_then(|()| barrier.leave(SETTLE))
+                    .map_err(|e| format!("the next round is stuck: {e}"))
             },
         },
     ]
