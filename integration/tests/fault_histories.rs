@@ -475,10 +475,13 @@ fn judge(history: &Path, summaries: &[String]) -> Verdict {
     v.counts.insert("leader_terms", leads.len());
     v.counts.insert("semaphore_leases", leases.len());
     v.counts.insert("latch_terms", latch_terms.len());
-    v.counts.insert("lease_semaphore_leases", curator_leases.len());
+    v.counts
+        .insert("lease_semaphore_leases", curator_leases.len());
     v.counts.insert(
         "counter_increments",
-        ids.iter().filter(|i| i.id.starts_with(COUNTER_PREFIX)).count(),
+        ids.iter()
+            .filter(|i| i.id.starts_with(COUNTER_PREFIX))
+            .count(),
     );
     v.counts.insert("queue_puts", queue_puts.len());
     v.counts.insert("queue_takes", takes.len());

@@ -396,6 +396,19 @@ impl TestChild {
         })
     }
 
+    /// Hands over the child's stdout lines, for a caller that reads several children on
+    /// one channel of its own; [`next_line`](Self::next_line) then sees the end.
+    pub fn take_lines(&mut self) -> Receiver<String> {
+        let (_, empty) = mpsc::channel();
+        self.eof = true;
+        std::mem::replace(&mut self.lines, empty)
+    }
+
+    /// Whether the child has been reaped.
+    pub fn has_exited(&self) -> bool {
+        self.status.is_some()
+    }
+
     /// The child's pid (valid until it is reaped).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -4,13 +4,13 @@
 //! come from the harness.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::io::{BufRead, Write};
+use std::process::ExitStatus;
 use std::sync::mpsc::Sender;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use zk_harness::testing::TestChild;
 
 /// Environment variable naming a child's role (its presence makes the child entry run).
 pub const ROLE_ENV: &str = "ZK_CHAOS_CHILD_ROLE";
@@ -55,19 +55,17 @@ pub enum Event {
     Eof { child: usize },
 }
 
-/// One child process.
+/// One child process (over [`TestChild`]: spawned with `PR_SET_PDEATHSIG`, killed and
+/// reaped on drop).
 pub struct ChildProc {
     pub name: String,
     pub role: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    killed: bool,
-    status: Option<ExitStatus>,
+    child: TestChild,
 }
 
 impl ChildProc {
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
     }
 }
 
@@ -85,9 +83,7 @@ impl Children {
 
     /// Starts the test binary again, running only `entry` (a `#[test]` that does nothing
     /// unless [`ROLE_ENV`] is set), with `role` and `spec`. Its report lines go to
-    /// `events` tagged with the returned index. The child gets PDEATHSIG = SIGKILL (it
-    /// dies with the forking thread, which is the test's own thread) and exits when its
-    /// stdin closes.
+    /// `events` tagged with the returned index; it exits when its stdin closes.
     pub fn spawn(
         &mut self,
         entry: &str,
@@ -97,42 +93,15 @@ impl Children {
         events: &Sender<Event>,
     ) -> usize {
         let index = self.list.len();
-        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
-        cmd.args([entry, "--exact", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, role)
+        let mut cmd = TestChild::command(entry).expect("the test binary");
+        cmd.env(ROLE_ENV, role)
             .env(SPEC_ENV, spec)
-            .env("RUST_BACKTRACE", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let parent = std::process::id();
-        // SAFETY: the closure runs in the forked child before exec and only makes
-        // async-signal-safe calls (prctl, getppid, _exit); it allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) == -1
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() as u32 != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().expect("spawning a child process");
-        let stdout = child.stdout.take().expect("child stdout");
-        let stdin = child.stdin.take();
+            .env("RUST_BACKTRACE", "1");
+        let mut child = TestChild::spawn_command(name, cmd).expect("spawning a child process");
+        let lines = child.take_lines();
         let events = events.clone();
         thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
+            for line in lines {
                 if let Some((_, report)) = line.split_once(MARK) {
                     let words = report.split_whitespace().map(str::to_string).collect();
                     if events
@@ -152,9 +121,6 @@ impl Children {
             name: name.to_string(),
             role: role.to_string(),
             child,
-            stdin,
-            killed: false,
-            status: None,
         });
         index
     }
@@ -169,61 +135,26 @@ impl Children {
 
     /// SIGKILLs child `index` (SIGCONT too, in case it is stopped) and reaps it.
     pub fn kill(&mut self, index: usize) {
-        let proc = &mut self.list[index];
-        if proc.status.is_some() {
-            return;
-        }
-        proc.killed = true;
-        let _ = proc.child.kill();
-        signal(proc.child.id(), libc::SIGCONT);
-        proc.status = proc.child.wait().ok();
+        self.list[index].child.kill();
     }
 
     /// Sends a line to the child's stdin.
     pub fn send_line(&mut self, index: usize, line: &str) {
-        if let Some(stdin) = self.list[index].stdin.as_mut() {
-            let _ = writeln!(stdin, "{line}");
-            let _ = stdin.flush();
-        }
+        let _ = self.list[index].child.send_line(line);
     }
 
     /// Closes the child's stdin (it exits when it notices).
     pub fn close_stdin(&mut self, index: usize) {
-        self.list[index].stdin.take();
+        self.list[index].child.close_stdin();
     }
 
-    /// Reaps a child whose stdout has closed (it has exited or is exiting); kills it if
-    /// it is still there after `timeout`.
+    /// Reaps a child whose stdout has closed (it has exited or is exiting); kills it and
+    /// fails the test if it is still there after `timeout`.
     pub fn reap(&mut self, index: usize, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let proc = &mut self.list[index];
-            if let Some(status) = proc.status {
-                return status;
-            }
-            if let Ok(Some(status)) = proc.child.try_wait() {
-                proc.status = Some(status);
-                return status;
-            }
-            if Instant::now() >= deadline {
-                self.kill(index);
-                panic!("child {} did not exit in time", self.list[index].name);
-            }
-            // Its stdout is closed already: the exit is a matter of milliseconds.
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for proc in &mut self.list {
-            if proc.status.is_none() {
-                let _ = proc.child.kill();
-                signal(proc.child.id(), libc::SIGCONT);
-                proc.status = proc.child.wait().ok();
-            }
-        }
+        let proc = &mut self.list[index];
+        proc.child
+            .wait_exit(timeout)
+            .unwrap_or_else(|e| panic!("child {} did not exit in time: {e}", proc.name))
     }
 }
 
