@@ -219,11 +219,15 @@ impl<T: Send + 'static> Drop for Unblock<T> {
             // The worker disposes of the result when the call returns.
             State::Running(_) => {}
             State::Done(result) => {
-                // Done but never received: dispose of it on a worker (it may block).
-                if let Some(abandoned) = shared.abandoned.take() {
-                    drop(shared);
-                    pool().submit(Box::new(move || dispose(result, Some(abandoned))));
-                }
+                // Done but never received: dispose of it on a worker, never here (a
+                // guard's drop may wait for the server; this may be an executor thread).
+                let abandoned = shared.abandoned.take();
+                drop(shared);
+                pool().submit(Box::new(move || {
+                    if abandoned.is_some() {
+                        dispose(result, abandoned);
+                    }
+                }));
             }
             State::Taken | State::Abandoned => shared.state = State::Taken,
         }
