@@ -3,11 +3,10 @@
 //! back, a dropped acquire releases what it acquired.
 
 use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
+use zk_harness::executor::block_on;
 use zk_harness::testing::{unique_path, wait_until};
 use zookeeper::{Timeout, ZooKeeper};
 use zookeeper_recipes::asynchronous::{unblock, Async};
@@ -25,27 +24,6 @@ fn connect() -> ZooKeeper {
     ZooKeeper::connect(&servers, Duration::from_secs(10)).expect("connect")
 }
 
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `future` on this thread, parking between wake-ups.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        thread::park();
-    }
-}
-
 /// A waker that records that it was woken.
 #[derive(Default)]
 struct Flag(std::sync::atomic::AtomicBool);
@@ -58,10 +36,7 @@ impl Wake for Flag {
 
 /// Polls `future` once: whether it was ready (its output dropped).
 fn poll_once<F: Future + Unpin>(future: &mut F) -> bool {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    std::pin::Pin::new(future)
-        .poll(&mut Context::from_waker(&waker))
-        .is_ready()
+    zk_harness::executor::poll_once(future).is_ready()
 }
 
 #[test]

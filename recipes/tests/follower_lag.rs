@@ -9,10 +9,10 @@
 //! is dropped, and its processes killed, even if a scenario fails).
 
 use std::thread;
-use std::time::{Duration, Instant};
-use zk_harness::fault_proxy::{Request, RequestMark};
+use std::time::Duration;
+use zk_harness::fault_proxy::Request;
 use zk_harness::testing::unique_path;
-use zk_harness::{FaultProxy, LaggingEnsemble, OpCode, ServerOptions};
+use zk_harness::{LaggingEnsemble, OpCode, ServerOptions};
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::election::LeaderElection;
 use zookeeper_recipes::id_generator::IdGenerator;
@@ -89,7 +89,7 @@ fn lagging_after<S: Send + 'static, T: Send + 'static>(
         Some(0),
         "{name}: the write was applied"
     );
-    let first = first_request_after_reconnect(proxy, mark, fired.request.connection);
+    let first = proxy.first_request_after(mark, fired.request.connection, Duration::from_secs(8));
     eprintln!(
         "{name}: requests since the stall: {}",
         proxy
@@ -127,35 +127,6 @@ fn lagging_after<S: Send + 'static, T: Send + 'static>(
     Outcome {
         result,
         established: first.is_some(),
-    }
-}
-
-/// The first request on a connection after `cut` (the one the fault closed) through
-/// `proxy`, session upkeep left out; `None` if the client did not reconnect in time.
-fn first_request_after_reconnect(
-    proxy: &FaultProxy,
-    mark: RequestMark,
-    cut: u64,
-) -> Option<OpCode> {
-    let upkeep = [
-        OpCode::PING,
-        OpCode::SET_WATCHES,
-        OpCode::SET_WATCHES2,
-        OpCode::AUTH,
-    ];
-    let deadline = Instant::now() + Duration::from_secs(8);
-    loop {
-        let requests = proxy.requests_since(mark);
-        if let Some(first) = requests
-            .iter()
-            .find(|r| r.connection > cut && !upkeep.contains(&r.op))
-        {
-            return Some(first.op);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(20));
     }
 }
 

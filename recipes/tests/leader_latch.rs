@@ -683,36 +683,15 @@ fn first_request_after_reconnect(
     proxy: &FaultProxy,
     mark: zk_harness::fault_proxy::RequestMark,
 ) -> Option<OpCode> {
-    let upkeep = [
-        OpCode::PING,
-        OpCode::SET_WATCHES,
-        OpCode::SET_WATCHES2,
-        OpCode::AUTH,
-    ];
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let requests = proxy.requests_since(mark);
-        if let Some(first) = requests
-            .iter()
-            .find(|r| r.connection >= 1 && !upkeep.contains(&r.op))
-        {
-            return Some(first.op);
-        }
-        if Instant::now() >= deadline {
-            eprintln!(
-                "no request after reconnecting (the lagging member refused the client); \
-                 connections accepted {}, requests since the mark: {}",
-                proxy.connections_accepted(),
-                requests
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            return None;
-        }
-        thread::sleep(Duration::from_millis(5));
+    let first = proxy.first_request_after(mark, 0, Duration::from_secs(20));
+    if first.is_none() {
+        eprintln!(
+            "no request after reconnecting (the lagging member refused the client); \
+             connections accepted {}",
+            proxy.connections_accepted()
+        );
     }
+    first
 }
 
 /// A create whose reply is lost on member A, the client then moved to member B, which

@@ -421,23 +421,10 @@ fn a_lost_protected_create_is_found_on_a_lagging_member_after_sync() {
         .unwrap();
     let fired = proxy.wait_for_fired(1, T).unwrap();
     assert_eq!(fired[0].reply.map(|r| r.err), Some(0), "the create applied");
-    let upkeep = [
-        OpCode::PING,
-        OpCode::SET_WATCHES,
-        OpCode::SET_WATCHES2,
-        OpCode::AUTH,
-    ];
-    let mut first = None;
     // A lagging member refuses a client that has seen a newer zxid than its own; then
     // the reconnection to it is not established and only the outcome is checked.
-    let reconnected = zk_harness::testing::poll_until(Duration::from_secs(20), || {
-        first = proxy
-            .requests_since(mark)
-            .into_iter()
-            .find(|r| r.connection >= 1 && !upkeep.contains(&r.op))
-            .map(|r| r.op);
-        first.is_some()
-    });
+    let first = proxy.first_request_after(mark, 0, Duration::from_secs(20));
+    let reconnected = first.is_some();
     if reconnected {
         assert_eq!(first, Some(OpCode::SYNC), "it catches B up before looking");
     } else {

@@ -144,6 +144,14 @@ fn settles(what: &str, mut condition: impl FnMut() -> bool) -> Result<(), String
     }
 }
 
+/// Nothing of the operation is left in `path` once things settle (its session is
+/// closed, so even an orphan ephemeral is gone).
+fn settles_empty(admin: &ZooKeeper, path: &str) -> Result<(), String> {
+    settles(&format!("{path} is empty"), || {
+        admin.get_children(path).map_or(true, |c| c.is_empty())
+    })
+}
+
 fn no_setup(_: &ZooKeeper, _: &str) {}
 
 fn with_item(admin: &ZooKeeper, path: &str) {
@@ -221,9 +229,7 @@ fn cases() -> Vec<Case> {
             check: |admin, path, _| {
                 // Whatever happened, nothing of ours is left once things settle (the
                 // session is closed, so even an orphan ephemeral is gone).
-                settles("the lock directory is empty", || {
-                    admin.get_children(path).map_or(true, |c| c.is_empty())
-                })
+                settles_empty(admin, path)
             },
         },
         Case {
@@ -365,9 +371,7 @@ fn cases() -> Vec<Case> {
                 guard.release().map(|()| String::new()).map_err(err_text)
             },
             check: |admin, path, _| {
-                settles("the lock directory is empty", || {
-                    admin.get_children(path).map_or(true, |c| c.is_empty())
-                })?;
+                settles_empty(admin, path)?;
                 let rival = Lock::new(admin, path).unwrap();
                 match rival.try_acquire().map_err(err_text)? {
                     Some(guard) => guard.release().map_err(err_text),
@@ -435,9 +439,7 @@ fn cases() -> Vec<Case> {
                 guard.release().map(|()| String::new()).map_err(err_text)
             },
             check: |admin, path, _| {
-                settles("the rwlock directory is empty", || {
-                    admin.get_children(path).map_or(true, |c| c.is_empty())
-                })?;
+                settles_empty(admin, path)?;
                 let rival = ReadWriteLock::new(admin, path).unwrap();
                 match rival.try_write().map_err(err_text)? {
                     Some(guard) => guard.release().map_err(err_text),
@@ -454,9 +456,7 @@ fn cases() -> Vec<Case> {
                 guard.release().map(|()| String::new()).map_err(err_text)
             },
             check: |admin, path, _| {
-                settles("the rwlock directory is empty", || {
-                    admin.get_children(path).map_or(true, |c| c.is_empty())
-                })?;
+                settles_empty(admin, path)?;
                 let rival = ReadWriteLock::new(admin, path).unwrap();
                 match rival.try_write().map_err(err_text)? {
                     Some(guard) => guard.release().map_err(err_text),

@@ -582,6 +582,37 @@ impl FaultProxy {
         }
     }
 
+    /// The first request since `mark` on a connection opened after connection `after`
+    /// (a client's reconnection), session upkeep (pings, setWatches, auth) left out;
+    /// `None` if none came within `timeout` (e.g. the new server refused the client).
+    pub fn first_request_after(
+        &self,
+        mark: RequestMark,
+        after: u64,
+        timeout: Duration,
+    ) -> Option<OpCode> {
+        let upkeep = [
+            OpCode::PING,
+            OpCode::SET_WATCHES,
+            OpCode::SET_WATCHES2,
+            OpCode::AUTH,
+        ];
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(first) = self
+                .requests_since(mark)
+                .iter()
+                .find(|r| r.connection > after && !upkeep.contains(&r.op))
+            {
+                return Some(first.op);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Requests forwarded so far, over all connections (pings excluded).
     pub fn requests_forwarded(&self) -> u64 {
         self.shared.lock().requests.len() as u64
