@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The long fault-history soak: child processes run the recipes (lock, election,
 # semaphore, queue, work queue, id generator, config watch) against a 3-node ensemble
-# under a seeded fault schedule, then every history is checked (integration/tests/fault_histories.rs).
+# under a seeded fault schedule, then every history is checked (integration/tests/fault_histories/).
 #
 #   scripts/soak.sh                 # 300 s schedule, random seed (printed)
 #   ZK_SOAK_SECS=900 scripts/soak.sh

@@ -24,7 +24,10 @@
 //!   have been completed unseen, so its absence is counted, not a violation;
 //! - ids: all unique (`check_unique_ids`);
 //! - config watch: mzxid never going back, every watcher ending at the final value
-//!   (`check_config_watch`).
+//!   (`check_config_watch`);
+//! - membership: a kazoo-layout party member and a protected-sequential persistent node
+//!   per child session; no view ever shows one owner twice, and after the faults both
+//!   views settle on exactly the children's latest sessions (`membership.rs`).
 //!
 //! A hold counts only once confirmed: after the section's end stamp the holder `sync`s
 //! and finds its node still there with the same czxid. A holder whose session expired
@@ -44,6 +47,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use zookeeper_recipes::OptionalExtension;
+
+mod membership;
 
 use zk_harness::history::{
     check_config_watch, check_lock, check_queue, check_semaphore, check_unique_ids,
@@ -91,6 +96,8 @@ const DISTURBED: &str = "disturbed";
 const DISTURBANCE_SLACK: u64 = 1_000_000_000;
 /// The config value the parent writes last.
 const FINAL: &str = "final";
+/// History event: what the parent's membership watch saw (`membership::Observer`).
+const MEMBERSHIP: &str = "membership";
 
 /// The recipe paths, passed to the children in the environment.
 #[derive(Clone)]
@@ -223,6 +230,14 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     IdGenerator::create_counter(&zk, &paths.ids(), &NodeOptions::default()).expect("counter");
     zk.create(&paths.config(), b"v0", CreateMode::Persistent)
         .expect("config");
+    for dir in [
+        membership::party(&paths.base),
+        membership::nodes(&paths.base),
+    ] {
+        zk.create(&dir, b"", CreateMode::Persistent)
+            .expect("membership directory");
+    }
+    let members = membership::Observer::start(&zk, &paths.base);
 
     let dir = TempDir(std::env::temp_dir().join(unique_name("fault-histories")));
     std::fs::create_dir_all(&dir.0).expect("history dir");
@@ -316,6 +331,11 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
         assert!(Instant::now() < deadline, "writing the final config value");
         let _ = zk.wait_connected(WAIT);
     }
+    // Every child's latest incarnation is in both groups, once, before they stop.
+    let seen = members.finish(&zk, &paths.base, CHILDREN, WAIT);
+    HistoryWriter::append_to(&history)
+        .and_then(|mut w| w.write(&seen))
+        .expect("history");
     let mut summaries = Vec::new();
     for child in &mut children {
         child.send_line("stop").expect("stop a child");
@@ -582,6 +602,15 @@ fn judge(history: &Path, summaries: &[String]) -> Verdict {
     add(work_check);
     add(check_unique_ids(&ids));
     add(check_config_watch(&seen, &watchers, FINAL));
+    let membership = events.iter().find(|e| e.kind() == MEMBERSHIP);
+    v.counts.insert(
+        "member_views",
+        membership.and_then(|e| e.parse("views").ok()).unwrap_or(0),
+    );
+    v.violations.extend(membership::judge(
+        membership,
+        &latest_incarnations(summaries),
+    ));
     // Every role made progress, or the run proved nothing.
     for (what, n) in &v.counts {
         let excused = [
@@ -594,6 +623,22 @@ fn judge(history: &Path, summaries: &[String]) -> Verdict {
         }
     }
     v
+}
+
+/// Each child's last owner name (`w0.3`), sorted, from the children's `DONE|` summaries
+/// (`w0 sessions=4 ...`: incarnations are numbered from 0).
+fn latest_incarnations(summaries: &[String]) -> Vec<String> {
+    let mut latest: Vec<String> = summaries
+        .iter()
+        .filter_map(|s| {
+            let mut words = s.split_whitespace();
+            let name = words.next()?;
+            let sessions: u64 = words.next()?.strip_prefix("sessions=")?.parse().ok()?;
+            Some(format!("{name}.{}", sessions.checked_sub(1)?))
+        })
+        .collect();
+    latest.sort();
+    latest
 }
 
 // ================================================================ children
@@ -668,6 +713,7 @@ fn child_worker() {
             ("latch", ctx.spawn(latch_role)),
             ("lease", ctx.spawn(lease_role)),
             ("count", ctx.spawn(counter_role)),
+            ("member", ctx.spawn(membership::member_role)),
         ];
         let mut disturbances = HistoryWriter::append_to(&history).expect("history");
         while !stop.load(Ordering::SeqCst) {
