@@ -7,7 +7,8 @@
 //! incarnations (each recreated its nodes, nothing stale stayed), as the server's own
 //! listing confirms.
 
-use super::{Ctx, MEMBERSHIP};
+use super::children::Ctx;
+use super::MEMBERSHIP;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
