@@ -59,6 +59,7 @@ mod security;
 mod server;
 mod spawner;
 pub mod testing;
+pub mod txn_log;
 mod util;
 
 pub use edge::{Crafted, CraftedNode};

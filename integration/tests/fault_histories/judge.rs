@@ -6,6 +6,48 @@ use super::*;
 pub(super) struct Verdict {
     pub(super) counts: BTreeMap<&'static str, usize>,
     pub(super) violations: Vec<String>,
+    /// Queue and work-queue items delivered twice or lost, kept apart so they can be
+    /// traced to the ensemble's logs (see [`Verdict::trace_to_server`]).
+    pub(super) items: Vec<ItemViolation>,
+}
+
+/// A queue or work-queue item whose delivery broke the guarantee.
+pub(super) struct ItemViolation {
+    /// The item (its data).
+    pub(super) item: String,
+    /// The violation, as the checker reports it.
+    pub(super) text: String,
+}
+
+/// Splits a checker's result into item violations (duplicated, lost) and the rest.
+fn split_items(
+    result: Result<(), Violations>,
+    items: &mut Vec<ItemViolation>,
+) -> Result<(), Violations> {
+    let Err(found) = result else { return Ok(()) };
+    let mut rest = Vec::new();
+    for violation in found.list {
+        let item = match &violation {
+            Violation::Duplicated { item, .. } => item.clone(),
+            Violation::Lost { put } => put.item.clone(),
+            _ => {
+                rest.push(violation);
+                continue;
+            }
+        };
+        items.push(ItemViolation {
+            item,
+            text: format!("{}: {violation}", found.check),
+        });
+    }
+    if rest.is_empty() {
+        Ok(())
+    } else {
+        Err(Violations {
+            list: rest,
+            ..found
+        })
+    }
 }
 
 impl std::fmt::Display for Verdict {
@@ -13,7 +55,7 @@ impl std::fmt::Display for Verdict {
         for (what, n) in &self.counts {
             write!(f, "{what}={n} ")?;
         }
-        write!(f, "violations={}", self.violations.len())
+        write!(f, "violations={}", self.violations.len() + self.items.len())
     }
 }
 
@@ -120,7 +162,8 @@ pub(super) fn judge(history: &Path, summaries: &[String]) -> Verdict {
         }
     });
     v.counts.insert("queue_at_least_once_duplicates", excused);
-    add(queue_check);
+    let mut items = Vec::new();
+    add(split_items(queue_check, &mut items));
     // A `complete` that failed without a verdict (session expired or the connection
     // stayed down mid-multi) may have applied: its item may be gone uncounted. Only a
     // `Lost` verdict (the multi was refused) says it changed nothing.
@@ -165,7 +208,7 @@ pub(super) fn judge(history: &Path, summaries: &[String]) -> Verdict {
         }
     }
     v.counts.insert("work_completions_outcome_unknown", unknown);
-    add(work_check);
+    add(split_items(work_check, &mut items));
     add(check_unique_ids(&ids));
     add(check_config_watch(&seen, &watchers, FINAL));
     let membership = events.iter().find(|e| e.kind() == MEMBERSHIP);
@@ -177,6 +220,7 @@ pub(super) fn judge(history: &Path, summaries: &[String]) -> Verdict {
         membership,
         &latest_incarnations(summaries),
     ));
+    v.items = items;
     // Every role made progress, or the run proved nothing.
     for (what, n) in &v.counts {
         let excused = [

@@ -29,6 +29,11 @@
 //!   per child session; no view ever shows one owner twice, and after the faults both
 //!   views settle on exactly the children's latest sessions (`membership.rs`).
 //!
+//! A queue or work-queue violation is then traced to the members' transaction logs: if
+//! the item's own transactions lie in a hole of some member's log (committed writes the
+//! 3.8.0 server lost, ZOOKEEPER-4785), it is the server's, printed with the evidence and
+//! counted as `server_lost_commits` (`server_losses.rs`); everything else fails the run.
+//!
 //! A hold counts only once confirmed: after the section's end stamp the holder `sync`s
 //! and finds its node still there with the same czxid. A holder whose session expired
 //! meanwhile may *believe* it held the lock; the recipes document that a hold is only
@@ -51,6 +56,7 @@ use zookeeper_recipes::OptionalExtension;
 mod children;
 mod judge;
 mod membership;
+mod server_losses;
 
 use children::COUNTER_PREFIX;
 use judge::judge;
@@ -392,7 +398,13 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     }
     drop(tail);
 
-    let verdict = judge(&history, &summaries);
+    let mut verdict = judge(&history, &summaries);
+    let data_dirs: Vec<PathBuf> = ensemble
+        .members()
+        .iter()
+        .map(|m| m.data_dir().to_path_buf())
+        .collect();
+    verdict.trace_to_server(&data_dirs);
     println!(
         "fault histories: seed={} duration={duration:?} faults={} expiries={expiries} \
          config writes={} {verdict}",
