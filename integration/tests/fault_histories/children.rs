@@ -261,11 +261,25 @@ fn queue_producer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     let Ok(queue) = Queue::new(&ctx.zk, &ctx.paths.queue()) else {
         return 0;
     };
+    produce(ctx, w, "q", Duration::from_millis(20), |item| {
+        queue.put(item).is_ok()
+    })
+}
+
+/// Puts `<prefix>:<owner>-<n>` items with `put` while the session lives, a pause between
+/// them, recording each put's span (its end only if acknowledged).
+fn produce(
+    ctx: &Ctx,
+    w: &mut HistoryWriter,
+    prefix: &str,
+    pause: Duration,
+    put: impl Fn(&[u8]) -> bool,
+) -> u64 {
     let mut n = 0;
     while ctx.live() {
-        let item = format!("q:{}-{n}", ctx.owner);
+        let item = format!("{prefix}:{}-{n}", ctx.owner);
         let start = monotonic_nanos();
-        let end = queue.put(item.as_bytes()).ok().map(|()| monotonic_nanos());
+        let end = put(item.as_bytes()).then(monotonic_nanos);
         w.record(&Put {
             item,
             producer: ctx.owner.clone(),
@@ -274,7 +288,7 @@ fn queue_producer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
         })
         .expect("history");
         n += 1;
-        thread::sleep(Duration::from_millis(20));
+        thread::sleep(pause);
     }
     n
 }
@@ -315,22 +329,9 @@ fn work_producer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     let Ok(queue) = WorkQueue::new(&ctx.zk, &ctx.paths.work()) else {
         return 0;
     };
-    let mut n = 0;
-    while ctx.live() {
-        let item = format!("w:{}-{n}", ctx.owner);
-        let start = monotonic_nanos();
-        let end = queue.put(item.as_bytes()).ok().map(|()| monotonic_nanos());
-        w.record(&Put {
-            item,
-            producer: ctx.owner.clone(),
-            start,
-            end,
-        })
-        .expect("history");
-        n += 1;
-        thread::sleep(Duration::from_millis(30));
-    }
-    n
+    produce(ctx, w, "w", Duration::from_millis(30), |item| {
+        queue.put(item).is_ok()
+    })
 }
 
 fn work_consumer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {

@@ -19,6 +19,25 @@ pub(super) struct ItemViolation {
     pub(super) text: String,
 }
 
+/// Drops the violations a documented exception covers; returns the rest and how many
+/// were excused.
+fn excuse(
+    result: Result<(), Violations>,
+    excused: impl Fn(&Violation) -> bool,
+) -> (Result<(), Violations>, usize) {
+    let Err(found) = result else {
+        return (Ok(()), 0);
+    };
+    let (covered, list): (Vec<Violation>, Vec<Violation>) =
+        found.list.into_iter().partition(|v| excused(v));
+    let rest = if list.is_empty() {
+        Ok(())
+    } else {
+        Err(Violations { list, ..found })
+    };
+    (rest, covered.len())
+}
+
 /// Splits a checker's result into item violations (duplicated, lost) and the rest.
 fn split_items(
     result: Result<(), Violations>,
@@ -142,25 +161,10 @@ pub(super) fn judge(history: &Path, summaries: &[String]) -> Verdict {
                 })
         })
     };
-    let mut excused = 0;
-    let queue_check = check_queue(&queue_puts, &takes).or_else(|found| {
-        let list: Vec<Violation> = found
-            .list
-            .into_iter()
-            .filter(|v| match v {
-                Violation::Duplicated { item, by } if by.iter().any(|c| disturbed(c, item)) => {
-                    excused += 1;
-                    false
-                }
-                _ => true,
-            })
-            .collect();
-        if list.is_empty() {
-            Ok(())
-        } else {
-            Err(Violations { list, ..found })
-        }
-    });
+    let (queue_check, excused) = excuse(
+        check_queue(&queue_puts, &takes),
+        |v| matches!(v, Violation::Duplicated { item, by } if by.iter().any(|c| disturbed(c, item))),
+    );
     v.counts.insert("queue_at_least_once_duplicates", excused);
     let mut items = Vec::new();
     add(split_items(queue_check, &mut items));
@@ -173,25 +177,10 @@ pub(super) fn judge(history: &Path, summaries: &[String]) -> Verdict {
         .filter(|e| !e.get("error").is_some_and(|err| err.starts_with("lost:")))
         .filter_map(|e| e.get("item"))
         .collect();
-    let mut unknown = 0;
-    let work_check = check_work_queue(&work_puts, &done).or_else(|found| {
-        let list: Vec<Violation> = found
-            .list
-            .into_iter()
-            .filter(|v| match v {
-                Violation::Lost { put } if maybe_done.contains(&put.item.as_str()) => {
-                    unknown += 1;
-                    false
-                }
-                _ => true,
-            })
-            .collect();
-        if list.is_empty() {
-            Ok(())
-        } else {
-            Err(Violations { list, ..found })
-        }
-    });
+    let (work_check, unknown) = excuse(
+        check_work_queue(&work_puts, &done),
+        |v| matches!(v, Violation::Lost { put } if maybe_done.contains(&put.item.as_str())),
+    );
     if let Err(found) = &work_check {
         for violation in &found.list {
             let item = match violation {
