@@ -81,7 +81,7 @@ pub fn main(flags: &Flags) -> Result<()> {
             s.wait()?;
         }
         for w in watches {
-            match w.wait_timeout(Duration::from_secs(30))? {
+            match w.wait_timeout(Duration::from_secs(30)).map(Some)? {
                 Some(ev) if ev.event_type == EventType::NodeDataChanged => {}
                 other => return Err(format!("unexpected watch outcome {other:?}").into()),
             }

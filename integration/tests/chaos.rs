@@ -129,11 +129,19 @@ fn poll_until(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// True if a watch wait timed out; false once the watch fired (panics if it ended).
+fn timed_out(waited: zookeeper::Result<zookeeper::WatchedEvent>) -> bool {
+    match waited {
+        Ok(_) => false,
+        Err(zookeeper::Error::Timeout) => true,
+        Err(e) => panic!("the watch ended: {e}"),
+    }
+}
+
 fn expect_event(watch: &zookeeper::Watch, event_type: EventType, path: &str) {
     let event = watch
         .wait_timeout(WAIT)
-        .expect("watch channel")
-        .unwrap_or_else(|| panic!("the watch on {path} did not fire"));
+        .unwrap_or_else(|e| panic!("the watch on {path} did not fire: {e}"));
     assert_eq!(
         (event.event_type, event.path.as_str()),
         (event_type, path),
@@ -707,11 +715,7 @@ fn expire_victim(
     let stopped = Instant::now();
     let (stat, deleted) = retry(zk, "exists_watch", || zk.exists_watch(node));
     assert!(stat.is_some(), "the victim's lock node {node} is there");
-    while deleted
-        .wait_timeout(Duration::from_millis(500))
-        .expect("watch")
-        .is_none()
-    {
+    while timed_out(deleted.wait_timeout(Duration::from_millis(500))) {
         assert!(
             stopped.elapsed() < Duration::from_secs(120),
             "never expired"
@@ -726,11 +730,7 @@ fn expire_victim(
         if parse_token(&data).is_some_and(|t| t > token) || shared.get(|p| p.finished) {
             break;
         }
-        while changed
-            .wait_timeout(Duration::from_millis(500))
-            .expect("watch")
-            .is_none()
-        {
+        while timed_out(changed.wait_timeout(Duration::from_millis(500))) {
             assert!(
                 stopped.elapsed() < Duration::from_secs(120),
                 "lock not taken over"

@@ -1094,7 +1094,7 @@ fn malformed_auth_schemes() {
         assert!(zk.is_unrecoverable());
         assert_eq!(zk.get("/"), Err(Error::AuthFailed));
         assert_eq!(zk.add_auth("digest", b"a:b"), Err(Error::AuthFailed));
-        let event = watch.wait_timeout(WAIT).unwrap().expect("watch ends");
+        let event = watch.wait_timeout(WAIT).expect("watch ends");
         assert_eq!(
             (event.event_type, event.state),
             (EventType::Session, SessionState::AuthFailed)
@@ -1257,7 +1257,7 @@ fn calls_on_an_expired_session() {
     assert_eq!(zk.wait_connected(WAIT), Err(Error::SessionExpired));
     // The watch ends: with the expiry, or earlier with the node's deletion (seen by
     // the first handle if it briefly won the session back after the close).
-    let event = watch.wait_timeout(WAIT).unwrap().expect("watch ends");
+    let event = watch.wait_timeout(WAIT).expect("watch ends");
     assert!(
         matches!(
             (event.event_type, event.state),
@@ -1354,10 +1354,7 @@ fn huge_child_list() {
         remaining.len(),
         started.elapsed()
     );
-    let event = watch
-        .wait_timeout(WAIT)
-        .unwrap()
-        .expect("child watch fires");
+    let event = watch.wait_timeout(WAIT).expect("child watch fires");
     assert_eq!(event.event_type, EventType::NodeChildrenChanged);
     zk.delete(&base, None).unwrap();
     zk.close().unwrap();

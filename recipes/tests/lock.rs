@@ -596,10 +596,7 @@ fn at_the_counters_end_an_acquisition_waits_for_the_holders_then_restarts() {
     });
     // The waiter's node (number 2) is removed again: only the holder's stays.
     let watch = zk.get_children_watch(&path).unwrap().1;
-    watch
-        .wait_timeout(Duration::from_secs(10))
-        .unwrap()
-        .unwrap();
+    watch.wait_timeout(Duration::from_secs(10)).unwrap();
     wait_until("the out-of-range node removed", || {
         zk.get_children(&path).unwrap() == vec![holder.node().rsplit('/').next().unwrap()]
     });

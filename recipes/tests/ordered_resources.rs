@@ -236,9 +236,9 @@ fn container_directories_go_when_idle_and_come_back() {
         for dir in ["/c/lock", "/c/rw", "/c/sem", "/c/election"] {
             let (stat, watch) = zk.exists_watch(dir).unwrap();
             if stat.is_some() {
-                let event = watch.wait_timeout(wait).unwrap().unwrap_or_else(|| {
+                let event = watch.wait_timeout(wait).unwrap_or_else(|e| {
                     panic!(
-                        "{dir} not removed: {:?} {:?}",
+                        "{dir} not removed ({e}): {:?} {:?}",
                         zk.get_children2(dir),
                         zk.get_acl(dir)
                     )

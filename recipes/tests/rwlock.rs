@@ -65,11 +65,7 @@ fn readers_wait_for_the_preceding_writer() {
     // Wait until the writer's request is queued before queueing the second reader.
     let watched = zk.get_children_watch(&dir).unwrap();
     if watched.0.len() < 2 {
-        watched
-            .1
-            .wait_timeout(WAIT)
-            .unwrap()
-            .expect("writer queued");
+        watched.1.wait_timeout(WAIT).expect("writer queued");
     }
     let reader = {
         let dir = dir.clone();

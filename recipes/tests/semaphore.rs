@@ -80,7 +80,7 @@ fn releases_in_any_order_wake_waiters_in_order() {
             if children.len() >= queued {
                 break;
             }
-            watch.wait_timeout(WAIT).unwrap().expect("waiter queued");
+            watch.wait_timeout(WAIT).expect("waiter queued");
         }
     }
     assert!(granted_rx.recv_timeout(Duration::from_millis(300)).is_err());

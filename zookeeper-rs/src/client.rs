@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::path::c_string;
 use crate::reply::deadline_after;
 use crate::session::{Session, SessionEvents};
+use crate::timeout::Timeout;
 use crate::types::{ClientId, SessionState, WatchedEvent};
 use crate::watch_table::WatchTable;
 use parking_lot::RwLock;
@@ -229,7 +230,7 @@ impl ZooKeeperBuilder {
         };
         let deadline = deadline_after(self.connect_timeout.unwrap_or(self.session_timeout));
         let connecting = crate::security::Connecting::start(&self.security, &zk);
-        let state = zk.inner.session.wait_connected(deadline);
+        let state = zk.inner.session.wait_connected(Some(deadline));
         match state {
             state if state.is_connected() => Ok(zk),
             SessionState::Expired => Err(Error::SessionExpired),
@@ -280,8 +281,9 @@ impl ZooKeeper {
 
     /// Waits until the session is connected again (after a connection loss), or fails
     /// with `Timeout`, or with the terminal error.
-    pub fn wait_connected(&self, timeout: Duration) -> Result<()> {
-        match self.inner.session.wait_connected(deadline_after(timeout)) {
+    pub fn wait_connected(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        let deadline = timeout.into().deadline().instant();
+        match self.inner.session.wait_connected(deadline) {
             state if state.is_connected() => Ok(()),
             SessionState::Expired => Err(Error::SessionExpired),
             SessionState::AuthFailed => Err(Error::AuthFailed),

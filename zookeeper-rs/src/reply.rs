@@ -2,6 +2,7 @@
 //! the one-shot slot a caller waits on (blocking, or as a `Future` on any executor).
 
 use crate::error::{Error, Result};
+use crate::timeout::Timeout;
 use crate::types::{Acl, Stat};
 use crate::watch::Watch;
 use parking_lot::{Condvar, Mutex};
@@ -203,15 +204,16 @@ impl<T> ZkFuture<T> {
 
     /// Blocks until the reply arrives or `timeout` passes (`Err(Timeout)`; the request
     /// itself still completes, unobserved).
-    pub fn wait_timeout(mut self, timeout: Duration) -> Result<T> {
+    pub fn wait_timeout(mut self, timeout: impl Into<Timeout>) -> Result<T> {
+        let deadline = timeout.into().deadline().instant();
         if crate::context::in_c_callback() {
             return Err(COMPLETION_THREAD_WAIT);
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, ..) => slot
-                .wait_take(Some(deadline_after(timeout)))
-                .unwrap_or(Err(Error::Timeout)),
+            FutureState::Pending(slot, ..) => {
+                slot.wait_take(deadline).unwrap_or(Err(Error::Timeout))
+            }
         };
         self.finish(result)
     }

@@ -101,12 +101,18 @@ impl Session {
         state.is_terminal()
     }
 
-    /// Waits until connected, terminal, or `deadline`; returns the state then.
-    pub(crate) fn wait_connected(&self, deadline: Instant) -> SessionState {
+    /// Waits until connected, terminal, or `deadline` (`None`: no deadline); returns the
+    /// state then.
+    pub(crate) fn wait_connected(&self, deadline: Option<Instant>) -> SessionState {
         let mut state = self.state.lock();
         while !state.is_connected() && !state.is_terminal() {
-            if self.changed.wait_until(&mut state, deadline).timed_out() {
-                break;
+            match deadline {
+                None => self.changed.wait(&mut state),
+                Some(deadline) => {
+                    if self.changed.wait_until(&mut state, deadline).timed_out() {
+                        break;
+                    }
+                }
             }
         }
         *state

@@ -1,6 +1,7 @@
 //! The receiving end of a one-shot watch.
 
 use crate::error::{Error, Result};
+use crate::timeout::Timeout;
 use crate::types::WatchedEvent;
 use crate::watch_table::{WatchKind, WatchTable};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -9,7 +10,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 /// The waker of a task awaiting a [`Watch`].
 #[derive(Default)]
@@ -131,11 +131,15 @@ impl Watch {
         self.receiver.recv().map_err(|_| Error::Closed)
     }
 
-    /// Blocks until the event arrives or `timeout` passes (`Ok(None)`).
-    pub fn wait_timeout(&self, timeout: Duration) -> Result<Option<WatchedEvent>> {
+    /// Blocks until the event arrives or `timeout` passes (`Err(Timeout)`, like every
+    /// wait; the watch stays armed and can be waited for again).
+    pub fn wait_timeout(&self, timeout: impl Into<Timeout>) -> Result<WatchedEvent> {
+        let Some(timeout) = timeout.into().duration() else {
+            return self.wait();
+        };
         match self.receiver.recv_timeout(timeout) {
-            Ok(event) => Ok(Some(event)),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Ok(event) => Ok(event),
+            Err(RecvTimeoutError::Timeout) => Err(Error::Timeout),
             Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
         }
     }

@@ -179,7 +179,7 @@ fn watches_async() {
     let (stat, created) = block_on(zk.exists_watch_async(&path)).unwrap();
     assert_eq!(stat, None);
     create(&zk, &path, b"");
-    let event = created.wait_timeout(common::WAIT).unwrap().unwrap();
+    let event = created.wait_timeout(common::WAIT).unwrap();
     assert_eq!(
         (event.event_type, event.path.as_str()),
         (EventType::NodeCreated, path.as_str())
@@ -191,19 +191,11 @@ fn watches_async() {
     zk.set(&path, b"new", None).unwrap();
     create(&zk, &format!("{path}/kid"), b"");
     assert_eq!(
-        changed
-            .wait_timeout(common::WAIT)
-            .unwrap()
-            .unwrap()
-            .event_type,
+        changed.wait_timeout(common::WAIT).unwrap().event_type,
         EventType::NodeDataChanged
     );
     assert_eq!(
-        child_watch
-            .wait_timeout(common::WAIT)
-            .unwrap()
-            .unwrap()
-            .event_type,
+        child_watch.wait_timeout(common::WAIT).unwrap().event_type,
         EventType::NodeChildrenChanged
     );
     // A failing watching read registers nothing.

@@ -133,10 +133,7 @@ fn dropping_the_last_clone_closes_the_session() {
     // 10 s session timeout, which is what a leaked session would take).
     let started = Instant::now();
     drop(clone);
-    let event = watch
-        .wait_timeout(WAIT)
-        .unwrap()
-        .expect("ephemeral deleted");
+    let event = watch.wait_timeout(WAIT).expect("ephemeral deleted");
     assert_eq!(event.event_type, EventType::NodeDeleted);
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
@@ -229,10 +226,7 @@ fn close_from_waker(close_explicitly: bool) {
     assert!(state.woken.load(Ordering::SeqCst));
     assert_eq!(block_on(future).unwrap(), "/");
     // The session really closed: the ephemeral went away.
-    let event = deleted
-        .wait_timeout(WAIT)
-        .unwrap()
-        .expect("ephemeral deleted");
+    let event = deleted.wait_timeout(WAIT).expect("ephemeral deleted");
     assert_eq!(event.event_type, EventType::NodeDeleted);
 }
 

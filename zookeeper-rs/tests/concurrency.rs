@@ -42,7 +42,7 @@ fn workload(zk: &ZooKeeper, dir: &str, thread: usize, rounds: usize) {
         let (_, _, watch) = zk.get_watch(&path).unwrap();
         let stat = zk.set(&path, b"v1", Some(0)).unwrap();
         assert_eq!(stat.version, 1);
-        let event = watch.wait_timeout(WAIT).unwrap().expect("watch fired");
+        let event = watch.wait_timeout(WAIT).expect("watch fired");
         assert_eq!(event.event_type, EventType::NodeDataChanged);
         assert_eq!(event.path, path);
 

@@ -35,7 +35,7 @@ fn process_wide_context_count() {
     b.set(&base, b"x", None).unwrap();
     for watch in [&wa2, &wb2] {
         assert_eq!(
-            watch.wait_timeout(WAIT).unwrap().unwrap().event_type,
+            watch.wait_timeout(WAIT).unwrap().event_type,
             EventType::NodeDataChanged
         );
     }

@@ -92,18 +92,12 @@ fn kill_and_restart_the_server() {
     let other = connect_to(&hosts);
     other.set(&data, b"after", None).unwrap();
     create(&other, &missing, b"");
-    let changed = on_change
-        .wait_timeout(WAIT)
-        .unwrap()
-        .expect("data watch fired");
+    let changed = on_change.wait_timeout(WAIT).expect("data watch fired");
     assert_eq!(
         (changed.event_type, changed.path.as_str()),
         (EventType::NodeDataChanged, data.as_str())
     );
-    let created = on_create
-        .wait_timeout(WAIT)
-        .unwrap()
-        .expect("exists watch fired");
+    let created = on_create.wait_timeout(WAIT).expect("exists watch fired");
     assert_eq!(
         (created.event_type, created.path.as_str()),
         (EventType::NodeCreated, missing.as_str())

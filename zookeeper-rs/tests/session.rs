@@ -99,7 +99,7 @@ fn resume_a_session_with_its_client_id() {
     let (_, deleted) = observer.exists_watch(&ephemeral).unwrap();
     resumed.close().unwrap();
     assert_eq!(
-        deleted.wait_timeout(WAIT).unwrap().unwrap().event_type,
+        deleted.wait_timeout(WAIT).unwrap().event_type,
         EventType::NodeDeleted
     );
     assert_eq!(observer.exists(&second).unwrap(), None);
@@ -116,8 +116,15 @@ fn resume_with_a_wrong_password_or_unknown_id_fails() {
         .connect_timeout(WAIT)
         .connect();
     assert_eq!(result.unwrap_err(), Error::SessionExpired);
-    // The real session was not disturbed.
-    zk.exists("/").unwrap();
+    // The real session was not disturbed: still valid (a loaded machine may drop its
+    // connection for a moment, which it rides out).
+    loop {
+        match zk.exists("/") {
+            Ok(_) => break,
+            Err(e) if e.is_connection_loss() => zk.wait_connected(WAIT).unwrap(),
+            Err(e) => panic!("the real session was disturbed: {e}"),
+        }
+    }
 
     let unknown = ClientId {
         session_id: 0x7fff_0000_dead_beef,
@@ -167,7 +174,7 @@ fn forced_expiry_ends_everything() {
 
     // Every pending watch got a final Session/Expired event, then ended.
     for watch in [&on_missing, &on_data, &on_children] {
-        let event = watch.wait_timeout(WAIT).unwrap().expect("final event");
+        let event = watch.wait_timeout(WAIT).expect("final event");
         assert_eq!(event.event_type, EventType::Session);
         assert_eq!(event.state, SessionState::Expired);
         assert_eq!(watch.wait_timeout(WAIT), Err(Error::Closed));
@@ -383,7 +390,7 @@ fn chroot_in_the_host_string() {
     let (_, watch) = zk.exists_watch("/c").unwrap();
     root.create(&format!("{chroot}/c"), b"", CreateMode::Persistent)
         .unwrap();
-    let event = watch.wait_timeout(WAIT).unwrap().unwrap();
+    let event = watch.wait_timeout(WAIT).unwrap();
     assert_eq!(
         (event.event_type, event.path.as_str()),
         (EventType::NodeCreated, "/c")

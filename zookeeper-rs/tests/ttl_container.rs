@@ -35,8 +35,7 @@ fn wait_deleted(zk: &ZooKeeper, path: &str) -> Duration {
     }
     let event = watch
         .wait_timeout(WAIT)
-        .unwrap()
-        .unwrap_or_else(|| panic!("{path} was not deleted by the server"));
+        .unwrap_or_else(|e| panic!("{path} was not deleted by the server: {e}"));
     assert_eq!(event.event_type, EventType::NodeDeleted);
     started.elapsed()
 }

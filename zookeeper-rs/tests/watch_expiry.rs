@@ -76,9 +76,7 @@ fn a_watch_reporting_expiry_sees_the_expired_state() {
     let mut wrong = Vec::new();
     for observer in observers {
         for (i, event, state) in observer.join().unwrap() {
-            let event = event
-                .unwrap()
-                .unwrap_or_else(|| panic!("watch {i}: no event"));
+            let event = event.unwrap_or_else(|e| panic!("watch {i}: no event: {e}"));
             assert_eq!(
                 (event.event_type, event.state),
                 (EventType::Session, SessionState::Expired),

@@ -13,8 +13,7 @@ use zookeeper::{Error, EventType, Watch, WatchRemoval, WatchedEvent, WatcherType
 fn fired(watch: &Watch) -> WatchedEvent {
     watch
         .wait_timeout(WAIT)
-        .unwrap_or_else(|e| panic!("watch on {} ended: {e}", watch.path()))
-        .unwrap_or_else(|| panic!("watch on {} did not fire", watch.path()))
+        .unwrap_or_else(|e| panic!("watch on {} did not fire: {e}", watch.path()))
 }
 
 /// Waits for every future, in order.
@@ -219,9 +218,9 @@ fn removal_races_watching_reads(local: bool) {
             total += 1;
             let left = deadline.saturating_duration_since(Instant::now());
             match watch.wait_timeout(left) {
-                Ok(Some(e)) if e.event_type == EventType::NotWatching => not_watching += 1,
-                Ok(Some(e)) if e.event_type == EventType::NodeDataChanged => changed += 1,
-                Ok(None) => stuck += 1,
+                Ok(e) if e.event_type == EventType::NotWatching => not_watching += 1,
+                Ok(e) if e.event_type == EventType::NodeDataChanged => changed += 1,
+                Err(Error::Timeout) => stuck += 1,
                 other => panic!("unexpected watch outcome {other:?}"),
             }
         }

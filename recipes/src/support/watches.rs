@@ -28,9 +28,10 @@ pub(crate) fn wait_until(
     watch: &Watch,
     deadline: Deadline,
 ) -> zookeeper::Result<Option<WatchedEvent>> {
-    match deadline.remaining() {
-        None => watch.wait().map(Some),
-        Some(left) => watch.wait_timeout(left),
+    match watch.wait_timeout(deadline.remaining()) {
+        Ok(event) => Ok(Some(event)),
+        Err(zookeeper::Error::Timeout) => Ok(None),
+        Err(error) => Err(error),
     }
 }
 
