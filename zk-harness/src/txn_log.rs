@@ -35,11 +35,149 @@ pub struct LoggedTxn {
     pub bytes: Vec<u8>,
 }
 
+/// What one (sub-)transaction did to a node, as far as the checks here need to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeChange {
+    /// A create of any kind (plain, container, TTL).
+    Created(String),
+    /// A delete.
+    Deleted(String),
+    /// A data write.
+    DataSet(String),
+    /// Anything else (checks, ACLs, sessions, errors of a failed multi).
+    Other,
+}
+
+/// The server's transaction types (`ZooDefs.OpCode`) the checks read.
+const CREATE: i32 = 1;
+const DELETE: i32 = 2;
+const SET_DATA: i32 = 5;
+const MULTI: i32 = 14;
+const CREATE2: i32 = 15;
+const CREATE_CONTAINER: i32 = 19;
+const CREATE_TTL: i32 = 21;
+const ERROR: i32 = -1;
+/// The header: session (8), cxid (4), zxid (8), time (8), type (4).
+const TXN_HEADER: usize = 32;
+
 impl LoggedTxn {
     /// Whether `needle` occurs in the serialized transaction (a path, a node name, data).
     pub fn mentions(&self, needle: &[u8]) -> bool {
         !needle.is_empty() && self.bytes.windows(needle.len()).any(|w| w == needle)
     }
+
+    /// The transaction's type (`ZooDefs.OpCode`; 14 is a multi).
+    pub fn txn_type(&self) -> i32 {
+        be_i32(&self.bytes, 28).unwrap_or(ERROR)
+    }
+
+    /// What the transaction did: one change, or one per operation of a multi. A failed
+    /// multi is logged too (its operations as errors): it changed nothing.
+    pub fn changes(&self) -> Vec<NodeChange> {
+        let body = &self.bytes[TXN_HEADER.min(self.bytes.len())..];
+        if self.txn_type() != MULTI {
+            return vec![change(self.txn_type(), body)];
+        }
+        let mut changes = Vec::new();
+        let Some(count) = be_i32(body, 0) else {
+            return changes;
+        };
+        let mut at = 4;
+        for _ in 0..count.max(0) {
+            let (Some(kind), Some(len)) = (be_i32(body, at), be_i32(body, at + 4)) else {
+                break;
+            };
+            let start = at + 8;
+            let Some(sub) = usize::try_from(len)
+                .ok()
+                .and_then(|l| body.get(start..start + l))
+            else {
+                break;
+            };
+            if kind == ERROR {
+                return Vec::new();
+            }
+            changes.push(change(kind, sub));
+            at = start + sub.len();
+        }
+        changes
+    }
+}
+
+fn be_i32(bytes: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// A (sub-)transaction body of `kind`: every kind read here starts with the path.
+fn change(kind: i32, body: &[u8]) -> NodeChange {
+    let path = || {
+        let len = usize::try_from(be_i32(body, 0)?).ok()?;
+        Some(String::from_utf8_lossy(body.get(4..4 + len)?).into_owned())
+    };
+    match (kind, path()) {
+        (CREATE | CREATE2 | CREATE_CONTAINER | CREATE_TTL, Some(p)) => NodeChange::Created(p),
+        (DELETE, Some(p)) => NodeChange::Deleted(p),
+        (SET_DATA, Some(p)) => NodeChange::DataSet(p),
+        _ => NodeChange::Other,
+    }
+}
+
+/// A write the log shows applied to a node that the log had already deleted (no create
+/// in between): the server's state had lost that delete, whatever its log says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contradiction {
+    /// The node.
+    pub path: String,
+    /// The logged delete the state lost.
+    pub deleted_at: i64,
+    /// The later write that found the node there anyway.
+    pub applied_at: i64,
+}
+
+impl std::fmt::Display for Contradiction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} was deleted at {:#x} and written again at {:#x} with no create between: \
+             the server's state had lost a logged delete",
+            self.path, self.deleted_at, self.applied_at
+        )
+    }
+}
+
+/// The contradictions in `txns` (in zxid order): deletes or data writes applied to a node
+/// the log had deleted before, with no create of it between. Sessions ending remove
+/// ephemeral nodes without naming them, so only an explicit delete counts as the first.
+pub fn contradictions<'a>(txns: impl IntoIterator<Item = &'a LoggedTxn>) -> Vec<Contradiction> {
+    let mut deleted: BTreeMap<String, i64> = BTreeMap::new();
+    let mut found = Vec::new();
+    for txn in txns {
+        for change in txn.changes() {
+            let contradicted = |path: &str, deleted_at: i64| Contradiction {
+                path: path.to_string(),
+                deleted_at,
+                applied_at: txn.zxid,
+            };
+            match change {
+                NodeChange::Created(path) => {
+                    deleted.remove(&path);
+                }
+                NodeChange::Deleted(path) => {
+                    if let Some(&at) = deleted.get(&path) {
+                        found.push(contradicted(&path, at));
+                    }
+                    deleted.insert(path, txn.zxid);
+                }
+                NodeChange::DataSet(path) => {
+                    if let Some(&at) = deleted.get(&path) {
+                        found.push(contradicted(&path, at));
+                    }
+                }
+                NodeChange::Other => {}
+            }
+        }
+    }
+    found
 }
 
 /// Every transaction in the `log.*` files of a server's data directory (its
@@ -233,6 +371,66 @@ mod tests {
             .collect(),
             snapshots: BTreeSet::new(),
         }
+    }
+
+    fn string(s: &str) -> Vec<u8> {
+        let mut out = (s.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(s.as_bytes());
+        out
+    }
+
+    /// A logged multi of `(kind, path)` operations (an `ERROR` kind makes it a failed one).
+    fn multi(zxid: i64, ops: &[(i32, &str)]) -> LoggedTxn {
+        let mut body = (ops.len() as i32).to_be_bytes().to_vec();
+        for &(kind, path) in ops {
+            let sub = if kind == ERROR {
+                (-101i32).to_be_bytes().to_vec()
+            } else {
+                string(path)
+            };
+            body.extend_from_slice(&kind.to_be_bytes());
+            body.extend_from_slice(&(sub.len() as i32).to_be_bytes());
+            body.extend_from_slice(&sub);
+        }
+        let mut bytes = 7i64.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&1i32.to_be_bytes());
+        bytes.extend_from_slice(&zxid.to_be_bytes());
+        bytes.extend_from_slice(&0i64.to_be_bytes());
+        bytes.extend_from_slice(&MULTI.to_be_bytes());
+        bytes.extend_from_slice(&body);
+        LoggedTxn { zxid, bytes }
+    }
+
+    #[test]
+    fn a_second_delete_without_a_create_between_is_a_contradiction() {
+        let q = "/q/item-1";
+        let log = [
+            multi(1, &[(CREATE, q), (CREATE, "/q/receipt")]),
+            multi(2, &[(DELETE, q), (CREATE, "/q/took")]),
+            multi(3, &[(DELETE, q), (ERROR, "")]), // failed: changed nothing
+            multi(4, &[(DELETE, q), (CREATE, "/q/took-2")]),
+        ];
+        assert_eq!(log[1].changes()[0], NodeChange::Deleted(q.to_string()));
+        assert!(log[2].changes().is_empty());
+        let found = contradictions(&log);
+        assert_eq!(
+            found,
+            [Contradiction {
+                path: q.to_string(),
+                deleted_at: 2,
+                applied_at: 4
+            }]
+        );
+        // Created again in between: no contradiction; a data write after the delete is one.
+        let recreated = [
+            multi(1, &[(DELETE, q)]),
+            multi(2, &[(CREATE, q)]),
+            multi(3, &[(DELETE, q)]),
+            multi(4, &[(SET_DATA, q)]),
+        ];
+        let found = contradictions(&recreated);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].deleted_at, found[0].applied_at), (3, 4));
     }
 
     #[test]

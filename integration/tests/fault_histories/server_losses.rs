@@ -6,13 +6,21 @@
 //! others, and nodes whose deletion was committed come back: a taken queue item or a
 //! completed work item is delivered again. No client protocol can prevent that.
 //!
-//! An item violation is the server's when a transaction on that item's node (found by
-//! the item's data in its create, then by its node name) lies in a hole of some
-//! member's log ([`zk_harness::txn_log::holes`]). Anything else stays a violation.
+//! An item violation is the server's when the logs prove it (the item's transactions are
+//! found by its data in its create, then by its node name):
+//! - a transaction on the item's nodes lies in a hole of some member's log
+//!   ([`zk_harness::txn_log::holes`]): the lost write itself is missing there; or
+//! - the logged history of the item's nodes contradicts what the state did: a delete or
+//!   data write applied to a node the log had already deleted, with no create between
+//!   ([`zk_harness::txn_log::contradictions`]). A state rebuilt without logged writes
+//!   (the same bug family, seen through a snapshot or a sync) leaves this trace even when
+//!   every log is complete.
+//!
+//! Anything else stays a violation.
 
 use super::judge::{ItemViolation, Verdict};
 use std::path::PathBuf;
-use zk_harness::txn_log::{holes, Hole, LoggedTxn, MemberLog};
+use zk_harness::txn_log::{contradictions, holes, Hole, LoggedTxn, MemberLog};
 
 impl Verdict {
     /// Moves the item violations explained by holes in the members' logs out of the
@@ -68,14 +76,22 @@ fn explained(violation: &ItemViolation, members: &[MemberLog], holes: &[Hole]) -
         .iter()
         .filter_map(|&z| holes.iter().find(|h| h.contains(z)).map(|h| (z, h)))
         .collect();
-    let (_, hole) = lost.first()?;
-    let zxids: Vec<String> = lost.iter().map(|(z, _)| format!("{z:#x}")).collect();
-    Some(format!(
-        "{} of the {} transactions on its node {node} ({}) lie in a hole: {hole}",
-        lost.len(),
-        touched.len(),
-        zxids.join(", ")
-    ))
+    if let Some((_, hole)) = lost.first() {
+        let zxids: Vec<String> = lost.iter().map(|(z, _)| format!("{z:#x}")).collect();
+        return Some(format!(
+            "{} of the {} transactions on its node {node} ({}) lie in a hole: {hole}",
+            lost.len(),
+            touched.len(),
+            zxids.join(", ")
+        ));
+    }
+    // Every member logged the item's history, yet the state contradicted it.
+    let history: Vec<&LoggedTxn> = touched
+        .iter()
+        .filter_map(|z| members.iter().find_map(|m| m.txns.get(z)))
+        .collect();
+    let contradiction = contradictions(history).into_iter().next()?;
+    Some(format!("its log contradicts the state: {contradiction}"))
 }
 
 /// The `item-<guid>` name a queue or work-queue create carries (unique per put).
