@@ -30,9 +30,11 @@
 //!   views settle on exactly the children's latest sessions (`membership.rs`).
 //!
 //! A queue or work-queue violation is then traced to the members' transaction logs: if
-//! the item's own transactions lie in a hole of some member's log (committed writes the
-//! 3.8.0 server lost, ZOOKEEPER-4785), it is the server's, printed with the evidence and
-//! counted as `server_lost_commits` (`server_losses.rs`); everything else fails the run.
+//! the item's own transactions lie in a hole of some member's log, or its logged history
+//! contradicts what the state did (a node deleted by the log written again), the 3.8.0
+//! server lost a committed write (ZOOKEEPER-4785 family) and the violation is the
+//! server's, printed with the evidence and counted as `server_lost_commits`
+//! (`server_losses.rs`); everything else fails the run.
 //!
 //! A hold counts only once confirmed: after the section's end stamp the holder `sync`s
 //! and finds its node still there with the same czxid. A holder whose session expired
