@@ -121,15 +121,36 @@ impl Session {
     /// Sends `event` to every live subscriber without blocking (the channels are
     /// unbounded), dropping subscribers whose receiver is gone.
     pub(crate) fn publish(&self, event: WatchedEvent) {
+        self.publish_then(event, || ());
+    }
+
+    /// Moves to `event`'s state and publishes it as one step for [`subscribe`]: a
+    /// subscriber made before hears the event; one made after (say, right after `connect`
+    /// returned, woken by this state) sees the new state and does not hear of it.
+    ///
+    /// [`subscribe`]: Self::subscribe
+    pub(crate) fn transition(&self, event: WatchedEvent) {
+        let state = event.state;
+        self.publish_then(event, || self.on_state(state));
+    }
+
+    /// Runs `before` and sends `event` to the subscribers, both under the subscriber
+    /// lock (`before` may take the state lock: the order is always subscribers, then
+    /// state).
+    fn publish_then(&self, event: WatchedEvent, before: impl FnOnce()) {
         let mut to_wake = Vec::new();
-        if let Some(subscribers) = self.subscribers.lock().as_mut() {
-            subscribers.retain(|subscriber| {
-                let live = subscriber.sender.send(event.clone()).is_ok();
-                if live {
-                    to_wake.extend(subscriber.waker.lock().take());
-                }
-                live
-            });
+        {
+            let mut subscribers = self.subscribers.lock();
+            before();
+            if let Some(subscribers) = subscribers.as_mut() {
+                subscribers.retain(|subscriber| {
+                    let live = subscriber.sender.send(event.clone()).is_ok();
+                    if live {
+                        to_wake.extend(subscriber.waker.lock().take());
+                    }
+                    live
+                });
+            }
         }
         // Woken outside the lock: a waker runs executor code.
         to_wake.into_iter().for_each(Waker::wake);

@@ -499,3 +499,19 @@ fn set_servers_moves_the_client_to_the_new_list() {
 fn set_servers_to_another_port_on_the_same_host() {
     set_servers_moves_the_client("127.0.0.1");
 }
+
+/// A subscriber made once `connect` has returned hears of later events only: the state
+/// change and the event that announces it are one step for subscribers, so the
+/// connection that `connect` waited for is not reported to it a moment later.
+#[test]
+fn a_subscriber_made_after_connect_hears_no_earlier_event() {
+    for round in 0..50 {
+        let zk = connect();
+        let events = zk.session_events();
+        // The reply comes through the same completion queue, after the Connected event.
+        zk.exists("/").unwrap();
+        let heard: Vec<SessionState> = events.try_iter().map(|e| e.state).collect();
+        assert!(heard.is_empty(), "round {round}: heard {heard:?}");
+        zk.close().unwrap();
+    }
+}

@@ -266,13 +266,17 @@ pub(crate) unsafe extern "C" fn session_watcher(
             // SAFETY: C passes NULL or a NUL-terminated string for this call.
             path: unsafe { copy_str(path) }.unwrap_or_default(),
         };
-        if event.event_type == EventType::Session {
+        if event.event_type == EventType::Session && event.state.is_terminal() {
+            // Pending watches and requests get their final event before subscribers
+            // hear of the end.
             session.on_state(event.state);
-            if event.state.is_terminal() {
-                sweep(session.client, SweepReason::Terminal(event.state));
-            }
+            sweep(session.client, SweepReason::Terminal(event.state));
+            session.publish(event);
+        } else if event.event_type == EventType::Session {
+            session.transition(event);
+        } else {
+            session.publish(event);
         }
-        session.publish(event);
     });
 }
 
