@@ -111,7 +111,6 @@ fn round_trip(zk: &ZooKeeper, label: &str) {
     assert_eq!(
         watch
             .wait_timeout(common::WAIT)
-            .unwrap()
             .expect("a watch event")
             .event_type,
         zookeeper::EventType::NodeDataChanged
@@ -468,7 +467,7 @@ mod sasl {
             );
         }
         for watch in [&on_data, &on_missing] {
-            let event = watch.wait_timeout(WAIT).unwrap().expect("a final event");
+            let event = watch.wait_timeout(WAIT).expect("a final event");
             assert_eq!(
                 (event.event_type, event.state),
                 (EventType::Session, SessionState::AuthFailed)
