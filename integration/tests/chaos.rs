@@ -75,10 +75,22 @@ fn retry<T>(zk: &ZooKeeper, what: &str, mut op: impl FnMut() -> zookeeper::Resul
     }
 }
 
+/// Creates a node the test owns (a unique path), riding out a connection loss or an
+/// operation timeout on a busy machine: after a retry, `NodeExists` means the earlier
+/// attempt was applied.
 fn create(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) {
-    match zk.create(path, data, mode) {
-        Ok(_) => {}
-        Err(e) => panic!("creating {path}: {e}"),
+    let deadline = Instant::now() + WAIT;
+    let mut retried = false;
+    loop {
+        match zk.create(path, data, mode) {
+            Ok(_) => return,
+            Err(zookeeper::Error::NodeExists) if retried => return,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                let _ = zk.wait_connected(WAIT);
+                retried = true;
+            }
+            Err(e) => panic!("creating {path}: {e}"),
+        }
     }
 }
 
