@@ -16,9 +16,10 @@ pub(crate) struct Session {
     state: Mutex<SessionState>,
     changed: Condvar,
     /// The session id and password, copied on the C completion thread when a session
-    /// event reports a connection (see `record_client_id`), so that no user thread reads
-    /// the C handle's `client_id` while the IO thread rewrites it on a reconnect.
-    client_id: Mutex<Option<ClientId>>,
+    /// event reports the connection that made the session (see `record_client_id`), so
+    /// that no user thread reads the C handle's `client_id` while the IO thread rewrites
+    /// it on a reconnect. The flag: that copy came from a read-only connection.
+    client_id: Mutex<(Option<ClientId>, bool)>,
     /// `None` once the handle is closed: later subscribers get an ended stream.
     subscribers: Mutex<Option<Vec<Subscriber>>>,
 }
@@ -36,7 +37,7 @@ impl Session {
             client,
             state: Mutex::new(SessionState::NotConnected),
             changed: Condvar::new(),
-            client_id: Mutex::new(None),
+            client_id: Mutex::new((None, false)),
             subscribers: Mutex::new(Some(Vec::new())),
         }
     }
@@ -60,18 +61,28 @@ impl Session {
 
     /// The session id and password as of the last connection, if any.
     pub(crate) fn client_id(&self) -> Option<ClientId> {
-        *self.client_id.lock()
+        self.client_id.lock().0
     }
 
-    /// Copies the C handle's session id and password. Called on the C completion thread
-    /// for a session event that reports a connection: the IO thread wrote them before it
-    /// queued that event (the completion queue's lock orders the two), and it writes them
-    /// again only after a later reconnect's handshake, with the same values unless a
-    /// read-only session moves to a read-write server.
+    /// Copies the C handle's session id and password, once: on the C completion thread,
+    /// for the session event that reports the connection that made the session. The IO
+    /// thread wrote them before it queued that event (the completion queue's lock orders
+    /// the two). It rewrites the same values, unsynchronised, on every later handshake, so
+    /// reading them at a later reconnect's event could race a still later one (a data race
+    /// ThreadSanitizer reports); those reads are skipped. The one exception: a session
+    /// made on a read-only server gets a new id when it first reaches a read-write server,
+    /// so the copy is taken again at the first read-write connection after read-only ones.
     ///
     /// # Safety
     /// `zh` is the live handle whose global watcher is running.
-    pub(crate) unsafe fn record_client_id(&self, zh: *mut sys::zhandle_t) {
+    pub(crate) unsafe fn record_client_id(&self, zh: *mut sys::zhandle_t, state: SessionState) {
+        let read_only = state == SessionState::ConnectedReadOnly;
+        let mut recorded = self.client_id.lock();
+        let (known, from_read_only) = (recorded.0.is_some(), recorded.1);
+        let leaves_read_only = from_read_only && !read_only;
+        if known && !leaves_read_only {
+            return;
+        }
         // SAFETY: per the contract `zh` is live; C returns a pointer into it.
         let Some(raw) = (unsafe { sys::zoo_client_id(zh).as_ref() }) else {
             return;
@@ -81,10 +92,13 @@ impl Session {
             *dst = src as u8;
         }
         if raw.client_id != 0 {
-            *self.client_id.lock() = Some(ClientId {
-                session_id: raw.client_id,
-                password,
-            });
+            *recorded = (
+                Some(ClientId {
+                    session_id: raw.client_id,
+                    password,
+                }),
+                read_only,
+            );
         }
     }
 
@@ -203,7 +217,9 @@ pub(crate) unsafe extern "C" fn global_watcher(
             // SAFETY: the context is the `Arc<Session>` leaked at init and reclaimed only
             // after `zookeeper_close` has joined this thread; `zh` is the live handle C
             // is calling back for.
-            unsafe { (*(context as *const Session)).record_client_id(zh) }
+            unsafe {
+                (*(context as *const Session)).record_client_id(zh, SessionState::from_c(state))
+            }
         }));
     }
     // SAFETY: the arguments are C's, passed on unchanged.
