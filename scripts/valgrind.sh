@@ -57,6 +57,16 @@ done
 supp=()
 [[ -f scripts/valgrind.supp ]] && supp=(--suppressions=scripts/valgrind.supp)
 
+# run_memcheck EXE LOG: one memcheck run of a test binary; returns its exit status.
+run_memcheck() {
+    # shellcheck disable=SC2086
+    timeout --kill-after=10 "$per_binary" valgrind \
+        --tool=memcheck --leak-check=full --show-leak-kinds=definite \
+        --errors-for-leak-kinds=definite --error-exitcode=1 --fair-sched=yes \
+        --num-callers=40 "${supp[@]}" ${VALGRIND_ARGS:-} \
+        "$1" --test-threads=1 "${skip[@]}" >"$2" 2>&1
+}
+
 status=0
 summary=()
 for name in $wanted; do
@@ -67,17 +77,24 @@ for name in $wanted; do
         continue
     fi
     log="$logs/$name.log"
+    rm -f "$log.valgrind-died"
     echo "== $name ($exe) =="
     started=$(date +%s)
-    set +e
-    # shellcheck disable=SC2086
-    timeout --kill-after=10 "$per_binary" valgrind \
-        --tool=memcheck --leak-check=full --show-leak-kinds=definite \
-        --errors-for-leak-kinds=definite --error-exitcode=1 --fair-sched=yes \
-        --num-callers=40 "${supp[@]}" ${VALGRIND_ARGS:-} \
-        "$exe" --test-threads=1 "${skip[@]}" >"$log" 2>&1
-    rc=$?
-    set -e
+    rc=0
+    run_memcheck "$exe" "$log" || rc=$?
+    retried=""
+    if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] && ! grep -q 'ERROR SUMMARY:' "$log"; then
+        # memcheck prints its ERROR SUMMARY whenever the program ends, however it ends
+        # (exit, panic, signal). A log without one means valgrind itself gave up (an
+        # internal panic or its own out-of-memory), which says nothing about our code:
+        # show why, keep that log, and run the binary once more.
+        echo "valgrind itself ended without a summary (exit $rc); its log's tail:"
+        tail -n 40 "$log" | sed 's/^/    /'
+        mv "$log" "$log.valgrind-died"
+        rc=0
+        run_memcheck "$exe" "$log" || rc=$?
+        retried=" (rerun: valgrind died on the first run, see $log.valgrind-died)"
+    fi
     took=$(($(date +%s) - started))
     errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ errors' "$log" | tail -n1 | grep -Eo '[0-9]+' || echo "?")
     lost=$(grep -Eo 'definitely lost: [0-9,]+ bytes in [0-9,]+ blocks' "$log" | tail -n1 || true)
@@ -89,9 +106,13 @@ for name in $wanted; do
     124 | 137) verdict="TIMEOUT after ${per_binary}s" ;;
     *) verdict="FAILED (exit $rc)" ;;
     esac
-    [[ $rc -eq 0 ]] || status=1
-    line=$(printf '%-18s %-8s ERROR SUMMARY: %s errors; %s; C-library leak suppressed: %s; %s; %ss' \
-        "$name" "$verdict" "$errors" "$lost" "${suppressed:-0 bytes}" "${tests:-no test result}" "$took")
+    if [[ $rc -ne 0 ]]; then
+        status=1
+        echo "$name failed; its log's tail:"
+        tail -n 60 "$log" | sed 's/^/    /'
+    fi
+    line=$(printf '%-18s %-8s ERROR SUMMARY: %s errors; %s; C-library leak suppressed: %s; %s; %ss%s' \
+        "$name" "$verdict" "$errors" "$lost" "${suppressed:-0 bytes}" "${tests:-no test result}" "$took" "$retried")
     echo "$line"
     summary+=("$line")
 done
