@@ -31,6 +31,18 @@ pub enum RecipeError {
         /// The recipe directory.
         dir: String,
     },
+    /// A batched put (such as [`Queue::put_all`](crate::queue::Queue::put_all)) enqueued
+    /// only the first `enqueued` items of its batch, in order, each exactly once; then
+    /// `error` stopped it. The item at index `enqueued` may or may not be enqueued if
+    /// `error` is a session error (as for a single put); the items after it are not.
+    /// Only happens when the batch crossed its directory's sequence counter limit in a
+    /// race with other producers (see the queue docs).
+    PartlyEnqueued {
+        /// How many items, from the start of the batch, are in the queue.
+        enqueued: usize,
+        /// Why the rest is not.
+        error: Box<RecipeError>,
+    },
 }
 
 impl From<zookeeper::Error> for RecipeError {
@@ -53,6 +65,12 @@ impl fmt::Display for RecipeError {
             RecipeError::SequenceExhausted { dir } => {
                 write!(f, "the sequence counter of {dir} is at its end")
             }
+            RecipeError::PartlyEnqueued { enqueued, error } => {
+                write!(
+                    f,
+                    "only the first {enqueued} items of the batch were enqueued: {error}"
+                )
+            }
         }
     }
 }
@@ -61,6 +79,7 @@ impl std::error::Error for RecipeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RecipeError::ZooKeeper(error) => Some(error),
+            RecipeError::PartlyEnqueued { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }

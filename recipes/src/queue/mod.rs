@@ -99,6 +99,7 @@
 //! # Ok::<(), zookeeper_recipes::RecipeError>(())
 //! ```
 
+mod batch;
 mod child_watcher;
 mod items;
 
@@ -280,6 +281,49 @@ impl Queue {
     /// with [`RecipeError::SequenceExhausted`] (enqueuing nothing) if it is not.
     pub fn put(&self, data: &[u8]) -> Result<()> {
         self.store.put(&self.zk, data, self.patience)
+    }
+
+    /// Enqueues `items` as one batch: one `multi` creating every item with its own
+    /// receipt, so the batch costs one round trip (plus one `exists` that checks the
+    /// sequence counter has room for all of it) instead of one per item.
+    ///
+    /// On `Ok`, every item is in the queue exactly once (also when the connection
+    /// dropped mid-put: the receipts tell), in the order given and contiguous: no other
+    /// producer's item lies between them, and consumers take them in that order. The
+    /// batch is applied all or nothing: an error before it was applied (an item above
+    /// [`zookeeper::MAX_DATA_LEN`], a batch above the server's request limit, which
+    /// fails with `DataTooLarge`, no permission) enqueues none of it. A `SessionExpired`,
+    /// or a connection loss outlasting the reconnect timeout, may have enqueued all of it
+    /// or none (never part, never twice). An empty batch does nothing.
+    ///
+    /// At the counter's end, a batch that would reach the limit is not sent: the counter
+    /// is restarted if the queue is empty; if not, the put fails with
+    /// [`RecipeError::SequenceExhausted`], enqueuing nothing. Only when other producers
+    /// advance the counter by more than 65,536 between that check and the multi can a
+    /// batch cross the limit: its items past the end are then put again one by one
+    /// (after a restart if the queue has emptied), and if that fails the error is
+    /// [`RecipeError::PartlyEnqueued`], saying how many items from the start are in the
+    /// queue.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use zookeeper_recipes::queue::Queue;
+    /// use zookeeper::ZooKeeper;
+    ///
+    /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+    /// let queue = Queue::new(&zk, "/jobs")?;
+    /// queue.put_all([&b"job 1"[..], b"job 2", b"job 3"])?;
+    /// assert_eq!(queue.len()?, 3);
+    /// # Ok::<(), zookeeper_recipes::RecipeError>(())
+    /// ```
+    pub fn put_all<I>(&self, items: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let owned: Vec<I::Item> = items.into_iter().collect();
+        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        self.store.put_all(&self.zk, &items, self.patience)
     }
 
     /// A queue handing out items in `order` (for the variants).

@@ -359,6 +359,25 @@ impl WorkQueue {
         self.store.put(&self.zk, data, self.patience)
     }
 
+    /// Adds `items` as one batch, in one round trip: all of them exactly once, in order
+    /// and contiguous, or none (with the same guarantees, counter's end included, as
+    /// [`Queue::put_all`](crate::queue::Queue::put_all)). Each item is at most
+    /// [`MAX_ITEM_LEN`] bytes; an empty batch does nothing.
+    pub fn put_all<I>(&self, items: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let owned: Vec<I::Item> = items.into_iter().collect();
+        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        if items.iter().any(|data| data.len() > MAX_ITEM_LEN) {
+            return Err(RecipeError::InvalidArgument(
+                "work item larger than MAX_ITEM_LEN",
+            ));
+        }
+        self.store.put_all(&self.zk, &items, self.patience)
+    }
+
     /// Claims the first available item without waiting.
     pub fn try_take(&self) -> Result<Option<WorkItem>> {
         self.claim_any(Deadline::never(), false)

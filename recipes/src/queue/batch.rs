@@ -1,0 +1,309 @@
+//! The batched put: many items in one `multi`, each with its own ephemeral receipt, so a
+//! batch is enqueued exactly once, atomically, in order and contiguously, for one round
+//! trip (plus one `exists` that checks the counter has room for the whole batch).
+
+use super::*;
+use std::collections::HashMap;
+
+/// Room a batch leaves below the counter's limit for creates of other producers that may
+/// land between its look at the counter and its multi (the server applies far fewer in
+/// one round trip).
+const BATCH_HEADROOM: i64 = 1 << 16;
+
+impl ItemStore {
+    /// Enqueues `items` in one multi: item `i` as `<items>/item-<guid i>-<seq>` with its
+    /// receipt `<receipts>/<guid i>`. See [`Queue::put_all`] for the guarantees.
+    ///
+    /// The counter's end: before the multi, the directory's child counter (`cversion`, the
+    /// next sequence number) is read; a batch that would reach the limit is not sent:
+    /// the directory is restarted if empty, else the put fails with `SequenceExhausted`,
+    /// enqueuing nothing. Only if other producers advanced the counter by more than
+    /// [`BATCH_HEADROOM`] in between can a batch still cross the limit; see
+    /// [`settle_batch`](Self::settle_batch) for that case.
+    pub(crate) fn put_all(
+        &self,
+        zk: &ZooKeeper,
+        items: &[&[u8]],
+        patience: Patience,
+    ) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut restarts = 0;
+        while !self.has_room_for(zk, items.len(), patience)? {
+            restarts += 1;
+            let inner: &[&str] = if self.receipts_inside {
+                &[&self.receipts]
+            } else {
+                &[]
+            };
+            let restarted = restart_dir(zk, &self.items, inner, &self.nodes, patience)?;
+            if restarted == Restart::NotEmpty || restarts == PUT_RESTARTS {
+                return Err(RecipeError::SequenceExhausted {
+                    dir: self.items.clone(),
+                });
+            }
+        }
+        let ids: Vec<String> = items.iter().map(|_| guid()).collect();
+        let names = self.put_batch_once(zk, &ids, items, patience)?;
+        self.settle_batch(zk, &ids, &names, items, patience)
+    }
+
+    /// Whether the items directory's counter has room for `count` more items below the
+    /// limit (with [`BATCH_HEADROOM`] to spare). A missing directory is created first.
+    fn has_room_for(&self, zk: &ZooKeeper, count: usize, patience: Patience) -> Result<bool> {
+        loop {
+            match retry(zk, patience, || zk.exists(&self.items))? {
+                Some(stat) => {
+                    let next = i64::from(stat.cversion);
+                    let count = i64::try_from(count).unwrap_or(i64::MAX);
+                    let end = next.saturating_add(count).saturating_add(BATCH_HEADROOM);
+                    return Ok(next >= 0 && end <= i64::from(crate::util::SEQUENCE_LIMIT));
+                }
+                None => self.ensure(zk, patience)?,
+            }
+        }
+    }
+
+    /// One batch multi, sent again after connection loss until its outcome is known: the
+    /// created item names in batch order (`None`: applied, then consumed before this put
+    /// could look after a lost reply).
+    fn put_batch_once(
+        &self,
+        zk: &ZooKeeper,
+        ids: &[String],
+        items: &[&[u8]],
+        patience: Patience,
+    ) -> Result<Vec<Option<String>>> {
+        let item_options = zookeeper::CreateOptions::new(CreateMode::PersistentSequential)
+            .with_acl(self.nodes.acl_list());
+        let receipt_options =
+            zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(self.nodes.acl_list());
+        let mut ops: Vec<Op> = ids
+            .iter()
+            .zip(items)
+            .map(|(id, data)| {
+                let path = format!("{}/{ITEM_PREFIX}-{id}-", self.items);
+                Op::create(&path, data, item_options)
+            })
+            .collect();
+        ops.extend(
+            ids.iter()
+                .map(|id| Op::create(&self.receipt(id), b"", receipt_options)),
+        );
+        let mut attempt = 0;
+        loop {
+            match zk.multi(&ops) {
+                Ok(results) => {
+                    return Ok(results
+                        .iter()
+                        .take(ids.len())
+                        .map(|result| match result {
+                            OpResult::Created(path) => path.rsplit('/').next().map(str::to_string),
+                            _ => None,
+                        })
+                        .collect())
+                }
+                Err(error) if error.is_connection_loss() => {
+                    attempt += 1;
+                    await_reconnect(zk, patience, attempt)?;
+                    // Let this server catch up with everything the old connection sent.
+                    retry(zk, patience, || zk.sync(&self.items))?;
+                    // The receipts were created with the items, all or none: one tells.
+                    match retry(zk, patience, || zk.exists(&self.receipt(&ids[0]))) {
+                        Ok(Some(_)) => return self.find_batch(zk, ids, patience),
+                        Ok(None) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
+                        Err(error) => return Err(error),
+                    }
+                    // Not applied: send it again (same guids, still recognisable).
+                }
+                Err(Error::MultiFailed { index, error })
+                    if index >= ids.len() && *error == Error::NodeExists =>
+                {
+                    // A receipt of ours exists: an earlier attempt of this very batch was
+                    // applied after all (the check raced it).
+                    return self.find_batch(zk, ids, patience);
+                }
+                Err(Error::MultiFailed { error, .. }) if *error == Error::NoNode => {
+                    // A directory is missing: restarted by a peer, or an empty container
+                    // the server removed. Recreated, it has a fresh counter.
+                    self.ensure(zk, patience)?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// The items of the applied batch `ids`, found by their guids, in batch order (`None`:
+    /// consumed already).
+    fn find_batch(
+        &self,
+        zk: &ZooKeeper,
+        ids: &[String],
+        patience: Patience,
+    ) -> Result<Vec<Option<String>>> {
+        let mut by_guid: HashMap<String, String> = children_or_none(zk, &self.items, patience)?
+            .into_iter()
+            .filter_map(|name| Some((guid_of(&name)?.to_string(), name)))
+            .collect();
+        Ok(ids.iter().map(|id| by_guid.remove(id)).collect())
+    }
+
+    /// After the batch `ids` was applied as `names`: items numbered in range are done
+    /// (their receipts go, in one pipelined multi). Sequence numbers follow batch order,
+    /// so items past the counter's end (only possible in the race described at
+    /// [`put_all`](Self::put_all)) are a suffix of the batch: each is removed before its
+    /// receipt, as a single put does, and put again on its own, in order (restarting the
+    /// directory if it is empty). If one of those puts fails, the batch is only partly
+    /// enqueued: [`RecipeError::PartlyEnqueued`] says how far.
+    pub(super) fn settle_batch(
+        &self,
+        zk: &ZooKeeper,
+        ids: &[String],
+        names: &[Option<String>],
+        items: &[&[u8]],
+        patience: Patience,
+    ) -> Result<()> {
+        // An item not found after a lost reply was consumed, so it was in range.
+        let past_end = names
+            .iter()
+            .position(|name| name.as_deref().is_some_and(|name| !name_in_range(name)))
+            .unwrap_or(names.len());
+        let done: Vec<Op> = ids[..past_end]
+            .iter()
+            .map(|id| Op::delete(&self.receipt(id), Version::Any))
+            .collect();
+        if !done.is_empty() {
+            // Not awaited: if the reply is lost, the receipts stay until the session ends.
+            drop(zk.multi_async(&done));
+        }
+        let partly = |enqueued: usize, error: RecipeError| RecipeError::PartlyEnqueued {
+            enqueued,
+            error: Box::new(error),
+        };
+        for (index, id) in ids.iter().enumerate().skip(past_end) {
+            if let Some(name) = &names[index] {
+                log::debug!(
+                    "queue: batch item {name} in {} is past the counter's end",
+                    self.items
+                );
+                crate::support::delete_node(zk, &format!("{}/{name}", self.items), patience)
+                    .map_err(|error| partly(past_end, error))?;
+            }
+            crate::support::delete_node(zk, &self.receipt(id), patience)
+                .map_err(|error| partly(past_end, error))?;
+        }
+        for (index, data) in items.iter().enumerate().skip(past_end) {
+            self.put(zk, data, patience)
+                .map_err(|error| partly(index, error))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::SEQUENCE_LIMIT;
+    use zk_harness::{Crafted, Server};
+
+    const DIRS: [&str; 4] = ["/partly", "/drained", "/empty", "/busy"];
+
+    fn store(path: &str) -> ItemStore {
+        ItemStore {
+            items: path.to_string(),
+            receipts: format!("{path}/{RECEIPTS}"),
+            receipts_inside: true,
+            nodes: NodeOptions::default(),
+        }
+    }
+
+    fn drain(queue: &Queue) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| queue.try_take().unwrap()).collect()
+    }
+
+    /// The receipts' deletes are pipelined, not awaited; a later request of the same
+    /// session is answered after them, so one look suffices.
+    fn receipts_gone(zk: &ZooKeeper, path: &str) {
+        let left = zk.get_children(&format!("{path}/{RECEIPTS}")).unwrap();
+        assert!(left.is_empty(), "receipts left: {left:?}");
+    }
+
+    fn seqs(zk: &ZooKeeper, path: &str) -> Vec<i32> {
+        let (items, past_end) = split_items(zk.get_children(path).unwrap());
+        assert!(past_end.is_empty(), "left past the end: {past_end:?}");
+        items
+            .iter()
+            .filter_map(|n| crate::util::sequence_of(n))
+            .collect()
+    }
+
+    /// Batches at the real end of a directory's counter (a server started from crafted
+    /// data, counters 3 below the limit): a batch that crossed it (sent without the
+    /// check, as in the race with other producers) keeps its in-range prefix and puts
+    /// the rest again one by one, or reports how far it got; a checked batch restarts an
+    /// empty queue or enqueues nothing.
+    #[test]
+    fn batches_at_the_counters_end_are_whole_or_say_how_far_they_got() {
+        let crafted = DIRS
+            .iter()
+            .fold(Crafted::new(), |c, dir| c.dir(dir, SEQUENCE_LIMIT - 3));
+        let server = Server::start_crafted(&crafted).expect("crafted server");
+        let zk = ZooKeeper::connect(&server.connect_string(), Duration::from_secs(10)).unwrap();
+        let patience = Patience::reconnect(Duration::from_secs(10));
+        let data: Vec<Vec<u8>> = (0..5).map(|i| format!("b{i}").into_bytes()).collect();
+        let items: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let ids: Vec<String> = items.iter().map(|_| guid()).collect();
+
+        // Crossed, the queue still holds the in-range prefix: the first re-put finds the
+        // queue not empty and fails; the prefix stays, nothing else is left.
+        let partly = store("/partly");
+        let queue = Queue::new(&zk, "/partly").unwrap();
+        let names = partly.put_batch_once(&zk, &ids, &items, patience).unwrap();
+        // (Creating the receipts node took one number.)
+        let k = names.iter().flatten().filter(|n| name_in_range(n)).count();
+        assert_eq!(k, 2, "{names:?}");
+        let error = partly
+            .settle_batch(&zk, &ids, &names, &items, patience)
+            .unwrap_err();
+        assert!(
+            matches!(&error, RecipeError::PartlyEnqueued { enqueued: 2, error }
+                if matches!(**error, RecipeError::SequenceExhausted { .. })),
+            "{error:?}"
+        );
+        assert_eq!(seqs(&zk, "/partly").len(), 2);
+        receipts_gone(&zk, "/partly");
+        assert_eq!(drain(&queue), data[..2]);
+
+        // Crossed, and the prefix was consumed before the put settled: the rest is put
+        // again after a restart, in order.
+        let drained = store("/drained");
+        let queue = Queue::new(&zk, "/drained").unwrap();
+        let names = drained.put_batch_once(&zk, &ids, &items, patience).unwrap();
+        assert_eq!(drain(&queue), data[..2]);
+        drained
+            .settle_batch(&zk, &ids, &names, &items, patience)
+            .unwrap();
+        assert!(seqs(&zk, "/drained").iter().all(|&s| s < 10), "restarted");
+        receipts_gone(&zk, "/drained");
+        assert_eq!(drain(&queue), data[2..]);
+
+        // Checked first: an empty queue restarts and takes the whole batch.
+        let queue = Queue::new(&zk, "/empty").unwrap();
+        queue.put_all(&items).unwrap();
+        assert!(seqs(&zk, "/empty").iter().all(|&s| s < 10), "restarted");
+        receipts_gone(&zk, "/empty");
+        assert_eq!(drain(&queue), data);
+
+        // Checked first: a queue holding an item refuses the batch whole.
+        let queue = Queue::new(&zk, "/busy").unwrap();
+        queue.put(b"waiting").unwrap();
+        let error = queue.put_all(&items).unwrap_err();
+        assert!(
+            matches!(error, RecipeError::SequenceExhausted { .. }),
+            "{error:?}"
+        );
+        receipts_gone(&zk, "/busy");
+        assert_eq!(drain(&queue), [b"waiting".to_vec()]);
+    }
+}
