@@ -204,8 +204,9 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
 }
 
 /// `Queue::put` (exactly-once: a multi of item + receipt, then the receipt's delete)
-/// against one raw sequential create, `--n` of each, alternating in chunks of 50 so load
-/// drift hits both alike.
+/// against one raw sequential create and against `Queue::put_all` of 50 items (one
+/// batch per chunk), `--n` items each, alternating in chunks of 50 so load drift hits
+/// all alike.
 pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
     let zk = connect(&p.hosts)?;
     let qpath = format!("{base}/q");
@@ -214,8 +215,8 @@ pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
     ensure_path(&zk, &raw_dir)?;
     let raw_prefix = format!("{raw_dir}/item-");
     let acl = Acl::OPEN_UNSAFE;
-    let (mut put_secs, mut raw_secs) = (0.0, 0.0);
-    let (mut put_cpu, mut raw_cpu) = (0.0, 0.0);
+    let (mut put_secs, mut raw_secs, mut batch_secs) = (0.0, 0.0, 0.0);
+    let (mut put_cpu, mut raw_cpu, mut batch_cpu) = (0.0, 0.0, 0.0);
     let mut done = 0;
     while done < p.n {
         let chunk = 50.min(p.n - done);
@@ -237,12 +238,19 @@ pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
         }
         raw_secs += t.elapsed().as_secs_f64();
         raw_cpu += Usage::now().cpu_us - u0.cpu_us;
+        let u0 = Usage::now();
+        let t = Instant::now();
+        queue.put_all(vec![DATA; chunk])?;
+        batch_secs += t.elapsed().as_secs_f64();
+        batch_cpu += Usage::now().cpu_us - u0.cpu_us;
         done += chunk;
     }
     let mut put = row("qp_put", p.n, put_secs, 0);
     put.4.insert("cpu_us".into(), format!("{put_cpu:.0}"));
     let mut raw = row("qp_raw_create", p.n, raw_secs, 0);
     raw.4.insert("cpu_us".into(), format!("{raw_cpu:.0}"));
+    let mut batch = row("qp_put_all", p.n, batch_secs, 0);
+    batch.4.insert("cpu_us".into(), format!("{batch_cpu:.0}"));
     drop(queue);
     for dir in [qpath, raw_dir] {
         let items: Vec<String> = zk
@@ -255,5 +263,5 @@ pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
     }
     delete_tree(&zk, base)?;
     zk.close()?;
-    Ok(vec![put, raw])
+    Ok(vec![put, raw, batch])
 }

@@ -319,19 +319,25 @@ pub fn run(launchers: &Launchers, hosts: &str, server: &str, meta: &Meta, plan: 
         let cells = r.cells("queue put vs raw create", &rust, &a);
         let put = cells[0].median("qp_put", |m| Some(m.ops_per_sec()));
         let raw = cells[0].median("qp_raw_create", |m| Some(m.ops_per_sec()));
+        let batch = cells[0].median("qp_put_all", |m| Some(m.ops_per_sec()));
         let _ = writeln!(
             w,
             "\nPut cost ({} of each, alternating in chunks of 50, one session): \
              `Queue::put` (exactly-once: multi of item + receipt, then the receipt's delete, \
              pipelined) {} puts/s, CPU {} µs/put; one raw sequential create {} creates/s, \
-             CPU {} µs/create; put / raw = {} (target ≥ 0.9). A batched put (many items in one \
-             multi) is not in the queue's API yet.",
+             CPU {} µs/create; put / raw = {} (target ≥ 0.9). `Queue::put_all` of 50 items \
+             (one multi of 50 items + 50 receipts after one `exists`, then one multi deleting \
+             the receipts, pipelined) {} items/s, CPU {} µs/item; batched / single put = {} \
+             (target ≥ 5).",
             plan.put_n,
             f1(put),
             f1(cells[0].cpu_per_op("qp_put")),
             f1(raw),
             f1(cells[0].cpu_per_op("qp_raw_create")),
-            f2(ratio(put, raw))
+            f2(ratio(put, raw)),
+            f1(batch),
+            f1(cells[0].cpu_per_op("qp_put_all")),
+            f2(ratio(batch, put))
         );
         let _ = writeln!(w, "\n{}", meta.caption(server));
     }
