@@ -153,6 +153,27 @@ fn work_items_complete_asynchronously() {
 }
 
 #[test]
+fn a_batch_is_put_asynchronously_in_order() {
+    let zk = connect();
+    let queue = Async::new(Queue::new(&zk, &unique_path("async-batch")).unwrap());
+    let work = Async::new(WorkQueue::new(&zk, &unique_path("async-batch-work")).unwrap());
+    block_on(async {
+        queue.put_all(["a", "b", "c"]).await.unwrap();
+        work.put_all([b"x".to_vec(), b"y".to_vec()]).await.unwrap();
+        for expected in ["a", "b", "c"] {
+            assert_eq!(queue.take(T).await.unwrap(), expected.as_bytes());
+        }
+        for expected in ["x", "y"] {
+            let item = work.take(T).await.unwrap();
+            assert_eq!(item.data(), expected.as_bytes());
+            item.complete_async().await.unwrap();
+        }
+        assert!(queue.is_empty().await.unwrap());
+        assert!(work.is_empty().await.unwrap());
+    });
+}
+
+#[test]
 fn many_waits_share_one_executor_thread() {
     let zk = connect();
     let path = unique_path("async-many");

@@ -103,6 +103,16 @@ impl Async<WorkQueue> {
         let data = data.into();
         self.run(move |queue| queue.put(&data))
     }
+
+    /// Async form of [`WorkQueue::put_all`].
+    pub fn put_all<I>(&self, items: I) -> Unblock<Result<()>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Vec<u8>>,
+    {
+        let items: Vec<Vec<u8>> = items.into_iter().map(Into::into).collect();
+        self.run(move |queue| queue.put_all(&items))
+    }
 }
 
 async_forms!(IdGenerator {
@@ -307,6 +317,16 @@ impl Async<Queue> {
     pub fn put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
         let data = data.into();
         self.run(move |queue| queue.put(&data))
+    }
+
+    /// Async form of [`Queue::put_all`].
+    pub fn put_all<I>(&self, items: I) -> Unblock<Result<()>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Vec<u8>>,
+    {
+        let items: Vec<Vec<u8>> = items.into_iter().map(Into::into).collect();
+        self.run(move |queue| queue.put_all(&items))
     }
 }
 
