@@ -257,13 +257,40 @@ fn semaphore_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     n
 }
 
+/// Every other put is a batch of three (`put_all`, one multi): each of its items must
+/// keep the single put's guarantees too.
 fn queue_producer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     let Ok(queue) = Queue::new(&ctx.zk, &ctx.paths.queue()) else {
         return 0;
     };
-    produce(ctx, w, "q", Duration::from_millis(20), |item| {
-        queue.put(item).is_ok()
-    })
+    let mut n = 0;
+    let mut batch = false;
+    while ctx.live() {
+        let size = if batch { 3 } else { 1 };
+        let items: Vec<String> = (n..n + size)
+            .map(|i| format!("q:{}-{i}", ctx.owner))
+            .collect();
+        let start = monotonic_nanos();
+        let acknowledged = if batch {
+            queue.put_all(&items).is_ok()
+        } else {
+            queue.put(items[0].as_bytes()).is_ok()
+        };
+        let end = acknowledged.then(monotonic_nanos);
+        for item in items {
+            w.record(&Put {
+                item,
+                producer: ctx.owner.clone(),
+                start,
+                end,
+            })
+            .expect("history");
+        }
+        n += size;
+        batch = !batch;
+        thread::sleep(Duration::from_millis(20));
+    }
+    n
 }
 
 /// Puts `<prefix>:<owner>-<n>` items with `put` while the session lives, a pause between

@@ -65,7 +65,7 @@ fn explained(violation: &ItemViolation, members: &[MemberLog], holes: &[Hole]) -
     prefixed.extend_from_slice(data);
     let all = || members.iter().flat_map(|m| m.txns.values());
     let create = all().find(|t| t.mentions(&prefixed))?;
-    let node = node_name(create)?;
+    let node = node_name(create, &prefixed)?;
     let mut touched: Vec<i64> = all()
         .filter(|t| t.mentions(node.as_bytes()))
         .map(|t| t.zxid)
@@ -94,16 +94,21 @@ fn explained(violation: &ItemViolation, members: &[MemberLog], holes: &[Hole]) -
     Some(format!("its log contradicts the state: {contradiction}"))
 }
 
-/// The `item-<guid>` name a queue or work-queue create carries (unique per put).
-fn node_name(create: &LoggedTxn) -> Option<String> {
+/// The `item-<guid>` name (unique per item) of the node a queue or work-queue create
+/// made with `data`: the last such name before the data, since a create serializes its
+/// path, then its data (a batched put creates many items in one multi).
+fn node_name(create: &LoggedTxn, data: &[u8]) -> Option<String> {
     const PREFIX: &[u8] = b"item-";
     const GUID: usize = 32;
     let bytes = &create.bytes;
-    (0..bytes.len().saturating_sub(PREFIX.len() + GUID)).find_map(|i| {
-        let guid = &bytes[i + PREFIX.len()..i + PREFIX.len() + GUID];
-        (bytes[i..].starts_with(PREFIX) && guid.iter().all(u8::is_ascii_hexdigit))
-            .then(|| format!("item-{}", String::from_utf8_lossy(guid)))
-    })
+    let data_at = bytes.windows(data.len()).position(|w| w == data)?;
+    (0..=data_at.checked_sub(PREFIX.len() + GUID)?)
+        .rev()
+        .find_map(|i| {
+            let guid = &bytes[i + PREFIX.len()..i + PREFIX.len() + GUID];
+            (bytes[i..].starts_with(PREFIX) && guid.iter().all(u8::is_ascii_hexdigit))
+                .then(|| format!("item-{}", String::from_utf8_lossy(guid)))
+        })
 }
 
 /// Judges a kept history again and traces its item violations to kept server dirs:
