@@ -163,3 +163,27 @@ fn a_work_queue_batch_is_claimed_in_order() {
     );
     assert!(queue.try_take().unwrap().is_none());
 }
+
+/// A batch near the request limit (about 3,400 small items: each item and its receipt
+/// take about 300 bytes of the 1 MiB request) goes through in one multi; one far above it
+/// is refused before it is sent.
+#[test]
+fn a_large_batch_goes_through_and_an_oversized_one_is_refused() {
+    let zk = connect();
+    let path = unique_path("batch-large");
+    let queue = Queue::new(&zk, &path).unwrap();
+    let items = batch("large", 2_500);
+    queue.put_all(&items).unwrap();
+    assert_eq!(queue.len().unwrap(), items.len());
+    let error = queue.put_all(batch("over", 5_000)).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RecipeError::ZooKeeper(zookeeper::Error::DataTooLarge { .. })
+        ),
+        "{error:?}"
+    );
+    assert_eq!(queue.len().unwrap(), items.len());
+    assert_eq!(queue.try_take().unwrap().unwrap(), items[0].as_bytes());
+    assert_no_receipts_left(&zk, &path);
+}
