@@ -827,7 +827,7 @@ mod tests {
 
     #[test]
     fn oracle_matches_known_server_verdicts() {
-        // From the server table in integration/tests/hostile_input.rs.
+        // From the server table in integration/tests/hostile_input/paths.rs.
         for ok in [
             "/",
             "/a",
