@@ -1,4 +1,5 @@
-//! Path validation against the server itself: each path through the raw C client and over a raw socket; `zookeeper::validate_path` must accept exactly what the server accepts.
+//! Path validation against the server itself: each path through the raw C client and over a
+//! raw socket; `zookeeper::validate_path` must accept exactly what the server accepts.
 
 use super::*;
 
