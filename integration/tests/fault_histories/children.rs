@@ -2,6 +2,7 @@
 //! appending what it did to the shared history.
 
 use super::*;
+use std::sync::{Condvar, Mutex};
 
 #[test]
 fn child_worker() {
@@ -51,14 +52,14 @@ fn child_worker() {
             "SESSION|",
             format!("{} {}", id.session_id, hex(&id.password)),
         );
-        let expired = Arc::new(AtomicBool::new(false));
+        let over = Arc::new(Over::default());
         let ctx = Ctx {
             zk: zk.clone(),
             paths: paths.clone(),
             history: history.clone(),
             owner: format!("{name}.{incarnations}"),
             stop: Arc::clone(&stop),
-            expired: Arc::clone(&expired),
+            over: Arc::clone(&over),
             batch,
         };
         let roles: Vec<(&'static str, JoinHandle<u64>)> = vec![
@@ -98,7 +99,7 @@ fn child_worker() {
                 break;
             }
         }
-        expired.store(true, Ordering::SeqCst);
+        over.set();
         for (what, handle) in roles {
             *totals.entry(what).or_default() += handle.join().expect("role thread");
         }
@@ -116,6 +117,24 @@ fn child_worker() {
     );
 }
 
+/// The end of an incarnation, waitable.
+#[derive(Default)]
+pub(super) struct Over {
+    flag: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Over {
+    fn set(&self) {
+        *self.flag.lock().expect("incarnation flag") = true;
+        self.changed.notify_all();
+    }
+
+    fn is_set(&self) -> bool {
+        *self.flag.lock().expect("incarnation flag")
+    }
+}
+
 /// What a role thread works with: one incarnation of the child's main session.
 #[derive(Clone)]
 pub(super) struct Ctx {
@@ -124,13 +143,22 @@ pub(super) struct Ctx {
     pub(super) history: PathBuf,
     pub(super) owner: String,
     pub(super) stop: Arc<AtomicBool>,
-    pub(super) expired: Arc<AtomicBool>,
+    /// Set when this incarnation ends (its session expired, or the parent said stop).
+    pub(super) over: Arc<Over>,
     pub(super) batch: u64,
 }
 
 impl Ctx {
     pub(super) fn live(&self) -> bool {
-        !self.stop.load(Ordering::SeqCst) && !self.expired.load(Ordering::SeqCst)
+        !self.stop.load(Ordering::SeqCst) && !self.over.is_set()
+    }
+
+    /// Blocks until this incarnation ends.
+    pub(super) fn wait_until_over(&self) {
+        let mut over = self.over.flag.lock().expect("incarnation flag");
+        while !*over {
+            over = self.over.changed.wait(over).expect("incarnation flag");
+        }
     }
 
     fn spawn(&self, role: fn(&Ctx, &mut HistoryWriter) -> u64) -> JoinHandle<u64> {

@@ -47,9 +47,7 @@ pub fn member_role(ctx: &Ctx, _: &mut HistoryWriter) -> u64 {
         member.leave();
         return 0;
     };
-    while ctx.live() {
-        thread::sleep(Duration::from_millis(50));
-    }
+    ctx.wait_until_over();
     let created = node.creations() + member.node().creations();
     node.close();
     member.leave();
