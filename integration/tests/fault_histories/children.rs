@@ -291,20 +291,36 @@ fn queue_producer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     let Ok(queue) = Queue::new(&ctx.zk, &ctx.paths.queue()) else {
         return 0;
     };
+    produce(ctx, w, "q", Duration::from_millis(20), &[1, 3], |items| {
+        match items {
+            [item] => queue.put(item.as_bytes()),
+            batch => queue.put_all(batch),
+        }
+        .is_ok()
+    })
+}
+
+/// Puts `<prefix>:<owner>-<n>` items with `put` while the session lives, `sizes` items
+/// at a time (in turn), a pause between puts, recording each item's put span (its end
+/// only if acknowledged).
+fn produce(
+    ctx: &Ctx,
+    w: &mut HistoryWriter,
+    prefix: &str,
+    pause: Duration,
+    sizes: &[u64],
+    put: impl Fn(&[String]) -> bool,
+) -> u64 {
     let mut n = 0;
-    let mut batch = false;
-    while ctx.live() {
-        let size = if batch { 3 } else { 1 };
+    for &size in sizes.iter().cycle() {
+        if !ctx.live() {
+            break;
+        }
         let items: Vec<String> = (n..n + size)
-            .map(|i| format!("q:{}-{i}", ctx.owner))
+            .map(|i| format!("{prefix}:{}-{i}", ctx.owner))
             .collect();
         let start = monotonic_nanos();
-        let acknowledged = if batch {
-            queue.put_all(&items).is_ok()
-        } else {
-            queue.put(items[0].as_bytes()).is_ok()
-        };
-        let end = acknowledged.then(monotonic_nanos);
+        let end = put(&items).then(monotonic_nanos);
         for item in items {
             w.record(&Put {
                 item,
@@ -315,34 +331,6 @@ fn queue_producer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
             .expect("history");
         }
         n += size;
-        batch = !batch;
-        thread::sleep(Duration::from_millis(20));
-    }
-    n
-}
-
-/// Puts `<prefix>:<owner>-<n>` items with `put` while the session lives, a pause between
-/// them, recording each put's span (its end only if acknowledged).
-fn produce(
-    ctx: &Ctx,
-    w: &mut HistoryWriter,
-    prefix: &str,
-    pause: Duration,
-    put: impl Fn(&[u8]) -> bool,
-) -> u64 {
-    let mut n = 0;
-    while ctx.live() {
-        let item = format!("{prefix}:{}-{n}", ctx.owner);
-        let start = monotonic_nanos();
-        let end = put(item.as_bytes()).then(monotonic_nanos);
-        w.record(&Put {
-            item,
-            producer: ctx.owner.clone(),
-            start,
-            end,
-        })
-        .expect("history");
-        n += 1;
         thread::sleep(pause);
     }
     n
@@ -384,8 +372,8 @@ fn work_producer(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     let Ok(queue) = WorkQueue::new(&ctx.zk, &ctx.paths.work()) else {
         return 0;
     };
-    produce(ctx, w, "w", Duration::from_millis(30), |item| {
-        queue.put(item).is_ok()
+    produce(ctx, w, "w", Duration::from_millis(30), &[1], |items| {
+        queue.put(items[0].as_bytes()).is_ok()
     })
 }
 

@@ -97,6 +97,15 @@ async_forms!(WorkQueue {
     fn dead_letters() -> Result<Vec<String>>;
 });
 
+/// A batch's items, owned, for the worker that puts them.
+fn owned<I>(items: I) -> Vec<Vec<u8>>
+where
+    I: IntoIterator,
+    I::Item: Into<Vec<u8>>,
+{
+    items.into_iter().map(Into::into).collect()
+}
+
 impl Async<WorkQueue> {
     /// Async form of [`WorkQueue::put`].
     pub fn put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
@@ -110,7 +119,7 @@ impl Async<WorkQueue> {
         I: IntoIterator,
         I::Item: Into<Vec<u8>>,
     {
-        let items: Vec<Vec<u8>> = items.into_iter().map(Into::into).collect();
+        let items = owned(items);
         self.run(move |queue| queue.put_all(&items))
     }
 }
@@ -325,7 +334,7 @@ impl Async<Queue> {
         I: IntoIterator,
         I::Item: Into<Vec<u8>>,
     {
-        let items: Vec<Vec<u8>> = items.into_iter().map(Into::into).collect();
+        let items = owned(items);
         self.run(move |queue| queue.put_all(&items))
     }
 }
