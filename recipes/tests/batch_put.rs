@@ -31,6 +31,16 @@ fn assert_no_receipts_left(zk: &zookeeper::ZooKeeper, path: &str) {
     assert!(left.is_empty(), "receipts left: {left:?}");
 }
 
+fn assert_too_large(error: &RecipeError) {
+    assert!(
+        matches!(
+            error,
+            RecipeError::ZooKeeper(zookeeper::Error::DataTooLarge { .. })
+        ),
+        "{error:?}"
+    );
+}
+
 #[test]
 fn a_batch_comes_out_in_order_and_contiguous_among_concurrent_puts() {
     let zk = connect();
@@ -80,23 +90,11 @@ fn empty_and_refused_batches_enqueue_nothing() {
     // Every item fits, the batch does not: refused before it is sent, typed.
     let big = vec![7u8; 300 * 1024];
     let error = queue.put_all([&big, &big, &big, &big]).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            RecipeError::ZooKeeper(zookeeper::Error::DataTooLarge { .. })
-        ),
-        "{error:?}"
-    );
+    assert_too_large(&error);
     // One item above the node data limit: the whole batch refused.
     let huge = vec![1u8; zookeeper::MAX_DATA_LEN + 1];
     let error = queue.put_all([&b"small"[..], &huge[..]]).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            RecipeError::ZooKeeper(zookeeper::Error::DataTooLarge { .. })
-        ),
-        "{error:?}"
-    );
+    assert_too_large(&error);
     assert_eq!(queue.len().unwrap(), 0);
     // Then a batch that fits goes through whole.
     queue.put_all([&big, &big]).unwrap();
@@ -176,13 +174,7 @@ fn a_large_batch_goes_through_and_an_oversized_one_is_refused() {
     queue.put_all(&items).unwrap();
     assert_eq!(queue.len().unwrap(), items.len());
     let error = queue.put_all(batch("over", 5_000)).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            RecipeError::ZooKeeper(zookeeper::Error::DataTooLarge { .. })
-        ),
-        "{error:?}"
-    );
+    assert_too_large(&error);
     assert_eq!(queue.len().unwrap(), items.len());
     assert_eq!(queue.try_take().unwrap().unwrap(), items[0].as_bytes());
     assert_no_receipts_left(&zk, &path);
