@@ -109,6 +109,24 @@ impl PriorityQueue {
             .map(drop)
     }
 
+    /// Enqueues `items`, all with `priority`, as one batch in one round trip: exactly
+    /// once, all or nothing, and in the order given among themselves (see
+    /// [`Queue::put_all`]). Items of equal priority are taken in put order, so the batch
+    /// stays contiguous within its priority.
+    pub fn put_all<I>(&self, items: I, priority: u32) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let owned: Vec<I::Item> = items.into_iter().collect();
+        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        let tag = format!("p{priority:010}");
+        let queue = &self.queue;
+        queue
+            .store()
+            .put_all(queue.zk(), &items, &tag, queue.patience())
+    }
+
     /// Takes the item first in priority order without waiting: `None` if there is none now.
     pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
         self.queue.try_take()

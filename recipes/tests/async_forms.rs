@@ -157,7 +157,13 @@ fn a_batch_is_put_asynchronously_in_order() {
     let zk = connect();
     let queue = Async::new(Queue::new(&zk, &unique_path("async-batch")).unwrap());
     let work = Async::new(WorkQueue::new(&zk, &unique_path("async-batch-work")).unwrap());
+    let urgent = Async::new(PriorityQueue::new(&zk, &unique_path("async-batch-prio")).unwrap());
     block_on(async {
+        urgent.put_all(["later"], 9).await.unwrap();
+        urgent.put_all(["now", "next"], 0).await.unwrap();
+        for expected in ["now", "next", "later"] {
+            assert_eq!(urgent.take(T).await.unwrap(), expected.as_bytes());
+        }
         queue.put_all(["a", "b", "c"]).await.unwrap();
         work.put_all([b"x".to_vec(), b"y".to_vec()]).await.unwrap();
         for expected in ["a", "b", "c"] {

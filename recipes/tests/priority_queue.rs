@@ -33,6 +33,23 @@ fn items_come_out_by_priority_then_in_put_order() {
     assert_eq!(queue.take(Timeout::Never).unwrap(), b"last");
 }
 
+/// A batch takes its place by priority, in its own order, contiguous within its priority.
+#[test]
+fn a_batch_is_taken_by_priority_and_in_its_own_order() {
+    let zk = connect();
+    let queue = PriorityQueue::new(&zk, &unique_path("batch")).unwrap();
+    queue.put(b"a", 1).unwrap();
+    queue.put_all(["x1", "x2", "x3"], 1).unwrap();
+    queue.put(b"b", 1).unwrap();
+    queue.put_all(["u1", "u2"], 0).unwrap();
+    queue.put_all(Vec::<&str>::new(), 0).unwrap();
+    let mut order = Vec::new();
+    while let Some(item) = queue.try_take().unwrap() {
+        order.push(String::from_utf8(item).unwrap());
+    }
+    assert_eq!(order, ["u1", "u2", "a", "x1", "x2", "x3", "b"]);
+}
+
 /// A take decides on a listing of its own: an urgent item put after the previous take
 /// comes next, ahead of older items of lower priority.
 #[test]

@@ -345,6 +345,16 @@ impl Async<PriorityQueue> {
         let data = data.into();
         self.run(move |queue| queue.put(&data, priority))
     }
+
+    /// Async form of [`PriorityQueue::put_all`].
+    pub fn put_all<I>(&self, items: I, priority: u32) -> Unblock<Result<()>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Vec<u8>>,
+    {
+        let items = owned(items);
+        self.run(move |queue| queue.put_all(&items, priority))
+    }
 }
 
 impl Async<DelayedQueue> {

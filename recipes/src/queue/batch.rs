@@ -11,8 +11,9 @@ use std::collections::HashMap;
 const BATCH_HEADROOM: i64 = 1 << 16;
 
 impl ItemStore {
-    /// Enqueues `items` in one multi: item `i` as `<items>/item-<guid i>-<seq>` with its
-    /// receipt `<receipts>/<guid i>`. See [`Queue::put_all`] for the guarantees.
+    /// Enqueues `items` in one multi: item `i` as `<items>/item-<guid i>-<seq>` (with an
+    /// ordering tag: `item-<guid i>-<tag>-<seq>`) with its receipt `<receipts>/<guid i>`.
+    /// See [`Queue::put_all`] for the guarantees.
     ///
     /// The counter's end: before the multi, the directory's child counter (`cversion`, the
     /// next sequence number) is read; a batch that would reach the limit is not sent:
@@ -24,6 +25,7 @@ impl ItemStore {
         &self,
         zk: &ZooKeeper,
         items: &[&[u8]],
+        tag: &str,
         patience: Patience,
     ) -> Result<()> {
         if items.is_empty() {
@@ -45,8 +47,8 @@ impl ItemStore {
             }
         }
         let ids: Vec<String> = items.iter().map(|_| guid()).collect();
-        let names = self.put_batch_once(zk, &ids, items, patience)?;
-        self.settle_batch(zk, &ids, &names, items, patience)
+        let names = self.put_batch_once(zk, &ids, items, tag, patience)?;
+        self.settle_batch(zk, &ids, &names, items, tag, patience)
     }
 
     /// Whether the items directory's counter has room for `count` more items below the
@@ -73,6 +75,7 @@ impl ItemStore {
         zk: &ZooKeeper,
         ids: &[String],
         items: &[&[u8]],
+        tag: &str,
         patience: Patience,
     ) -> Result<Vec<Option<String>>> {
         let item_options = zookeeper::CreateOptions::new(CreateMode::PersistentSequential)
@@ -83,7 +86,11 @@ impl ItemStore {
             .iter()
             .zip(items)
             .map(|(id, data)| {
-                let path = format!("{}/{ITEM_PREFIX}-{id}-", self.items);
+                let path = if tag.is_empty() {
+                    format!("{}/{ITEM_PREFIX}-{id}-", self.items)
+                } else {
+                    format!("{}/{ITEM_PREFIX}-{id}-{tag}-", self.items)
+                };
                 Op::create(&path, data, item_options)
             })
             .collect();
@@ -162,6 +169,7 @@ impl ItemStore {
         ids: &[String],
         names: &[Option<String>],
         items: &[&[u8]],
+        tag: &str,
         patience: Patience,
     ) -> Result<()> {
         // An item not found after a lost reply was consumed, so it was in range.
@@ -194,7 +202,7 @@ impl ItemStore {
                 .map_err(|error| partly(past_end, error))?;
         }
         for (index, data) in items.iter().enumerate().skip(past_end) {
-            self.put(zk, data, patience)
+            self.put_with(zk, data, tag, &[], patience)
                 .map_err(|error| partly(index, error))?;
         }
         Ok(())
@@ -259,12 +267,14 @@ mod tests {
         // queue not empty and fails; the prefix stays, nothing else is left.
         let partly = store("/partly");
         let queue = Queue::new(&zk, "/partly").unwrap();
-        let names = partly.put_batch_once(&zk, &ids, &items, patience).unwrap();
+        let names = partly
+            .put_batch_once(&zk, &ids, &items, "", patience)
+            .unwrap();
         // (Creating the receipts node took one number.)
         let k = names.iter().flatten().filter(|n| name_in_range(n)).count();
         assert_eq!(k, 2, "{names:?}");
         let error = partly
-            .settle_batch(&zk, &ids, &names, &items, patience)
+            .settle_batch(&zk, &ids, &names, &items, "", patience)
             .unwrap_err();
         assert!(
             matches!(&error, RecipeError::PartlyEnqueued { enqueued: 2, error }
@@ -279,10 +289,12 @@ mod tests {
         // again after a restart, in order.
         let drained = store("/drained");
         let queue = Queue::new(&zk, "/drained").unwrap();
-        let names = drained.put_batch_once(&zk, &ids, &items, patience).unwrap();
+        let names = drained
+            .put_batch_once(&zk, &ids, &items, "", patience)
+            .unwrap();
         assert_eq!(drain(&queue), data[..2]);
         drained
-            .settle_batch(&zk, &ids, &names, &items, patience)
+            .settle_batch(&zk, &ids, &names, &items, "", patience)
             .unwrap();
         assert!(seqs(&zk, "/drained").iter().all(|&s| s < 10), "restarted");
         receipts_gone(&zk, "/drained");

@@ -323,7 +323,7 @@ impl Queue {
     {
         let owned: Vec<I::Item> = items.into_iter().collect();
         let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
-        self.store.put_all(&self.zk, &items, self.patience)
+        self.store.put_all(&self.zk, &items, "", self.patience)
     }
 
     /// A queue handing out items in `order` (for the variants).

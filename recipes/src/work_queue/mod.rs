@@ -375,7 +375,7 @@ impl WorkQueue {
                 "work item larger than MAX_ITEM_LEN",
             ));
         }
-        self.store.put_all(&self.zk, &items, self.patience)
+        self.store.put_all(&self.zk, &items, "", self.patience)
     }
 
     /// Claims the first available item without waiting.
