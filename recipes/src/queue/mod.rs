@@ -17,6 +17,10 @@
 //!   (and a `sync`), even if a consumer already took the item (the weakness of the plain
 //!   "look for my guid among the children" check the classic recipe uses). The receipt is
 //!   deleted right after (pipelined, so a put costs one round trip).
+//! - [`put_all`](Queue::put_all) puts a batch the same way in one `multi`: every item with
+//!   its own receipt, so the batch is applied all or nothing, its items numbered
+//!   consecutively (contiguous, in the order given), for one round trip after an `exists`
+//!   that checks the counter has room for the whole batch.
 //! - Consumers list the children, order them by sequence suffix, and claim the first by
 //!   `get`, then one `multi` deleting the item and creating an ephemeral take marker
 //!   named by the consumer and the item; a `NoNode` means another consumer won that item,
