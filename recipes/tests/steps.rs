@@ -197,6 +197,34 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "queue-put-all",
+            setup: no_setup,
+            run: |zk, path| {
+                let queue = Queue::new(zk, path).map_err(err_text)?;
+                queue
+                    .put_all(["b0", "b1", "b2"])
+                    .map(|()| String::new())
+                    .map_err(err_text)
+            },
+            check: |admin, path, outcome| {
+                // All or nothing, never twice, and in order when acknowledged.
+                let queue = Queue::new(admin, path).unwrap();
+                let mut delivered = Vec::new();
+                while let Some(data) = queue.try_take().map_err(err_text)? {
+                    delivered.push(String::from_utf8_lossy(&data).into_owned());
+                }
+                match outcome {
+                    Ok(_) if delivered != ["b0", "b1", "b2"] => {
+                        Err(format!("acknowledged batch delivered as {delivered:?}"))
+                    }
+                    Err(_) if !delivered.is_empty() && delivered != ["b0", "b1", "b2"] => {
+                        Err(format!("failed batch delivered as {delivered:?}"))
+                    }
+                    _ => Ok(()),
+                }
+            },
+        },
+        Case {
             name: "queue-take",
             setup: with_item,
             run: |zk, path| {
