@@ -298,6 +298,36 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         assert!(check.try_take().unwrap().is_none(), "enqueued once");
     }
 
+    // Batched put: the batch's multi applied, reply lost: every item once, in order.
+    {
+        let path = unique_path("lag-put-all");
+        let queue_path = path.clone();
+        let out = lagging_after(
+            &ens,
+            "queue put_all",
+            // Its directories made before the stall, so the batch's multi is its first
+            // write after it (a reply seen after the stall would make the lagging
+            // member refuse the session).
+            move |zk| {
+                zookeeper_recipes::util::ensure_path(zk, &format!("{queue_path}/receipts"))
+                    .unwrap();
+                Queue::new(zk, &queue_path).unwrap()
+            },
+            (1, is_multi),
+            |_zk, queue| queue.put_all(["b0", "b1", "b2"]),
+        );
+        established += usize::from(out.established);
+        out.result.unwrap();
+        let check = Queue::new(&admin(&ens), &path).unwrap();
+        for expected in ["b0", "b1", "b2"] {
+            assert_eq!(
+                check.try_take().unwrap().as_deref(),
+                Some(expected.as_bytes())
+            );
+        }
+        assert!(check.try_take().unwrap().is_none(), "enqueued once");
+    }
+
     // Election: the join's create applied, reply lost: one candidate node, leading.
     {
         let path = unique_path("lag-election");
@@ -334,5 +364,5 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         );
     }
 
-    eprintln!("{established} of 8 scenarios reconnected to the lagging member");
+    eprintln!("{established} of 9 scenarios reconnected to the lagging member");
 }
