@@ -118,13 +118,11 @@ impl PriorityQueue {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let owned: Vec<I::Item> = items.into_iter().collect();
-        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
         let tag = format!("p{priority:010}");
         let queue = &self.queue;
         queue
             .store()
-            .put_all(queue.zk(), &items, &tag, queue.patience())
+            .put_all(queue.zk(), items, &tag, queue.patience())
     }
 
     /// Takes the item first in priority order without waiting: `None` if there is none now.

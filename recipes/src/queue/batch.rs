@@ -21,13 +21,20 @@ impl ItemStore {
     /// enqueuing nothing. Only if other producers advanced the counter by more than
     /// [`BATCH_HEADROOM`] in between can a batch still cross the limit; see
     /// [`settle_batch`](Self::settle_batch) for that case.
-    pub(crate) fn put_all(
+    pub(crate) fn put_all<I>(
         &self,
         zk: &ZooKeeper,
-        items: &[&[u8]],
+        items: I,
         tag: &str,
         patience: Patience,
-    ) -> Result<()> {
+    ) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let owned: Vec<I::Item> = items.into_iter().collect();
+        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        let items = items.as_slice();
         if items.is_empty() {
             return Ok(());
         }

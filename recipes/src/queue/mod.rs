@@ -325,9 +325,7 @@ impl Queue {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let owned: Vec<I::Item> = items.into_iter().collect();
-        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
-        self.store.put_all(&self.zk, &items, "", self.patience)
+        self.store.put_all(&self.zk, items, "", self.patience)
     }
 
     /// A queue handing out items in `order` (for the variants).

@@ -368,9 +368,8 @@ impl WorkQueue {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let owned: Vec<I::Item> = items.into_iter().collect();
-        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
-        if items.iter().any(|data| data.len() > MAX_ITEM_LEN) {
+        let items: Vec<I::Item> = items.into_iter().collect();
+        if items.iter().any(|data| data.as_ref().len() > MAX_ITEM_LEN) {
             return Err(RecipeError::InvalidArgument(
                 "work item larger than MAX_ITEM_LEN",
             ));
