@@ -34,28 +34,21 @@ impl ItemStore {
     {
         let owned: Vec<I::Item> = items.into_iter().collect();
         let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
-        let items = items.as_slice();
         if items.is_empty() {
             return Ok(());
         }
         let mut restarts = 0;
         while !self.has_room_for(zk, items.len(), patience)? {
             restarts += 1;
-            let inner: &[&str] = if self.receipts_inside {
-                &[&self.receipts]
-            } else {
-                &[]
-            };
-            let restarted = restart_dir(zk, &self.items, inner, &self.nodes, patience)?;
-            if restarted == Restart::NotEmpty || restarts == PUT_RESTARTS {
+            if self.restart(zk, patience)? == Restart::NotEmpty || restarts == PUT_RESTARTS {
                 return Err(RecipeError::SequenceExhausted {
                     dir: self.items.clone(),
                 });
             }
         }
         let ids: Vec<String> = items.iter().map(|_| guid()).collect();
-        let names = self.put_batch_once(zk, &ids, items, tag, patience)?;
-        self.settle_batch(zk, &ids, &names, items, tag, patience)
+        let names = self.put_batch_once(zk, &ids, &items, tag, patience)?;
+        self.settle_batch(zk, &ids, &names, &items, tag, patience)
     }
 
     /// Whether the items directory's counter has room for `count` more items below the

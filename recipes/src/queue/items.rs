@@ -145,12 +145,18 @@ impl ItemStore {
         log::debug!("queue: {name} in {} is past the counter's end", self.items);
         crate::support::delete_node(zk, &format!("{}/{name}", self.items), patience)?;
         crate::support::delete_node(zk, &receipt, patience)?;
+        self.restart(zk, patience).map(Some)
+    }
+
+    /// Tries to restart the items directory's counter (with the receipts directory, if
+    /// it lives inside): only an empty directory is restarted.
+    pub(super) fn restart(&self, zk: &ZooKeeper, patience: Patience) -> Result<Restart> {
         let inner: &[&str] = if self.receipts_inside {
             &[&self.receipts]
         } else {
             &[]
         };
-        restart_dir(zk, &self.items, inner, &self.nodes, patience).map(Some)
+        restart_dir(zk, &self.items, inner, &self.nodes, patience)
     }
 
     /// One put attempt (sent again after connection loss until its outcome is known):
