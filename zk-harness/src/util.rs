@@ -18,6 +18,18 @@ use crate::spawner::process_alive;
 /// before the server binds it; server start-up retries with new ports when the server
 /// log shows a bind failure.
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
+    Ok(reserve_ports(n)?.ports)
+}
+
+/// Ports picked and still held by listeners, so that nothing in this process that binds
+/// port 0 meanwhile (a proxy in an ensemble's peer view, say) can be given one of them.
+/// Dropping it frees the ports for the servers that are to bind them.
+pub(crate) struct ReservedPorts {
+    pub(crate) ports: Vec<u16>,
+    _listeners: Vec<TcpListener>,
+}
+
+pub(crate) fn reserve_ports(n: usize) -> Result<ReservedPorts> {
     let mut listeners = Vec::with_capacity(n);
     let mut ports = Vec::with_capacity(n);
     for _ in 0..n {
@@ -30,8 +42,10 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>> {
         ports.push(port);
         listeners.push(l);
     }
-    drop(listeners);
-    Ok(ports)
+    Ok(ReservedPorts {
+        ports,
+        _listeners: listeners,
+    })
 }
 
 /// Picks one free TCP port on 127.0.0.1 (nothing listens there afterwards, which also
@@ -182,4 +196,29 @@ pub(crate) fn server_classpath() -> Result<String> {
         }
     }
     Ok(parts.join(":"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_ports_are_not_handed_out_while_held() {
+        let reserved = reserve_ports(16).unwrap();
+        let mut distinct = reserved.ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 16, "{:?}", reserved.ports);
+        // What a proxy in a peer view does meanwhile: bind port 0 (and keep it).
+        let others: Vec<TcpListener> = (0..256)
+            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
+            .collect();
+        for l in &others {
+            let port = l.local_addr().unwrap().port();
+            assert!(
+                !reserved.ports.contains(&port),
+                "reserved port {port} handed out"
+            );
+        }
+    }
 }
