@@ -55,13 +55,20 @@ pub(super) fn lock_child(spec: &Spec) {
             Lock::new(zk, path).map(|l| l.with_disconnect_grace(grace))
         })
     };
+    let report_session = |zk: &ZooKeeper| {
+        if let Ok(id) = zk.client_id() {
+            report(format_args!("SESSION {:#x}", id.session_id));
+        }
+    };
     let mut zk = connect_child(hosts, session);
+    report_session(&zk);
     let mut lock = new_lock(&zk);
     let mut ok = 0;
     let mut victim_pending = victim_round > 0;
     while ok < rounds {
         if zk.state().is_terminal() {
             zk = connect_child(hosts, session);
+            report_session(&zk);
             lock = new_lock(&zk);
         }
         let guard = match lock.acquire(WAIT).optional() {

@@ -11,7 +11,8 @@
 //!
 //! Run with `--nocapture` to see the figures (acquisitions, kills, items, ids, timings).
 //! `ZK_CHAOS_LOCK_ROUNDS` (per lock process, default 250: 4 x 250 = 1000 acquisitions)
-//! and `ZK_CHAOS_ITEMS` (default 200) scale the recipe workload.
+//! and `ZK_CHAOS_ITEMS` (default 200) scale the recipe workload; `ZK_CHAOS_DEADLINE_S`
+//! (default 400) bounds it.
 
 mod children;
 mod clients;

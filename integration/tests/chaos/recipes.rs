@@ -194,6 +194,45 @@ fn queue_payloads(zk: &ZooKeeper, queue: &str) -> Option<HashSet<String>> {
     Some(payloads)
 }
 
+/// What a stuck lock workload looks like: each lock child's sections and last error, and
+/// the lock's queue on the server with each node's owning session.
+fn lock_state(
+    zk: &ZooKeeper,
+    lock: &str,
+    sections: &[Section],
+    errors: &[String],
+    sessions: &[String],
+) -> String {
+    let mut out = format!("lock children's sessions: {sessions:?}\n");
+    for child in 0..LOCK_PROCESSES {
+        let mine: Vec<&Section> = sections.iter().filter(|s| s.child == child).collect();
+        out += &format!(
+            "lock child {child}: {} sections, last {:?}\n",
+            mine.len(),
+            mine.last()
+        );
+    }
+    out += &format!(
+        "lock errors ({}), the last: {:?}\n",
+        errors.len(),
+        &errors[errors.len().saturating_sub(12)..]
+    );
+    let _ = zk.sync(lock);
+    match zk.get_children(lock) {
+        Ok(mut nodes) => {
+            nodes.sort();
+            for node in nodes {
+                let owner = zk
+                    .exists(&format!("{lock}/{node}"))
+                    .map(|s| s.map(|s| format!("{:#x}", s.ephemeral_owner)));
+                out += &format!("  {node}: session {owner:?}\n");
+            }
+        }
+        Err(e) => out += &format!("  the lock's nodes cannot be listed: {e}\n"),
+    }
+    out
+}
+
 /// A critical section as reported by a lock child.
 #[derive(Debug, Clone)]
 struct Section {
@@ -286,6 +325,7 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
     // Results gathered from the children's reports.
     let mut sections: Vec<Section> = Vec::new();
     let mut lock_errors: Vec<String> = Vec::new();
+    let mut lock_sessions: Vec<String> = Vec::new();
     let mut lock_done: HashSet<usize> = HashSet::new();
     let mut victim_report: Option<Vec<String>> = None;
     let mut victim_parent: Option<(Duration, Duration)> = None;
@@ -299,7 +339,7 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
     let mut id_errors: Vec<String> = Vec::new();
     let mut ids_stopped = 0;
     let mut produced: Option<(Vec<String>, Vec<String>)> = None;
-    let deadline = started + Duration::from_secs(400);
+    let deadline = started + Duration::from_secs(env_num("ZK_CHAOS_DEADLINE_S", 400));
 
     let kills = thread::scope(|s| {
         let _finish = FinishOnDrop(&shared);
@@ -387,11 +427,12 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
                 Err(RecvTimeoutError::Timeout) if !left.is_zero() => continue,
                 Err(e) => panic!(
                     "the workload did not finish ({e}): {} lock sections ({} \
-                     processes done), {} of {items} items done, produced: {}",
+                     processes done), {} of {items} items done, produced: {}\n{}",
                     sections.len(),
                     lock_done.len(),
                     done.len(),
-                    produced.is_some()
+                    produced.is_some(),
+                    lock_state(&zk, &lock_path, &sections, &lock_errors, &lock_sessions)
                 ),
             };
             let (child, words) = match event {
@@ -439,6 +480,7 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
                     });
                 }
                 ("lock", "VICTIM") => victim_report = Some(words.clone()),
+                ("lock", "SESSION") => lock_sessions.push(format!("{name}: {}", word(1))),
                 ("lock", "DONE") => {
                     lock_done.insert(child);
                 }
