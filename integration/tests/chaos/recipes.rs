@@ -197,6 +197,7 @@ fn queue_payloads(zk: &ZooKeeper, queue: &str) -> Option<HashSet<String>> {
 /// What a stuck lock workload looks like: each lock child's sections and last error, and
 /// the lock's queue on the server with each node's owning session.
 fn lock_state(
+    ensemble: &Ensemble,
     zk: &ZooKeeper,
     lock: &str,
     sections: &[Section],
@@ -229,6 +230,20 @@ fn lock_state(
             }
         }
         Err(e) => out += &format!("  the lock's nodes cannot be listed: {e}\n"),
+    }
+    // Each member's own view, without a sync: a member that lost a transaction (the
+    // server's DIFF-sync loss, ZOOKEEPER-4785) shows a node the others deleted.
+    for (i, member) in ensemble.members().iter().enumerate() {
+        let view = ZooKeeper::builder(&member.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connect_timeout(Duration::from_secs(4))
+            .connect()
+            .and_then(|direct| {
+                let mut nodes = direct.get_children(lock)?;
+                nodes.sort();
+                Ok(nodes)
+            });
+        out += &format!("  member {i} ({:?}) lists {view:?}\n", member.mode());
     }
     out
 }
@@ -432,7 +447,14 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
                     lock_done.len(),
                     done.len(),
                     produced.is_some(),
-                    lock_state(&zk, &lock_path, &sections, &lock_errors, &lock_sessions)
+                    lock_state(
+                        &ensemble,
+                        &zk,
+                        &lock_path,
+                        &sections,
+                        &lock_errors,
+                        &lock_sessions
+                    )
                 ),
             };
             let (child, words) = match event {
