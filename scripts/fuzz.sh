@@ -9,7 +9,7 @@
 #   FUZZ_SANITIZER    cargo-fuzz sanitizer: address (default) or none
 #   ZK_FUZZ_ITERS     inputs per property for the plain-test loops (default 100000)
 #
-# Targets (fuzz-props/src/lib.rs has the properties):
+# Targets (fuzz-props/src/ has the properties):
 #   path_validation   validate_path never panics and agrees with the server's
 #                     PathUtils.validatePath (ported as an oracle)
 #   error_code        Error::from_code / Error::code round-trip, Display never panics
