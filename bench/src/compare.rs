@@ -4,7 +4,7 @@
 //! results the script states. Any difference is an error (non-zero exit).
 
 use crate::flags::Flags;
-use crate::runner::{run_client_raw, zkpython_lib};
+use crate::launchers::{run_client_raw, zkpython_lib};
 use crate::rust_client::{connect, delete_tree, Result};
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -16,6 +16,7 @@
 
 mod compare;
 mod flags;
+mod launchers;
 mod memcheck;
 mod paired;
 mod proto;

@@ -6,9 +6,10 @@
 //! ratios and of the per-pair CPU-per-op ratios (the client process's user + system time,
 //! all threads, over the timed phase).
 
+use crate::launchers::{run_client, Launchers};
 use crate::proto::Measurement;
 use crate::report::{fmt_count, fmt_rate, stats, Meta};
-use crate::runner::{run_client, ClientKind, Launchers};
+use crate::runner::ClientKind;
 use crate::scale_client::OpKind;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};

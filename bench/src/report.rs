@@ -1,8 +1,9 @@
 //! Renders the results as Markdown: a throughput table with ratios per server
 //! configuration, then peak RSS and watch notifications per operation per client process.
 
+use crate::launchers::Launchers;
 use crate::proto::{Measurement, Report};
-use crate::runner::{ClientKind, ConfigKind, Launchers, Spec};
+use crate::runner::{ClientKind, ConfigKind, Spec};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::Command;

@@ -3,9 +3,10 @@
 //! queue length, lock hand-off against waiters, memory per session (Rust and C). Each cell
 //! is the median over `rounds` processes (Rust and C alternating).
 
+use crate::launchers::{run_client, Launchers};
 use crate::proto::{Measurement, Report};
 use crate::report::{fmt_count, fmt_rate, stats, Meta};
-use crate::runner::{run_client, ClientKind, Launchers};
+use crate::runner::ClientKind;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
