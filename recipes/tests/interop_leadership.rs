@@ -9,6 +9,7 @@
 mod common;
 
 use common::{connect, unique_path};
+use zk_harness::testing::wait_until;
 
 use std::thread;
 use std::time::Duration;
@@ -19,18 +20,6 @@ use zookeeper_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(120);
 
-/// Polls `condition` until it holds; fails the test after a minute (generous: sessions
-/// are renewed and servers answer slowly on a loaded machine or under valgrind).
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
 /// Terms per participant.
 const ROUNDS: u32 = 10;
 const HOLD: Duration = Duration::from_millis(2);
@@ -56,7 +45,7 @@ fn leadership_passes_both_ways(peer: &mut Peer, latch: &LeaderLatch) {
     peer.send_acquire().unwrap();
     // The peer's node is in line behind ours before ours hands over (a JVM may take a
     // while to create it).
-    wait_until("the peer's node is in line", || {
+    wait_until("the peer's node is in line", T, || {
         latch.participants().unwrap().iter().any(|p| p.id == "peer")
     });
     assert!(
@@ -256,7 +245,7 @@ fn kazoo_party_and_ours_see_each_others_members() {
     member.leave();
     let view = Group::watch(&zk, &path, GroupLayout::KazooParty).unwrap();
     view.wait_initialized(T).unwrap();
-    wait_until("our view shows only kazoo's member", || {
+    wait_until("our view shows only kazoo's member", T, || {
         view.ids() == ["py-1"]
     });
     assert_eq!(party.members(T).unwrap(), ["py-1"]);

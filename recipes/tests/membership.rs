@@ -8,6 +8,7 @@ use common::{assert_no_leftover_contexts, connect, connect_to, unique_path, Prox
 use std::collections::BTreeSet;
 use std::time::Duration;
 use zk_harness::executor::block_on;
+use zk_harness::testing::wait_until;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, ZooKeeper};
 use zookeeper_recipes::lifecycle::ManagedZooKeeper;
@@ -17,19 +18,6 @@ use zookeeper_recipes::membership::{
 use zookeeper_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(60);
-
-/// Polls `condition` until it holds; fails the test after a minute (generous: sessions
-/// are renewed and servers answer slowly on a loaded machine or under valgrind).
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
 
 fn expire(zk: &ZooKeeper) {
     let id = zk.client_id().unwrap();
@@ -57,19 +45,19 @@ fn a_deleted_node_comes_back_with_the_latest_data() {
     assert_eq!(owner, zk.client_id().unwrap().session_id);
 
     node.set_data(b"v2").unwrap();
-    wait_until("the new data is written", || {
+    wait_until("the new data is written", T, || {
         data_of(&admin, &path).as_deref() == Some(&b"v2"[..])
     });
     admin.delete(&path, None).unwrap();
     // The count moves when the create returns; the status is published after it.
-    wait_until("the node is back", || {
+    wait_until("the node is back", T, || {
         node.creations() == 2 && node.status() == NodeStatus::Created
     });
     assert_eq!(data_of(&admin, &path).as_deref(), Some(&b"v2"[..]));
-    wait_until("the new node is watched", || node.armed_watches() == 1);
+    wait_until("the new node is watched", T, || node.armed_watches() == 1);
     // A data change by someone else does not make a second node or lose the watch.
     admin.set(&path, b"theirs", None).unwrap();
-    wait_until("the watch is armed again", || node.armed_watches() == 1);
+    wait_until("the watch is armed again", T, || node.armed_watches() == 1);
     assert_eq!(node.creations(), 2);
     node.close();
     assert!(
@@ -96,7 +84,7 @@ fn a_managed_node_is_created_again_in_a_new_session() {
     expire(&old);
     assert!(admin.exists(&path).unwrap().is_none(), "expiry deleted it");
     proxy.restore();
-    wait_until("a new session", || client.generation() == 2);
+    wait_until("a new session", T, || client.generation() == 2);
     node.wait_created(T).unwrap();
     let stat = admin.exists(&path).unwrap().unwrap();
     assert_eq!(
@@ -118,7 +106,7 @@ fn a_node_on_a_plain_handle_ends_with_its_session() {
     proxy.cut();
     expire(&zk);
     proxy.restore();
-    wait_until("the node's thread ends", || {
+    wait_until("the node's thread ends", T, || {
         node.status() == NodeStatus::Ended
     });
     assert_eq!(
@@ -181,7 +169,7 @@ fn another_sessions_node_is_waited_for_not_taken_over() {
         .unwrap();
     let zk = connect();
     let node = PersistentNode::start(&zk, &path, b"mine").unwrap();
-    wait_until("the node sees the conflict", || {
+    wait_until("the node sees the conflict", T, || {
         node.status() == NodeStatus::Conflict
     });
     assert_eq!(node.armed_watches(), 1);
@@ -246,7 +234,9 @@ fn curator_layout_group_members_see_each_other() {
         .collect();
     for member in &members {
         member.group().wait_initialized(T).unwrap();
-        wait_until("all members are seen", || member.group().ids().len() == 3);
+        wait_until("all members are seen", T, || {
+            member.group().ids().len() == 3
+        });
         assert_eq!(member.group().ids(), ["m0", "m1", "m2"]);
     }
     let m1 = &members[1];
@@ -321,7 +311,9 @@ fn kazoo_layout_counts_party_nodes_only() {
     let observer = Group::watch(&admin, &path, GroupLayout::KazooParty).unwrap();
     observer.wait_initialized(T).unwrap();
     assert_eq!(observer.ids(), ["py-1", "rust-1"]);
-    wait_until("the member sees both", || member.group().ids().len() == 2);
+    wait_until("the member sees both", T, || {
+        member.group().ids().len() == 2
+    });
     assert!(matches!(
         member.set_data(b"x"),
         Err(RecipeError::InvalidArgument(_))
@@ -334,7 +326,7 @@ fn kazoo_layout_counts_party_nodes_only() {
         Err(RecipeError::InvalidArgument(_))
     ));
     member.leave();
-    wait_until("the observer sees the departure", || {
+    wait_until("the observer sees the departure", T, || {
         observer.ids() == ["py-1"]
     });
     observer.close();
@@ -351,22 +343,28 @@ fn a_managed_member_rejoins_after_expiry_and_observers_end_on_it() {
     let admin = connect();
     let observer = Group::watch(&admin, &path, GroupLayout::CuratorGroupMember).unwrap();
     observer.wait_initialized(T).unwrap();
-    wait_until("the observer sees the member", || observer.ids() == ["svc"]);
+    wait_until("the observer sees the member", T, || {
+        observer.ids() == ["svc"]
+    });
     proxy.cut();
     expire(&client.current());
-    wait_until("the observer sees it leave", || observer.ids().is_empty());
+    wait_until("the observer sees it leave", T, || {
+        observer.ids().is_empty()
+    });
     proxy.restore();
-    wait_until("the observer sees it again", || observer.ids() == ["svc"]);
-    wait_until("the member's own view ends on itself", || {
+    wait_until("the observer sees it again", T, || {
+        observer.ids() == ["svc"]
+    });
+    wait_until("the member's own view ends on itself", T, || {
         member.group().ids() == ["svc"]
     });
     // The count is bumped once the create's reply is handled, which can be just after
     // the observer has seen the node.
-    wait_until("the member counts its second creation", || {
+    wait_until("the member counts its second creation", T, || {
         member.node().creations() == 2
     });
     member.leave();
-    wait_until("gone", || observer.ids().is_empty());
+    wait_until("gone", T, || observer.ids().is_empty());
 }
 
 #[test]

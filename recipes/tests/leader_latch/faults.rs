@@ -51,7 +51,7 @@ fn at_the_counters_end_the_directory_restarts() {
             .start(&zk)
             .unwrap();
         // A child keeps the directory from restarting: the latch waits, without a node.
-        wait_until("the latch waits for the directory to drain", || {
+        wait_until("the latch waits for the directory to drain", T, || {
             latch.status() == LatchStatus::Exhausted
         });
         assert_eq!(
@@ -67,7 +67,7 @@ fn at_the_counters_end_the_directory_restarts() {
     }
     // Once the directory drains, the counter starts afresh and the latch leads.
     let latch = LeaderLatch::builder(path).start(&zk).unwrap();
-    wait_until("the latch waits", || {
+    wait_until("the latch waits", T, || {
         latch.status() == LatchStatus::Exhausted
     });
     zk.delete(&keep, None).unwrap();
@@ -149,7 +149,7 @@ fn seeded_faults_never_make_two_leaders() {
                     // A server expires a session only after a session timeout of silence,
                     // long after its client noticed the silence. The expiry forced here
                     // comes at once, so first let the client notice (and the latch react).
-                    wait_until("the client notices the isolation", || {
+                    wait_until("the client notices the isolation", T, || {
                         !clients[target].current().state().is_connected()
                     });
                     thread::sleep(Duration::from_millis(300));
@@ -178,7 +178,7 @@ fn seeded_faults_never_make_two_leaders() {
     eprintln!("{} sections", sections.len());
     check_lock(&sections).unwrap_or_else(|v| panic!("seed {}: {v}", seed.value()));
     let admin = connect();
-    wait_until("every node is gone", || {
+    wait_until("every node is gone", T, || {
         admin.get_children(&path).map_or(true, |c| c.is_empty())
     });
 }
@@ -237,7 +237,7 @@ fn a_lost_create_is_found_on_a_lagging_member_after_sync() {
         assert_eq!(first, OpCode::SYNC, "it catches B up before looking");
     }
     ens.resume_member(b);
-    wait_until("the latch has a place or ended", || {
+    wait_until("the latch has a place or ended", T, || {
         matches!(
             latch.status(),
             LatchStatus::Leading | LatchStatus::Waiting | LatchStatus::Ended

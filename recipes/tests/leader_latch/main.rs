@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::executor::block_on;
 use zk_harness::history::{check_lock, monotonic_nanos, CriticalSection};
+use zk_harness::testing::wait_until;
 use zk_harness::testing::Seed;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper::{Acl, Perms, ZooKeeper};
@@ -28,26 +29,13 @@ use zookeeper_recipes::{NodeOptions, RecipeError};
 /// Generous: the machine is shared and loaded.
 const T: Duration = Duration::from_secs(60);
 
-/// Polls `condition` until it holds; fails the test after a minute (generous: sessions
-/// are renewed and servers answer slowly on a loaded machine or under valgrind).
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
-
 fn latch(zk: &ZooKeeper, path: &str, id: &str) -> LeaderLatch {
     LeaderLatch::builder(path).id(id).start(zk).unwrap()
 }
 
 fn latch_on(zk: &ZooKeeper, path: &str, id: &str) -> LeaderLatch {
     let latch = latch(zk, path, id);
-    wait_until("the latch is in line", || {
+    wait_until("the latch is in line", T, || {
         matches!(latch.status(), LatchStatus::Waiting | LatchStatus::Leading)
     });
     latch
@@ -137,7 +125,7 @@ fn each_departure_wakes_only_the_next_in_line() {
     for (i, zk) in sessions.iter().enumerate() {
         let latch = latch(zk, &path, &format!("p{i}"));
         // Join in a known order: each waits until its node is in line.
-        wait_until("the latch is in line", || {
+        wait_until("the latch is in line", T, || {
             matches!(latch.status(), LatchStatus::Waiting | LatchStatus::Leading)
         });
         latches.push(latch);
@@ -396,7 +384,7 @@ fn a_managed_latch_joins_the_new_session_but_the_old_guard_stays_lost() {
         Ok(LeadershipLost::SessionExpired)
     );
     // The latch joined again in the new session, behind the other participant.
-    wait_until("the latch is in line again", || {
+    wait_until("the latch is in line again", T, || {
         latch.status() == LatchStatus::Waiting
     });
     assert!(!old.is_leader());
@@ -420,7 +408,7 @@ fn a_timed_out_wait_leaves_nothing_registered() {
     zk.exists("/").unwrap();
     let baseline = zk.live_contexts();
     let waiting = latch_on(&zk, &path, "waiting");
-    wait_until("one watch on the predecessor", || {
+    wait_until("one watch on the predecessor", T, || {
         waiting.armed_watches() == 1
     });
     assert_eq!(
