@@ -138,11 +138,12 @@ fn many_lock_paths_cost_no_thread_each() {
 }
 
 /// The server goes away for good while a guard is dropped, and then the user drops the
-/// last handle: the background delete gives up (the session has expired on the server
-/// by then, taking the node with it) and lets the handle close. Before, the cleanup
-/// thread kept a handle clone and retried forever.
+/// last handle: the pending background delete does not keep the handle open (the worker
+/// holds it weakly), so the handle closes and the client's threads end; the node goes
+/// with the session. (A cleanup whose user still holds the handle is never given up:
+/// `cleanup_outlives_outage.rs`.)
 #[test]
-fn background_cleanup_gives_up_and_lets_the_session_go() {
+fn background_cleanup_lets_the_session_go_with_the_last_handle() {
     let _serial = serial();
     let proxy = RequestProxy::start(&shared_server_addr());
     // Warm up what lives as long as the process (the client library's own threads).

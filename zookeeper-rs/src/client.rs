@@ -465,9 +465,22 @@ impl ZooKeeper {
         self.inner.client
     }
 
-    /// A reference that does not keep the session open.
-    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
-    pub(crate) fn downgrade(&self) -> WeakZooKeeper {
+    /// A reference to this handle that does not keep it open: once every `ZooKeeper`
+    /// clone is gone the handle closes (ending the session) and
+    /// [`WeakZooKeeper::upgrade`] returns `None`. For background work that should run
+    /// only as long as someone still uses the session, as `Weak` is for `Arc`.
+    ///
+    /// ```no_run
+    /// # fn main() -> zookeeper::Result<()> {
+    /// let zk = zookeeper::ZooKeeper::connect("127.0.0.1:2181", std::time::Duration::from_secs(10))?;
+    /// let weak = zk.downgrade();
+    /// assert!(weak.upgrade().is_some());
+    /// drop(zk);
+    /// assert!(weak.upgrade().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn downgrade(&self) -> WeakZooKeeper {
         WeakZooKeeper {
             inner: Arc::downgrade(&self.inner),
             session: Arc::clone(&self.inner.session),
@@ -494,17 +507,29 @@ impl ZooKeeper {
     }
 }
 
-/// A [`ZooKeeper`] that does not keep the handle open (for monitor threads).
-#[cfg_attr(not(feature = "sasl"), allow(dead_code))]
-pub(crate) struct WeakZooKeeper {
+/// A reference to a [`ZooKeeper`] handle that does not keep it open (see
+/// [`ZooKeeper::downgrade`]). `Clone`, `Send` and `Sync`.
+#[derive(Clone)]
+pub struct WeakZooKeeper {
     inner: std::sync::Weak<Inner>,
     /// Kept so the state can be waited on after the handle is gone.
+    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
     pub(crate) session: Arc<Session>,
 }
 
-#[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+impl std::fmt::Debug for WeakZooKeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeakZooKeeper")
+            .field("open", &(self.inner.strong_count() > 0))
+            .finish()
+    }
+}
+
 impl WeakZooKeeper {
-    pub(crate) fn upgrade(&self) -> Option<ZooKeeper> {
+    /// The handle, if some `ZooKeeper` clone still keeps it open. A handle closed with
+    /// [`ZooKeeper::close`] while clones remain is still returned (its calls fail with
+    /// `Closed`).
+    pub fn upgrade(&self) -> Option<ZooKeeper> {
         self.inner.upgrade().map(|inner| ZooKeeper { inner })
     }
 }

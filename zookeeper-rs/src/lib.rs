@@ -40,7 +40,7 @@ mod types;
 mod watch;
 mod watch_table;
 
-pub use client::{ZooKeeper, ZooKeeperBuilder};
+pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
 pub use error::{Error, Result};
 pub use logging::set_c_log_level;
 pub use multi::{Op, OpResult};

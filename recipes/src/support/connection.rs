@@ -53,11 +53,10 @@ pub(super) type CleanupRequest = Box<dyn FnMut(&ZooKeeper) -> zookeeper::Result<
 
 /// A cleanup handed to the background worker by [`finish_in_background`].
 pub(super) struct Cleanup {
-    pub(super) zk: ZooKeeper,
+    /// Weak: the worker never keeps a handle open that the user has let go of.
+    pub(super) zk: WeakZooKeeper,
     pub(super) what: String,
     pub(super) request: CleanupRequest,
-    /// When the worker gives up and lets go of its handle clone.
-    pub(super) give_up_at: Instant,
     /// Not tried again before then.
     pub(super) next_try: Instant,
 }
@@ -75,23 +74,23 @@ pub(super) const CLEANUP_POLL: Duration = Duration::from_millis(100);
 /// (deleting a lock node, releasing a work item) that must happen even though the
 /// connection did not come back in time. `what` names the cleanup in the log.
 ///
-/// Bounded: a cleanup is dropped once the session is over (expired, closed: its
-/// ephemeral nodes went with it) or after twice the session timeout. By then either the
-/// connection came back and the request ran, or the client was cut off for longer than
-/// the session timeout and the server has expired the session. So the worker never
-/// keeps a handle (and a session the user has let go of) open for longer than that, and
-/// never loops forever when the ensemble is gone. One worker thread serves the whole
-/// process and ends when it has had nothing to do for a second.
+/// A cleanup is dropped only once its session is over (expired or closed: its ephemeral
+/// nodes went with it) or once the user has let go of every clone of the handle (which
+/// closes it, ending the session). It is never dropped for a long outage alone: an
+/// ensemble without a quorum expires no session, so a client cut off for longer than
+/// its session timeout can come back with the same session and its nodes, and a lock
+/// node left behind then would block every later acquirer while that session lives. The
+/// worker holds the handle weakly, so it never keeps a session open that the user is
+/// done with, and never loops on after that. One worker thread serves the whole process
+/// and ends when it has had nothing to do for a second.
 pub(crate) fn finish_in_background(
     zk: ZooKeeper,
     what: String,
     request: impl FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send + 'static,
 ) {
-    let now = Instant::now();
     let cleanup = Cleanup {
-        give_up_at: now + 2 * default_op_timeout(&zk),
-        next_try: now,
-        zk,
+        next_try: Instant::now(),
+        zk: zk.downgrade(),
         what,
         request: Box::new(request),
     };
@@ -146,23 +145,20 @@ pub(super) fn cleanup_worker(receiver: Receiver<Cleanup>) {
             if cleanup.next_try > now {
                 return true;
             }
-            let state = cleanup.zk.state();
+            let Some(zk) = cleanup.zk.upgrade() else {
+                log::debug!("recipes: {} dropped: the handle was let go", cleanup.what);
+                return false;
+            };
+            let state = zk.state();
             if state.is_terminal() {
                 log::debug!("recipes: {} dropped: the session is over", cleanup.what);
-                return false;
-            }
-            if now >= cleanup.give_up_at {
-                log::warn!(
-                    "recipes: giving up {}: the server was unreachable too long",
-                    cleanup.what
-                );
                 return false;
             }
             if !state.is_connected() {
                 cleanup.next_try = now + CLEANUP_POLL;
                 return true;
             }
-            match (cleanup.request)(&cleanup.zk) {
+            match (cleanup.request)(&zk) {
                 Ok(()) => false,
                 Err(error) if error.is_retryable() => {
                     cleanup.next_try = Instant::now() + CLEANUP_POLL;

@@ -29,7 +29,9 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zookeeper::{CreateMode, Error, EventType, SessionState, Stat, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{
+    CreateMode, Error, EventType, SessionState, Stat, Watch, WatchedEvent, WeakZooKeeper, ZooKeeper,
+};
 
 #[cfg(test)]
 mod tests {
