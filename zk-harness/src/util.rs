@@ -13,10 +13,11 @@ use crate::spawner::process_alive;
 
 /// Picks `n` distinct free TCP ports on 127.0.0.1.
 ///
-/// All listeners are held until every port is picked (so the kernel cannot hand out the
-/// same port twice), then all are closed. A port can still be taken by someone else
-/// before the server binds it; server start-up retries with new ports when the server
-/// log shows a bind failure.
+/// All listeners are held until every port is picked (so none is handed out twice),
+/// then all are closed. The ports come from outside the kernel's ephemeral range (see
+/// [`pick_range`]). A port can still be taken by another process before the server
+/// binds it; server start-up retries with new ports when the server log shows a bind
+/// failure.
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     Ok(reserve_ports(n)?.ports)
 }
@@ -29,18 +30,69 @@ pub(crate) struct ReservedPorts {
     _listeners: Vec<TcpListener>,
 }
 
+/// The lowest port the harness picks from.
+const PICK_FLOOR: u32 = 10_000;
+
+/// The ports to pick from: those below the kernel's ephemeral range (or above it), which
+/// the kernel never numbers a socket with by itself. So a client's outgoing connection,
+/// or a bind to port 0, cannot take a member's port while the member is down between a
+/// kill and its restart, when it must get the same port back. `None`: no such room, pick
+/// with port 0.
+fn pick_range() -> Option<(u32, u32)> {
+    let text = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut bounds = text.split_whitespace().map(|v| v.parse::<u32>().ok());
+    let (low, high) = (bounds.next()??, bounds.next()??);
+    if low >= PICK_FLOOR + 1_000 {
+        Some((PICK_FLOOR, low - 1))
+    } else if high + 1_000 <= 65_535 {
+        Some((high + 1, 65_535))
+    } else {
+        None
+    }
+}
+
+/// The next candidate port of this process: a cursor that walks the range from a start
+/// that differs per process, so that successive picks (and concurrent harness processes)
+/// do not probe the ports just released for a server that has not bound them yet.
+fn next_candidate(range: (u32, u32)) -> u16 {
+    static CURSOR: AtomicU64 = AtomicU64::new(u64::MAX);
+    let span = u64::from(range.1 - range.0 + 1);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let start = (u64::from(std::process::id()) * 7_919 + u64::from(nanos)) % span;
+    let _ = CURSOR.compare_exchange(u64::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    let offset = CURSOR.fetch_add(1, Ordering::Relaxed) % span;
+    // In range: range.1 <= 65_535.
+    (u64::from(range.0) + offset) as u16
+}
+
+/// Picks `n` distinct free ports and holds them (see [`ReservedPorts`]).
 pub(crate) fn reserve_ports(n: usize) -> Result<ReservedPorts> {
     let mut listeners = Vec::with_capacity(n);
     let mut ports = Vec::with_capacity(n);
-    for _ in 0..n {
-        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| HarnessError::io("binding 127.0.0.1:0 to pick a free port", e))?;
-        let port = l
+    let range = pick_range();
+    let mut probes = range.map_or(0, |(low, high)| high - low + 1);
+    while ports.len() < n {
+        let listener = match range {
+            Some(range) if probes > 0 => {
+                probes -= 1;
+                match TcpListener::bind((Ipv4Addr::LOCALHOST, next_candidate(range))) {
+                    Ok(listener) => listener,
+                    Err(_) => continue, // in use: the next one
+                }
+            }
+            // No room outside the ephemeral range, or all of it in use.
+            _ => TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .map_err(|e| HarnessError::io("binding 127.0.0.1:0 to pick a free port", e))?,
+        };
+        let port = listener
             .local_addr()
             .map_err(|e| HarnessError::io("reading a picked port", e))?
             .port();
         ports.push(port);
-        listeners.push(l);
+        listeners.push(listener);
     }
     Ok(ReservedPorts {
         ports,
@@ -218,6 +270,20 @@ mod tests {
             assert!(
                 !reserved.ports.contains(&port),
                 "reserved port {port} handed out"
+            );
+        }
+    }
+
+    #[test]
+    fn picked_ports_are_outside_the_ephemeral_range() {
+        let Some((low, high)) = pick_range() else {
+            eprintln!("no room outside the ephemeral range here: ports come from port 0");
+            return;
+        };
+        for port in free_ports(64).unwrap() {
+            assert!(
+                (low..=high).contains(&u32::from(port)),
+                "{port} outside {low}..={high}"
             );
         }
     }
