@@ -24,6 +24,18 @@
 //! | bounded, priority and delayed queues | [`bounded_queue`], [`priority_queue`], [`delayed_queue`] | Curator |
 //! | leader latch (leadership guard, events, run while leader) | [`leader_latch`] | Curator, kazoo |
 //! | persistent ephemeral node, group membership | [`membership`] | Curator, kazoo |
+//!
+//! ## Deletes that could not reach the server
+//!
+//! When a recipe must remove one of its nodes (a released lock, a withdrawn wait, a
+//! released work item) and the server cannot be reached in time, the call reports the
+//! error and one process-wide cleanup thread sends the delete once the session is
+//! connected again. It keeps trying for as long as the session lives and some clone of
+//! the handle is still held: an ensemble without a quorum expires no session, so a
+//! client can come back after any outage with its ephemeral nodes, and a lock node left
+//! behind would block every later acquirer. It stops when the session ends (the nodes
+//! went with it) or once every clone of the handle is dropped (which closes it and ends
+//! the session); it never keeps a session open by itself.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
