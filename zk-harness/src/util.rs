@@ -14,10 +14,11 @@ use crate::spawner::process_alive;
 /// Picks `n` distinct free TCP ports on 127.0.0.1.
 ///
 /// All listeners are held until every port is picked (so none is handed out twice),
-/// then all are closed. The ports come from outside the kernel's ephemeral range (see
-/// [`pick_range`]). A port can still be taken by another process before the server
-/// binds it; server start-up retries with new ports when the server log shows a bind
-/// failure.
+/// then all are closed. The ports come from outside the kernel's ephemeral range (below
+/// it where there is room), which the kernel never assigns by itself: a member killed
+/// and restarted gets its port back. A port can still be taken by another process before
+/// the server binds it; server start-up retries with new ports when the server log shows
+/// a bind failure.
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     Ok(reserve_ports(n)?.ports)
 }
