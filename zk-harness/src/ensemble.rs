@@ -57,12 +57,14 @@ impl Ensemble {
             // are built: a proxy that a view binds must not get a member's port (the
             // server refuses a config where two of its ports coincide).
             let reserved = util::reserve_ports(3 * n)?;
-            let ports = reserved.ports.clone();
             let peers: Vec<(u32, u16, u16)> = (0..n)
-                .map(|i| (i as u32 + 1, ports[3 * i + 1], ports[3 * i + 2]))
+                .map(|i| {
+                    let ports = &reserved.ports;
+                    (i as u32 + 1, ports[3 * i + 1], ports[3 * i + 2])
+                })
                 .collect();
             let views = views(&peers)?;
-            drop(reserved);
+            let ports = reserved.release();
             if views.len() != n
                 || views
                     .iter()

@@ -5,7 +5,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{HarnessError, Result};
@@ -20,7 +20,7 @@ use crate::spawner::process_alive;
 /// the server binds it; server start-up retries with new ports when the server log shows
 /// a bind failure.
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
-    Ok(reserve_ports(n)?.ports)
+    Ok(reserve_ports(n)?.release())
 }
 
 /// Ports picked and still held by listeners, so that nothing in this process that binds
@@ -28,7 +28,15 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>> {
 /// Dropping it frees the ports for the servers that are to bind them.
 pub(crate) struct ReservedPorts {
     pub(crate) ports: Vec<u16>,
-    _listeners: Vec<TcpListener>,
+    listeners: Vec<TcpListener>,
+}
+
+impl ReservedPorts {
+    /// Closes the listeners: the ports are free for the servers to bind.
+    pub(crate) fn release(self) -> Vec<u16> {
+        drop(self.listeners);
+        self.ports
+    }
 }
 
 /// The lowest port the harness picks from.
@@ -56,15 +64,16 @@ fn pick_range() -> Option<(u32, u32)> {
 /// that differs per process, so that successive picks (and concurrent harness processes)
 /// do not probe the ports just released for a server that has not bound them yet.
 fn next_candidate(range: (u32, u32)) -> u16 {
-    static CURSOR: AtomicU64 = AtomicU64::new(u64::MAX);
+    static CURSOR: OnceLock<AtomicU64> = OnceLock::new();
     let span = u64::from(range.1 - range.0 + 1);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let start = (u64::from(std::process::id()) * 7_919 + u64::from(nanos)) % span;
-    let _ = CURSOR.compare_exchange(u64::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
-    let offset = CURSOR.fetch_add(1, Ordering::Relaxed) % span;
+    let cursor = CURSOR.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        AtomicU64::new(u64::from(std::process::id()) * 7_919 + u64::from(nanos))
+    });
+    let offset = cursor.fetch_add(1, Ordering::Relaxed) % span;
     // In range: range.1 <= 65_535.
     (u64::from(range.0) + offset) as u16
 }
@@ -95,10 +104,7 @@ pub(crate) fn reserve_ports(n: usize) -> Result<ReservedPorts> {
         ports.push(port);
         listeners.push(listener);
     }
-    Ok(ReservedPorts {
-        ports,
-        _listeners: listeners,
-    })
+    Ok(ReservedPorts { ports, listeners })
 }
 
 /// Picks one free TCP port on 127.0.0.1 (nothing listens there afterwards, which also
