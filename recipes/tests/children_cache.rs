@@ -74,6 +74,38 @@ fn follows_the_children_of_a_node() {
     delete_tree(&writer, &parent);
 }
 
+/// The parent deleted and at once re-created, many times: the cache may look for the
+/// parent (an `exists` watch) after it is back, and that watch, a data watch on a present
+/// node, must not stay beside the listing's child watch.
+#[test]
+fn a_parent_recreated_at_once_keeps_one_watch_per_node() {
+    const ROUNDS: usize = 30;
+    let writer = common::connect();
+    let zk = common::connect();
+    let parent = unique_path("recreated");
+    let baseline = zk.live_contexts();
+    zookeeper_recipes::util::ensure_path(&writer, &parent).unwrap();
+    let cache = ChildrenCache::start(&zk, &parent).unwrap();
+    let mut model = Model::default();
+    model.read_until_signal(cache.events(), CacheEvent::Initialized);
+    for round in 0..ROUNDS {
+        let child = format!("{parent}/r{round}");
+        create(&writer, &child, b"x");
+        model.read_until(cache.events(), "the round's child", |m| {
+            m.nodes.len() == 1 && m.nodes.contains_key(&child)
+        });
+        settled_watches(|| cache.armed_watches(), &zk, baseline, 1 + 1);
+        // Deleted and back before the cache can have re-read anything.
+        delete_tree(&writer, &parent);
+        zookeeper_recipes::util::ensure_path(&writer, &parent).unwrap();
+        model.read_until(cache.events(), "the child removed", |m| m.nodes.is_empty());
+        settled_watches(|| cache.armed_watches(), &zk, baseline, 1);
+    }
+    cache.close();
+    common::assert_no_leftover_contexts(&zk);
+    delete_tree(&writer, &parent);
+}
+
 #[test]
 fn a_burst_for_a_slow_reader_ends_with_the_final_state_in_bounded_memory() {
     const CHILDREN: usize = 10;

@@ -317,9 +317,17 @@ impl Worker {
         // The exists watch first, so a reader told of the removal finds it armed.
         let result = match self.zk.exists_watch(path) {
             Ok((stat, watch)) => {
-                self.arm(path, Kind::Data, watch);
+                if stat.is_some() && !self.config.root_data {
+                    // Created again meanwhile, and its data is not followed: on a present
+                    // node this watch is a data watch, which only the listing's child
+                    // watch (it sees the deletion too) makes redundant. Keep one watch.
+                    let _ = self.zk.remove_watch(&watch);
+                } else {
+                    self.arm(path, Kind::Data, watch);
+                }
                 if stat.is_some() {
-                    // Created again meanwhile: read it (its exists watch is its data watch).
+                    // Created again meanwhile: read it (its exists watch is its data watch
+                    // when the data is followed).
                     let root = self
                         .nodes
                         .get_mut(path)
