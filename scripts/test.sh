@@ -17,6 +17,9 @@ echo "== cargo test --workspace (system libzookeeper_mt) =="
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
+echo "== every example, each on its own throwaway server, its output checked =="
+./scripts/examples.sh
+
 echo "== zookeeper-sys against the vendored C client =="
 vendor/fetch-c-client.sh
 cargo test -p zookeeper-sys --features vendored

@@ -9,9 +9,11 @@
 //! server). The kazoo process needs `./setup.sh` (python3-kazoo); without it that part
 //! is skipped.
 
+mod support;
+
 use std::time::{Duration, Instant};
 use zk_harness::peers::{Participant, Peer};
-use zk_harness::{Hosts, HOSTS_ENV};
+use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::lifecycle::ManagedZooKeeper;
 use zookeeper_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
@@ -30,9 +32,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     observer.wait_initialized(WAIT)?;
     let events = observer.events();
 
-    let clients: Vec<ManagedZooKeeper> = (0..3)
-        .map(|_| ManagedZooKeeper::connect(&connect, Duration::from_secs(6)))
-        .collect::<Result<_, _>>()?;
+    // web-0 reaches the server through a proxy, so its session can be expired for sure.
+    let first_server = connect.split(',').next().unwrap_or(&connect);
+    let proxy = FaultProxy::start(first_server)?;
+    let via_proxy = proxy.connect_string();
+    let mut clients = vec![ManagedZooKeeper::with_connector(move || {
+        ZooKeeper::builder(&via_proxy)
+            .session_timeout(Duration::from_secs(6))
+            .connect()
+    })?];
+    for _ in 1..3 {
+        clients.push(ManagedZooKeeper::connect(&connect, Duration::from_secs(6))?);
+    }
     let mut members: Vec<GroupMember> = clients
         .iter()
         .enumerate()
@@ -61,11 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
 
     // web-0's session expires; its member node is created again in the new session.
-    let old = clients[0].current();
-    ZooKeeper::builder(&connect)
-        .session(old.client_id()?)
-        .connect()?
-        .close()?;
+    support::expire_session(&clients[0].current(), &proxy, &connect)?;
     until(&events, "web-0 back in a new session", || {
         clients[0].generation() == 2
             && members[0].node().creations() == 2

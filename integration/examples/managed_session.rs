@@ -5,15 +5,20 @@
 //! the application's back.
 //!
 //! The expiry is forced the way ZooKeeper's own tests do it: another handle takes the
-//! session over with its id and password, and closes it.
+//! session over with its id and password, and closes it, while the service, which reaches
+//! the server through a loopback proxy, is cut off (`support::expire_session` says why).
+//! The example checks that the session's ephemeral node is gone before it says the
+//! session expired.
 //!
 //! `cargo run --example managed_session` (uses `ZK_HOSTS` if set, else starts a server).
 
+mod support;
+
 use std::time::Duration;
-use zk_harness::{Hosts, HOSTS_ENV};
+use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper::{CreateMode, ZooKeeper};
 use zookeeper_recipes::cache::{CacheEvent, NodeCache};
-use zookeeper_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
+use zookeeper_recipes::lifecycle::{ConnectionState, ConnectionStates, ManagedZooKeeper};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
@@ -25,7 +30,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = format!("{base}/config");
     admin.create(&config, b"threads=4", CreateMode::Persistent)?;
 
-    let client = ManagedZooKeeper::connect(&connect, Duration::from_secs(6))?;
+    // The service's connections go through a proxy to the first server, so the example
+    // can cut the service off while the server keeps running.
+    let first_server = connect.split(',').next().unwrap_or(&connect);
+    let proxy = FaultProxy::start(first_server)?;
+    let via_proxy = proxy.connect_string();
+    let client = ManagedZooKeeper::with_connector(move || {
+        ZooKeeper::builder(&via_proxy)
+            .session_timeout(Duration::from_secs(6))
+            .connect()
+    })?;
     let states = client.states();
     let cache = NodeCache::start(&client, &config)?;
     cache.wait_initialized(Duration::from_secs(10))?;
@@ -42,30 +56,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lease_generation = session.generation;
     println!("lease taken on session generation {lease_generation}");
 
-    // Expire the session.
-    let id = session.zk.client_id()?;
-    let thief = ZooKeeper::builder(&connect).session(id).connect()?;
-    thief.close()?;
+    // Cut the service off, expire its session, let it reach the server again.
+    let session_id = support::expire_session(&session.zk, &proxy, &connect)?;
+    admin.sync(&base)?; // an ensemble member may lag behind the one the takeover used
+    if admin.exists(&lease)?.is_some() {
+        return Err("the expired session's lease is still there".into());
+    }
+    println!("session {session_id:#x} expired by the server (its ephemeral lease is gone)");
     admin.set(&config, b"threads=8", None)?; // changed while the service is away
-    println!("session {:#x} expired by the server", id.session_id);
 
-    loop {
-        let event = states.recv_timeout(Duration::from_secs(30))?;
-        println!(
-            "[states] {:?} (generation {})",
-            event.state, event.generation
-        );
-        if event.state == ConnectionState::NewSession {
-            break;
-        }
-    }
+    // The service learns its session expired and starts a new one.
+    next_state(&states, ConnectionState::NewSession)?;
     // The guard's check: its generation is gone, so the lease is lost for good.
-    if !client.is_current(lease_generation) {
-        println!(
-            "lease lost with generation {lease_generation}; it still exists: {} (not re-taken)",
-            admin.exists(&lease)?.is_some()
-        );
+    if client.is_current(lease_generation) {
+        return Err("the lease's session generation is still current after expiry".into());
     }
+    println!(
+        "lease lost with generation {lease_generation}; it still exists: {} (not re-taken)",
+        admin.exists(&lease)?.is_some()
+    );
     // The cache re-read the node in the new session and reports what changed.
     loop {
         match cache.events().recv_timeout(Duration::from_secs(30))? {
@@ -90,4 +99,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     admin.delete(&base, None)?;
     admin.close()?;
     Ok(())
+}
+
+/// Prints connection states until `wanted` arrives; fails after 30 s without an event.
+fn next_state(
+    states: &ConnectionStates,
+    wanted: ConnectionState,
+) -> Result<(), Box<dyn std::error::Error>> {
+    loop {
+        let event = states.recv_timeout(Duration::from_secs(30))?;
+        println!(
+            "[states] {:?} (generation {})",
+            event.state, event.generation
+        );
+        if event.state == wanted {
+            return Ok(());
+        }
+    }
 }

@@ -457,6 +457,12 @@ impl ZooKeeper {
     /// Closes the session: pending requests fail with `Closed`, watches end, the
     /// session's ephemeral nodes go. Waits for calls running on other threads to
     /// return first. Later calls on any clone fail with `Closed`. Idempotent.
+    ///
+    /// `Ok` says this handle is closed, not that the server ended the session: the C
+    /// client sends the close request only while it is connected. Closed during a
+    /// connection loss, or after another client resumed the session (with
+    /// [`client_id`](Self::client_id)) and took the connection away, the session lives on
+    /// until the server expires it after its timeout, or until its current owner closes it.
     pub fn close(&self) -> Result<()> {
         close_inner(&self.inner)
     }
