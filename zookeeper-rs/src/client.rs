@@ -1,6 +1,7 @@
 //! The handle: connect, session accessors, close, and the one path by which every
 //! request reaches C (`submit`).
 
+use crate::closer;
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
 use crate::path::c_string;
@@ -22,7 +23,7 @@ static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 /// The C handle. `zhandle_t` is thread-safe in the multi-threaded C client; what is not
 /// safe is closing it while another call runs, which the `RwLock` in `Inner` prevents.
 #[derive(Clone, Copy)]
-pub(crate) struct RawHandle(NonNull<sys::zhandle_t>);
+pub(crate) struct RawHandle(pub(crate) NonNull<sys::zhandle_t>);
 
 // SAFETY: the mt C client serializes access to its handle internally; the only unsafe
 // concurrency (close vs. any call) is excluded by the RwLock that holds this value.
@@ -178,6 +179,7 @@ impl ZooKeeperBuilder {
         let security = crate::security::Prepared::new(&self.security)?;
 
         crate::logging::apply_default_level();
+        closer::start()?;
         if let Some(deterministic) = self.deterministic_order {
             // SAFETY: sets a process-wide int; no preconditions.
             unsafe { sys::zoo_deterministic_conn_order(deterministic as c_int) };
@@ -541,46 +543,32 @@ impl WeakZooKeeper {
 }
 
 fn close_inner(inner: &Inner) -> Result<()> {
-    let mut guard = inner.handle.write();
-    let Some(handle) = guard.take() else {
-        return Ok(());
-    };
-    if context::in_c_callback() {
-        // On the C completion thread (e.g. a waker dropped the last clone): closing here
-        // would free the handle under the running completion loop. Hand it off.
-        let session = Arc::clone(&inner.session);
-        let session_context = inner.session_context as usize;
-        let client = inner.client;
-        let keepalive = Arc::clone(&inner.security);
-        std::thread::spawn(move || {
-            let result = finish_close(handle, &session, session_context as *const Session, client);
-            // What C referenced for TLS/SASL goes only once the handle is closed.
-            drop(keepalive);
-            result
+    if context::in_c_callback() || closer::is_closing_here() {
+        // On the C completion thread (a waker dropped the last clone or closed one) or
+        // inside the final sweep of a close on this thread: never wait here. The closing
+        // thread may be joining this very thread, or holding what this would wait for.
+        // The close is handed to the closer thread, which takes the handle out of its
+        // slot itself, so a handle is never left out of its slot without being closed.
+        closer::hand_off(closer::Job {
+            slot: Arc::clone(&inner.handle),
+            session: Arc::clone(&inner.session),
+            session_context: inner.session_context as usize,
+            client: inner.client,
+            keepalive: Arc::clone(&inner.security),
         });
         return Ok(());
     }
-    let result = finish_close(handle, &inner.session, inner.session_context, inner.client);
-    drop(guard);
-    result
-}
-
-fn finish_close(
-    handle: RawHandle,
-    session: &Session,
-    session_context: *const Session,
-    client: u64,
-) -> Result<()> {
-    // SAFETY: the handle was taken out of the lock, so no other call can use it; this is
-    // not the C completion thread (checked by the caller), so close joins both C threads.
-    let rc = unsafe { sys::zookeeper_close(handle.0.as_ptr()) };
-    // The C threads are joined: nothing can call back any more. Free what is left.
-    context::sweep(client, SweepReason::Closed);
-    session.on_state(SessionState::Closed);
-    session.close_subscribers();
-    // SAFETY: the Arc leaked at init; C will never read it again; reclaimed exactly once.
-    drop(unsafe { Arc::from_raw(session_context) });
-    Error::check(rc)
+    // The write lock waits for calls running on other threads to leave C; once the handle
+    // is out of its slot, later calls fail with `Closed` without touching it. The lock is
+    // not held while closing: the final sweep runs wakers, and a waker may call `close`
+    // again on this thread.
+    let taken = inner.handle.write().take();
+    let Some(handle) = taken else {
+        // Closed or being closed elsewhere: return once it is done, as a first close would.
+        inner.session.wait_closed();
+        return Ok(());
+    };
+    closer::finish_close(handle, &inner.session, inner.session_context, inner.client)
 }
 
 impl Drop for Inner {

@@ -25,6 +25,7 @@
 
 mod acl;
 mod client;
+mod closer;
 mod context;
 mod error;
 mod logging;

@@ -22,6 +22,9 @@ pub(crate) struct Session {
     client_id: Mutex<(Option<ClientId>, bool)>,
     /// `None` once the handle is closed: later subscribers get an ended stream.
     subscribers: Mutex<Option<Vec<Subscriber>>>,
+    /// Set under the state lock (and `changed` notified) once `zookeeper_close` has
+    /// returned and everything was swept: a second `close` waits for it.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// One [`SessionEvents`]' end of the stream: its channel and the waker of a task
@@ -39,6 +42,22 @@ impl Session {
             changed: Condvar::new(),
             client_id: Mutex::new((None, false)),
             subscribers: Mutex::new(Some(Vec::new())),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Records that the handle's close has finished (see [`wait_closed`](Self::wait_closed)).
+    pub(crate) fn mark_closed(&self) {
+        let _state = self.state.lock();
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    /// Waits until the handle's close, started elsewhere, has finished.
+    pub(crate) fn wait_closed(&self) {
+        let mut state = self.state.lock();
+        while !self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            self.changed.wait(&mut state);
         }
     }
 
@@ -189,7 +208,10 @@ impl Session {
         let ended = self.subscribers.lock().take().unwrap_or_default();
         for subscriber in ended {
             drop(subscriber.sender);
-            if let Some(waker) = subscriber.waker.lock().take() {
+            // Taken first, woken after the guard is gone: a waker may poll the stream,
+            // which takes the same lock.
+            let waker = subscriber.waker.lock().take();
+            if let Some(waker) = waker {
                 waker.wake();
             }
         }
