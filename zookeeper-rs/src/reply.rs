@@ -94,6 +94,19 @@ impl ReplySlot {
         }
     }
 
+    /// The result if it is there, without waiting or registering a waker.
+    fn try_take(&self) -> Option<Result<Reply>> {
+        let mut state = self.state.lock();
+        match std::mem::replace(&mut *state, SlotState::Taken) {
+            SlotState::Done(result) => Some(result),
+            SlotState::Taken => Some(Err(Error::Closed)),
+            waiting => {
+                *state = waiting;
+                None
+            }
+        }
+    }
+
     fn wait_take(&self, deadline: Option<Instant>) -> Option<Result<Reply>> {
         let mut state = self.state.lock();
         loop {
@@ -188,6 +201,16 @@ impl<T> ZkFuture<T> {
                 (Ok(_), None) => Err(Error::Closed),
             },
         }
+    }
+
+    /// The result if it has arrived, without waiting (never blocks, so any thread may
+    /// ask); `None` while pending. Once it returned a result the future is spent.
+    pub(crate) fn try_now(&mut self) -> Option<Result<T>> {
+        let result = match &self.state {
+            FutureState::Failed(_) => Err(Error::Closed),
+            FutureState::Pending(slot, ..) => slot.try_take()?,
+        };
+        Some(self.finish(result))
     }
 
     /// Blocks the calling thread until the reply arrives.

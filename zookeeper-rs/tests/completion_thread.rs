@@ -132,3 +132,117 @@ fn a_second_close_returns_once_the_first_has_finished() {
     assert_eq!(closing.join().unwrap(), Ok(()));
     drop(proxy);
 }
+
+/// A waker that reports its name and the thread it ran on.
+struct Recorder {
+    name: &'static str,
+    log: mpsc::Sender<(&'static str, thread::ThreadId)>,
+}
+
+impl Wake for Recorder {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = self.log.send((self.name, thread::current().id()));
+    }
+}
+
+#[test]
+fn an_add_auth_outcome_comes_on_the_completion_thread_after_earlier_replies() {
+    let zk = connect_to(&hosts());
+    let mut checked = 0;
+    for round in 0..20 {
+        let (log, logged) = mpsc::channel();
+        let waker = |name| {
+            Waker::from(Arc::new(Recorder {
+                name,
+                log: log.clone(),
+            }))
+        };
+        let mut earlier = zk.get_children_async("/");
+        let mut auth = zk.add_auth_async("digest", format!("user{round}:pw").as_bytes());
+        let (earlier_waker, auth_waker) = (waker("earlier"), waker("auth"));
+        let earlier_pending = std::pin::Pin::new(&mut earlier)
+            .poll(&mut Context::from_waker(&earlier_waker))
+            .is_pending();
+        let auth_pending = std::pin::Pin::new(&mut auth)
+            .poll(&mut Context::from_waker(&auth_waker))
+            .is_pending();
+        if earlier_pending && auth_pending {
+            // Both wakers must run; then their order and thread are checked.
+            let seen: Vec<_> = (0..2)
+                .map(|_| logged.recv_timeout(WAIT).expect("a waker ran"))
+                .collect();
+            assert_eq!(
+                seen.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
+                ["earlier", "auth"],
+                "round {round}: the auth's outcome overtook an earlier reply"
+            );
+            assert_eq!(
+                seen[0].1, seen[1].1,
+                "round {round}: the auth's waker ran on another thread than the replies'"
+            );
+            checked += 1;
+        }
+        assert!(common::block_on(earlier).is_ok());
+        assert_eq!(common::block_on(auth), Ok(()));
+    }
+    assert!(
+        checked > 0,
+        "no round had both requests pending at their first poll"
+    );
+    zk.close().unwrap();
+}
+
+#[test]
+fn a_waker_of_an_add_auth_cut_off_by_a_connection_loss_may_send_requests() {
+    // At a connection loss the C client reports pending auths with its own lock held:
+    // a waker that sends a request from there deadlocked the IO thread.
+    let (proxy, zk) = stalled_session();
+    let sender = zk.clone();
+    let sent = Arc::new(Mutex::new(None));
+    let sent_by_waker = Arc::clone(&sent);
+    let task = InlineTask::new(move || {
+        *sent_by_waker.lock().unwrap() = Some(sender.exists_async("/"));
+    });
+    let mut auth = zk.add_auth_async("digest", b"user:pw");
+    poll_pending(&mut auth, &task);
+    proxy.cut_all();
+    proxy.resume();
+    let outcome = within_bound("the auth's outcome", move || auth.wait());
+    assert_eq!(outcome, Err(Error::ConnectionLoss));
+    let after = zk.clone();
+    within_bound("a request after the reconnect", move || {
+        after.wait_connected(WAIT).unwrap();
+        after.exists("/").unwrap();
+    });
+    let request = sent
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the waker sent a request");
+    let _ = request.wait_timeout(WAIT);
+    zk.close().unwrap();
+}
+
+#[test]
+fn add_auth_between_connections_is_a_connection_loss() {
+    let proxy = FaultProxy::start(hosts()).expect("proxy");
+    let zk = connect_to(&proxy.connect_string());
+    proxy.isolate();
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        match zk.add_auth_async("digest", b"user:pw").wait_timeout(WAIT) {
+            Ok(()) => {}
+            Err(error) => seen.push(error),
+        }
+    }
+    assert!(
+        seen.iter().all(|error| *error == Error::ConnectionLoss),
+        "add_auth while disconnected: {seen:?}"
+    );
+    proxy.unblock();
+    zk.close().unwrap();
+}

@@ -75,6 +75,14 @@ impl ZooKeeper {
     /// Adds credentials to the session (`zoo_add_auth`), e.g. `("digest", b"user:pass")`.
     /// Wrong credentials for a scheme the server checks end the session (`AuthFailed`).
     ///
+    /// The outcome is delivered like every other reply: on the completion thread, after
+    /// the replies and session events that came before it. (The C client reports an
+    /// auth's outcome on its IO thread, and at a connection loss with its own lock held,
+    /// where no user code may run: the binding records it there and reports it with the
+    /// reply to a harmless `exists("/")` sent right behind the credentials.)
+    /// `ConnectionLoss` means the outcome is unknown: the C client keeps the credentials
+    /// and sends them again after every reconnect.
+    ///
     /// Scheme and credentials above the server's default request limit (`jute.maxbuffer`,
     /// 0xfffff bytes) fail with `DataTooLarge` before anything is sent: the server would
     /// drop the connection instead of answering, and the C client, which resends every
@@ -96,12 +104,14 @@ impl ZooKeeper {
         }));
         // In range of `c_int`: checked above.
         let (cert, len) = data_ptr(credentials);
-        self.request().send(
+        // The auth's own outcome: nobody polls it, so filling it (on the IO thread) runs
+        // no user code.
+        let mut auth = self.request().send(
             |zh, _, request| {
                 // SAFETY: live handle; scheme and credentials are copied by C before it
                 // returns (it keeps them to resend on reconnect), `len` is their true
                 // length (bounded above, so no `int` truncation); ours is the completion.
-                unsafe {
+                let rc = unsafe {
                     sys::zoo_add_auth(
                         zh,
                         scheme.as_ptr(),
@@ -110,9 +120,42 @@ impl ZooKeeper {
                         Some(context::void_completion),
                         request,
                     )
+                };
+                // Between connections (state 0) C refuses with ZINVALIDSTATE, where every
+                // other call is queued or fails with ZCONNECTIONLOSS: retryable, say so.
+                match crate::request::terminal_code(zh, rc) {
+                    sys::ZINVALIDSTATE => sys::ZCONNECTIONLOSS,
+                    rc => rc,
                 }
             },
             |reply, _| payload(reply).map(drop),
+        );
+        let early = auth.try_now();
+        if let Some(Err(error)) = early {
+            return ZkFuture::failed(error);
+        }
+        // C queues the credentials in front of every request not yet sent, and the server
+        // answers in order: this reply comes after the auth's, on the completion thread.
+        self.request().send(
+            |zh, _, request| {
+                // SAFETY: live handle; the path is a static NUL-terminated string; no
+                // watch; ours is the completion.
+                unsafe {
+                    sys::zoo_aexists(
+                        zh,
+                        c"/".as_ptr(),
+                        0,
+                        Some(context::stat_completion),
+                        request,
+                    )
+                }
+            },
+            move |reply, _| match early.or_else(|| auth.try_now()) {
+                Some(outcome) => outcome,
+                // The connection went before the auth was answered.
+                None if matches!(reply.rc, sys::ZOK | sys::ZNONODE) => Err(Error::ConnectionLoss),
+                None => Err(Error::from_code(reply.rc).unwrap_or(Error::ConnectionLoss)),
+            },
         )
     }
 }
