@@ -4,6 +4,7 @@
 use crate::closer;
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
+use crate::in_flight::{InFlight, Permit, MAX_IN_FLIGHT};
 use crate::path::c_string;
 use crate::reply::deadline_after;
 use crate::session::{Session, SessionEvents};
@@ -58,6 +59,8 @@ struct Inner {
     client: u64,
     /// What the C handle references for TLS/SASL; outlives `zookeeper_close`.
     security: Arc<crate::security::Keepalive>,
+    /// The bound on requests in flight (see `in_flight.rs`).
+    in_flight: Arc<InFlight>,
 }
 
 // SAFETY: `session_context` is only dereferenced by C callbacks and reclaimed once, after
@@ -228,6 +231,7 @@ impl ZooKeeperBuilder {
                 session_context,
                 client,
                 security: Arc::new(keepalive),
+                in_flight: InFlight::new(MAX_IN_FLIGHT),
             }),
         };
         let deadline = deadline_after(self.connect_timeout.unwrap_or(self.session_timeout));
@@ -282,9 +286,19 @@ impl ZooKeeper {
     }
 
     /// Waits until the session is connected again (after a connection loss), or fails
-    /// with `Timeout`, or with the terminal error.
+    /// with `Timeout`, or with the terminal error. On the C completion thread (a waker
+    /// running its task inline), which delivers the connection event, it does not wait:
+    /// it fails at once unless the session is connected already.
     pub fn wait_connected(&self, timeout: impl Into<Timeout>) -> Result<()> {
         let deadline = timeout.into().deadline().instant();
+        if context::in_c_callback() && !self.inner.session.state().is_connected() {
+            return match self.inner.session.state() {
+                SessionState::Expired => Err(Error::SessionExpired),
+                SessionState::AuthFailed => Err(Error::AuthFailed),
+                SessionState::Closed => Err(Error::Closed),
+                _ => Err(crate::reply::COMPLETION_THREAD_WAIT),
+            };
+        }
         match self.inner.session.wait_connected(deadline) {
             state if state.is_connected() => Ok(()),
             SessionState::Expired => Err(Error::SessionExpired),
@@ -315,6 +329,27 @@ impl ZooKeeper {
         Ok(call(handle.0.as_ptr()))
     }
 
+    /// A place in flight for one request: waits for room up to the session timeout,
+    /// except where waiting could never end (see `in_flight.rs`).
+    pub(crate) fn in_flight_permit(&self) -> Result<Permit> {
+        let may_wait = !context::in_c_callback() && !closer::is_closing_here();
+        let deadline = may_wait.then(|| {
+            deadline_after(
+                self.inner
+                    .session
+                    .recv_timeout()
+                    .unwrap_or(Duration::from_secs(10)),
+            )
+        });
+        self.inner.in_flight.acquire(deadline)
+    }
+
+    /// Requests of this handle in flight now (at most [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT)).
+    #[doc(hidden)]
+    pub fn requests_in_flight(&self) -> usize {
+        self.inner.in_flight.count()
+    }
+
     /// This handle's watch registrations.
     pub(crate) fn watch_table(&self) -> &Arc<WatchTable> {
         &self.inner.watches
@@ -333,10 +368,13 @@ impl ZooKeeper {
     }
 
     /// The session timeout negotiated with the server.
+    ///
+    /// Read from a copy taken when the session was made (as for
+    /// [`client_id`](Self::client_id)), never from the C handle, which the IO thread
+    /// rewrites at every handshake.
     pub fn session_timeout(&self) -> Result<Duration> {
-        // SAFETY: live handle.
-        self.with_handle(|zh| unsafe { sys::zoo_recv_timeout(zh) })
-            .map(|ms| Duration::from_millis(ms.max(0) as u64))
+        self.with_handle(|_| ())?;
+        self.inner.session.recv_timeout().ok_or(Error::SystemError)
     }
 
     /// The server this handle is connected to (`ip:port`), or `None` while disconnected.
@@ -348,27 +386,17 @@ impl ZooKeeper {
         Ok(self.connected_host()?.map(|addr| addr.to_string()))
     }
 
-    /// The address of the server the socket is connected to (`zookeeper_get_connected_host`),
-    /// or `None` while disconnected.
+    /// The address of the server the session is connected to, or `None` while
+    /// disconnected.
+    ///
+    /// Recorded on the completion thread when the session event reporting the connection
+    /// is delivered, and forgotten at the next session event (a connection loss): never
+    /// read from the C client's socket on the caller's thread, where the IO thread may
+    /// have closed it meanwhile and the descriptor may belong to another socket. So it
+    /// follows the session events, in their order.
     pub fn connected_host(&self) -> Result<Option<std::net::SocketAddr>> {
-        self.with_handle(|zh| {
-            // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-            let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // SAFETY: live handle; `storage`/`len` describe a writable buffer large enough
-            // for any address; C fills it or returns NULL.
-            let found = unsafe {
-                sys::zookeeper_get_connected_host(
-                    zh,
-                    &mut storage as *mut _ as *mut libc::sockaddr,
-                    &mut len,
-                )
-            };
-            if found.is_null() {
-                return None;
-            }
-            socket_addr(&storage)
-        })
+        self.with_handle(|_| ())?;
+        Ok(self.inner.session.peer())
     }
 
     /// Replaces the server list (`zoo_set_servers`); the client may move to rebalance.
@@ -577,6 +605,30 @@ impl Drop for Inner {
             log::debug!("zookeeper-rs: close on drop: {error}");
         }
     }
+}
+
+/// The peer address of the C client's socket (`zookeeper_get_connected_host`).
+///
+/// # Safety
+/// `zh` is a live handle; called on the completion thread for the session event that
+/// reported the connection, right after the IO thread made it.
+pub(crate) unsafe fn peer_of(zh: *mut sys::zhandle_t) -> Option<std::net::SocketAddr> {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: live handle (contract); `storage`/`len` describe a writable buffer large
+    // enough for any address; C fills it or returns NULL.
+    let found = unsafe {
+        sys::zookeeper_get_connected_host(
+            zh,
+            &mut storage as *mut _ as *mut libc::sockaddr,
+            &mut len,
+        )
+    };
+    if found.is_null() {
+        return None;
+    }
+    socket_addr(&storage)
 }
 
 fn socket_addr(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {

@@ -112,6 +112,14 @@ pub enum Error {
     Timeout,
     /// The handle was closed; no call can be made on it any more.
     Closed,
+    /// The handle already had `limit` requests in flight and none finished in time (or the
+    /// call was made on the C completion thread, where waiting is impossible). Nothing
+    /// was sent; retryable. The bound keeps the C client's wake-up pipe from overflowing,
+    /// which would make it drop the connection (see `ZooKeeper`'s docs).
+    TooManyInFlight {
+        /// The bound on requests in flight per handle.
+        limit: usize,
+    },
     /// One operation of a multi failed; nothing in the multi was applied.
     MultiFailed {
         /// Index of the first failing operation.
@@ -221,7 +229,11 @@ impl Error {
 
     /// Worth retrying as is, on the same session (connection loss, throttling).
     pub fn is_retryable(&self) -> bool {
-        self.is_connection_loss() || matches!(self, Error::ThrottledOp | Error::SessionMoved)
+        self.is_connection_loss()
+            || matches!(
+                self,
+                Error::ThrottledOp | Error::SessionMoved | Error::TooManyInFlight { .. }
+            )
     }
 }
 
@@ -239,6 +251,10 @@ impl fmt::Display for Error {
             }
             Error::Timeout => f.write_str("timed out"),
             Error::Closed => f.write_str("the ZooKeeper handle is closed"),
+            Error::TooManyInFlight { limit } => write!(
+                f,
+                "{limit} requests already in flight on this handle and none finished in time; nothing was sent"
+            ),
             Error::MultiFailed { index, error } => {
                 write!(f, "multi operation {index} failed: {error}")
             }

@@ -7,8 +7,43 @@
 //!   works on any executor (it is completed from the C completion thread).
 //! - Watches are channels: a watching read returns a one-shot [`Watch`]; session events
 //!   stream to any number of receivers ([`ZooKeeper::session_events`]).
-//! - No user code ever runs on the C threads, and every context handed to C is freed
-//!   exactly once ([`ZooKeeper::live_contexts`] reads 0 after close).
+//! - Every context handed to C is freed exactly once ([`ZooKeeper::live_contexts`]
+//!   reads 0 after close).
+//!
+//! # Which thread runs what
+//!
+//! The C client runs two threads per handle: an IO thread and a completion thread.
+//!
+//! - **Every user-visible completion and waker runs on the completion thread, in one
+//!   order, with no C-client lock held**: replies, watch events and session events are
+//!   delivered in the order the server sent them (an `add_auth` outcome too: the C client
+//!   reports it on its IO thread, where the binding only records it). A blocking caller
+//!   is woken from there; an async caller's waker is called there.
+//! - The exceptions are wakers of what a close ends (pending requests, watches, session
+//!   streams): they run on the thread that closes, after the C threads are joined.
+//! - A waker may run its task inline: such a task may send requests and close the handle
+//!   (the close is then finished by the binding's closer thread, one per process). It must
+//!   not block waiting for something only the completion thread can deliver: there,
+//!   [`ZkFuture::wait`], [`SessionEvents::recv`] and
+//!   [`ZooKeeper::wait_connected`] fail at once instead of blocking.
+//! - Sync calls are the async calls waited on: they return in the same order.
+//! - The C client's log callback runs on whichever C thread logs; it only forwards the
+//!   message to the `log` crate from a thread of its own.
+//!
+//! # Backpressure
+//!
+//! A handle keeps at most [`MAX_IN_FLIGHT`] requests in flight. Every request writes a
+//! byte to the C client's wake-up pipe, and a full pipe makes the C client drop its own
+//! connection and fail every request in flight; the bound keeps the pipe from filling
+//! whatever the number of handles. A call that finds no room waits for a completion (up
+//! to the session timeout), then fails with the retryable [`Error::TooManyInFlight`]; on
+//! the completion thread it fails at once.
+//!
+//! # Fork
+//!
+//! A child process must not use or close a handle its parent opened: the C client's
+//! threads do not exist in the child, and `zookeeper_close` there waits forever for
+//! them. Open new handles in the child (or exec first).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -28,6 +63,7 @@ mod client;
 mod closer;
 mod context;
 mod error;
+mod in_flight;
 mod logging;
 mod multi;
 mod ops;
@@ -43,6 +79,7 @@ mod watch_table;
 
 pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
 pub use error::{Error, Result};
+pub use in_flight::MAX_IN_FLIGHT;
 pub use logging::set_c_log_level;
 pub use multi::{Op, OpResult};
 pub use path::{validate_path, MAX_DATA_LEN};

@@ -2,6 +2,7 @@
 //! the one-shot slot a caller waits on (blocking, or as a `Future` on any executor).
 
 use crate::error::{Error, Result};
+use crate::in_flight::Permit;
 use crate::timeout::Timeout;
 use crate::types::{Acl, Stat};
 use crate::watch::Watch;
@@ -133,23 +134,38 @@ impl ReplySlot {
 /// Owned by a registry entry: delivers the reply, or `Closed` if the entry is dropped
 /// without one (the C client may drop pending completions at close, ZOOKEEPER-3868), so
 /// no caller ever waits forever.
-pub(crate) struct Fulfiller(pub(crate) Arc<ReplySlot>);
+///
+/// It also holds the request's place in flight, freed before the caller is woken (so a
+/// waker may send a request at once).
+pub(crate) struct Fulfiller {
+    slot: Arc<ReplySlot>,
+    permit: Option<Permit>,
+}
 
 impl Fulfiller {
-    pub(crate) fn fulfill(self, result: Result<Reply>) {
-        self.0.fulfill(result);
+    pub(crate) fn new(slot: Arc<ReplySlot>, permit: Permit) -> Fulfiller {
+        Fulfiller {
+            slot,
+            permit: Some(permit),
+        }
+    }
+
+    pub(crate) fn fulfill(mut self, result: Result<Reply>) {
+        self.permit.take();
+        self.slot.fulfill(result);
     }
 }
 
 impl Drop for Fulfiller {
     fn drop(&mut self) {
-        self.0.fulfill(Err(Error::Closed));
+        self.permit.take();
+        self.slot.fulfill(Err(Error::Closed));
     }
 }
 
 /// Blocking on the C completion thread (reachable only from a waker) would wait for a
-/// completion that only this thread can deliver.
-const COMPLETION_THREAD_WAIT: Error =
+/// completion or event that only this thread can deliver.
+pub(crate) const COMPLETION_THREAD_WAIT: Error =
     Error::InvalidArgument("blocking wait on the C completion thread would deadlock");
 
 /// Turns a reply (and the watch the request armed) into the call's result. Most are

@@ -34,6 +34,10 @@ impl ZooKeeper {
         convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
         let client = self.client_key();
+        let permit = match self.in_flight_permit() {
+            Ok(permit) => permit,
+            Err(error) => return ZkFuture::failed(error),
+        };
         let slot = ReplySlot::new();
         let is_multi = multi.is_some();
         let outcome = self.with_handle(|zh| {
@@ -56,7 +60,7 @@ impl ZooKeeper {
             let request_id = context::register_request(
                 client,
                 RequestEntry {
-                    fulfiller: Fulfiller(Arc::clone(&slot)),
+                    fulfiller: Fulfiller::new(Arc::clone(&slot), permit),
                     watch: prepared.hook,
                     multi,
                 },

@@ -20,6 +20,11 @@ pub(crate) struct Session {
     /// that no user thread reads the C handle's `client_id` while the IO thread rewrites
     /// it on a reconnect. The flag: that copy came from a read-only connection.
     client_id: Mutex<(Option<ClientId>, bool)>,
+    /// The negotiated session timeout in ms, copied with the session id (same rules).
+    recv_timeout_ms: std::sync::atomic::AtomicU64,
+    /// The server's address, read on the completion thread when a session event reports
+    /// a connection and cleared at the next event that reports none.
+    peer: Mutex<Option<std::net::SocketAddr>>,
     /// `None` once the handle is closed: later subscribers get an ended stream.
     subscribers: Mutex<Option<Vec<Subscriber>>>,
     /// Set under the state lock (and `changed` notified) once `zookeeper_close` has
@@ -41,6 +46,8 @@ impl Session {
             state: Mutex::new(SessionState::NotConnected),
             changed: Condvar::new(),
             client_id: Mutex::new((None, false)),
+            recv_timeout_ms: std::sync::atomic::AtomicU64::new(0),
+            peer: Mutex::new(None),
             subscribers: Mutex::new(Some(Vec::new())),
             closed: std::sync::atomic::AtomicBool::new(false),
         }
@@ -110,6 +117,12 @@ impl Session {
         for (dst, src) in password.iter_mut().zip(raw.passwd) {
             *dst = src as u8;
         }
+        // SAFETY: as above; written by the IO thread before it queued this event.
+        let timeout_ms = unsafe { sys::zoo_recv_timeout(zh) };
+        self.recv_timeout_ms.store(
+            timeout_ms.max(0) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if raw.client_id != 0 {
             *recorded = (
                 Some(ClientId {
@@ -119,6 +132,37 @@ impl Session {
                 read_only,
             );
         }
+    }
+
+    /// The negotiated session timeout, once the session was made.
+    pub(crate) fn recv_timeout(&self) -> Option<std::time::Duration> {
+        match self
+            .recv_timeout_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
+    }
+
+    /// The server the session is connected to, as of the last session event.
+    pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
+        *self.peer.lock()
+    }
+
+    /// Records the server's address for a session event reporting a connection, and
+    /// forgets it for any other session event.
+    ///
+    /// # Safety
+    /// `zh` is the live handle whose global watcher is running.
+    pub(crate) unsafe fn record_peer(&self, zh: *mut sys::zhandle_t, state: SessionState) {
+        let peer = if state.is_connected() {
+            // SAFETY: per the contract.
+            unsafe { crate::client::peer_of(zh) }
+        } else {
+            None
+        };
+        *self.peer.lock() = peer;
     }
 
     #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
@@ -229,19 +273,21 @@ pub(crate) unsafe extern "C" fn global_watcher(
     context: *mut std::os::raw::c_void,
 ) {
     use crate::types::EventType;
-    if !context.is_null()
-        && EventType::from_c(event_type) == EventType::Session
-        && SessionState::from_c(state).is_connected()
-    {
+    if !context.is_null() && EventType::from_c(event_type) == EventType::Session {
+        let state = SessionState::from_c(state);
         // Nothing below can unwind (a lock without poisoning, plain copies); the guard
         // keeps a panic from crossing into C all the same.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // SAFETY: the context is the `Arc<Session>` leaked at init and reclaimed only
             // after `zookeeper_close` has joined this thread; `zh` is the live handle C
             // is calling back for.
-            unsafe {
-                (*(context as *const Session)).record_client_id(zh, SessionState::from_c(state))
+            let session = unsafe { &*(context as *const Session) };
+            if state.is_connected() {
+                // SAFETY: as above.
+                unsafe { session.record_client_id(zh, state) };
             }
+            // SAFETY: as above.
+            unsafe { session.record_peer(zh, state) };
         }));
     }
     // SAFETY: the arguments are C's, passed on unchanged.
@@ -249,8 +295,9 @@ pub(crate) unsafe extern "C" fn global_watcher(
 }
 
 /// Session events from [`ZooKeeper::session_events`](crate::ZooKeeper::session_events):
-/// a blocking receiver (it derefs to a [`crossbeam_channel::Receiver`], so `recv`,
-/// `recv_timeout` and `select!` work) and an async stream ([`futures_core::Stream`], or
+/// a blocking receiver ([`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout); it
+/// also derefs to a [`crossbeam_channel::Receiver`] for `try_recv` and `select!`) and an
+/// async stream ([`futures_core::Stream`], or
 /// [`next_event`](Self::next_event) on any executor). The stream ends when the handle closes.
 ///
 /// ```no_run
@@ -275,6 +322,39 @@ impl SessionEvents {
     /// The blocking receiver alone, for code that only ever blocks or selects on it.
     pub fn into_receiver(self) -> Receiver<WatchedEvent> {
         self.receiver
+    }
+
+    /// Blocks until the next event; `Err(Closed)` once the handle has closed and every
+    /// event was received.
+    ///
+    /// On the C completion thread (a waker running its task inline) this fails at once
+    /// instead: that thread delivers the events, so blocking it would wait forever.
+    pub fn recv(&self) -> crate::Result<WatchedEvent> {
+        self.recv_timeout(crate::Timeout::Never)
+    }
+
+    /// Blocks until the next event or until `timeout` passes (`Err(Timeout)`), as
+    /// [`recv`](Self::recv).
+    pub fn recv_timeout(&self, timeout: impl Into<crate::Timeout>) -> crate::Result<WatchedEvent> {
+        use crossbeam_channel::RecvTimeoutError;
+        if crate::context::in_c_callback() {
+            return match self.receiver.try_recv() {
+                Ok(event) => Ok(event),
+                Err(TryRecvError::Disconnected) => Err(crate::Error::Closed),
+                Err(TryRecvError::Empty) => Err(crate::reply::COMPLETION_THREAD_WAIT),
+            };
+        }
+        let outcome = match timeout.into().duration() {
+            Some(timeout) => self.receiver.recv_timeout(timeout),
+            None => self
+                .receiver
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        outcome.map_err(|error| match error {
+            RecvTimeoutError::Timeout => crate::Error::Timeout,
+            RecvTimeoutError::Disconnected => crate::Error::Closed,
+        })
     }
 
     /// The next event, awaitable on any executor: `None` once the handle has closed.

@@ -246,3 +246,55 @@ fn add_auth_between_connections_is_a_connection_loss() {
     proxy.unblock();
     zk.close().unwrap();
 }
+
+#[test]
+fn a_waker_waiting_for_a_session_event_fails_at_once() {
+    // The waker of a request cut off by close waits for a session event on the completion
+    // thread, which is the thread that would deliver it: it must not block there.
+    let (proxy, zk) = stalled_session();
+    let events = zk.session_events();
+    let outcome = Arc::new(Mutex::new(None));
+    let recorded = Arc::clone(&outcome);
+    let task = InlineTask::new(move || {
+        *recorded.lock().unwrap() = Some(events.recv_timeout(zookeeper::Timeout::Never));
+    });
+    let mut pending = zk.exists_async("/");
+    poll_pending(&mut pending, &task);
+    let closer = zk.clone();
+    assert_eq!(within_bound("close", move || closer.close()), Ok(()));
+    let outcome = outcome.lock().unwrap().take().expect("the waker ran");
+    assert!(
+        matches!(outcome, Err(Error::InvalidArgument(_)) | Err(Error::Closed)),
+        "{outcome:?}"
+    );
+    drop(proxy);
+}
+
+#[test]
+fn a_waker_waiting_for_the_connection_fails_at_once() {
+    // Requests cut off by a connection loss complete on the completion thread; a waker
+    // that waits there for the reconnection would keep the CONNECTED event from ever
+    // being delivered.
+    let (proxy, zk) = stalled_session();
+    let waiter = zk.clone();
+    let (report, reported) = mpsc::channel();
+    let task = InlineTask::new(move || {
+        let _ = report.send(waiter.wait_connected(zookeeper::Timeout::Never));
+    });
+    let mut pending = zk.exists_async("/");
+    poll_pending(&mut pending, &task);
+    proxy.cut_all();
+    proxy.resume();
+    let outcome = reported
+        .recv_timeout(WAIT)
+        .expect("the waker of the cut-off request ran and returned");
+    assert!(
+        matches!(outcome, Err(Error::InvalidArgument(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(common::block_on(pending), Err(Error::ConnectionLoss));
+    let reconnecting = zk.clone();
+    let reconnected = within_bound("reconnecting", move || reconnecting.wait_connected(WAIT));
+    assert_eq!(reconnected, Ok(()));
+    zk.close().unwrap();
+}

@@ -515,3 +515,26 @@ fn a_subscriber_made_after_connect_hears_no_earlier_event() {
         zk.close().unwrap();
     }
 }
+
+#[test]
+fn the_connected_host_and_timeout_follow_the_session_events() {
+    // Both are recorded on the completion thread from the session events, never read
+    // from the C handle on the caller's thread (its IO thread closes and rewrites them).
+    let proxy = Proxy::start(&hosts());
+    let zk = connect_via(&proxy, Duration::from_secs(8));
+    let events = zk.session_events();
+    let proxy_addr = Some(proxy.connect_string().parse().unwrap());
+    assert_eq!(zk.connected_host().unwrap(), proxy_addr);
+    let negotiated = zk.session_timeout().unwrap();
+    assert!(negotiated > Duration::ZERO && negotiated <= Duration::from_secs(8));
+
+    proxy.block();
+    wait_for_state(&events, SessionState::Connecting, WAIT);
+    assert_eq!(zk.connected_host().unwrap(), None, "disconnected");
+    assert_eq!(zk.current_server().unwrap(), None);
+    assert_eq!(zk.session_timeout().unwrap(), negotiated);
+    proxy.unblock();
+    wait_for_state(&events, SessionState::Connected, WAIT);
+    assert_eq!(zk.connected_host().unwrap(), proxy_addr);
+    zk.close().unwrap();
+}
