@@ -48,10 +48,14 @@ use zookeeper::{Op, OpResult, Timeout, ZooKeeper};
 /// A reentrant distributed mutex (see the [module docs](self)). `Send + Sync`.
 pub struct ReentrantLock {
     lock: Lock,
-    held: Mutex<Option<Held>>,
+    /// One record per owning thread. Normally at most one: ZooKeeper admits one holder.
+    /// But when an owner's node is deleted behind its back (its guard then reports the
+    /// loss), another thread of this value can be admitted while the first still has
+    /// guards: each keeps its own record, and only its own guards touch it.
+    held: Mutex<Vec<Held>>,
 }
 
-/// The current owner's hold.
+/// One owner's holds.
 struct Held {
     owner: ThreadId,
     count: usize,
@@ -62,7 +66,7 @@ impl fmt::Debug for ReentrantLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReentrantLock")
             .field("path", &self.lock.path())
-            .field("holds", &self.held.lock().as_ref().map_or(0, |h| h.count))
+            .field("owners", &self.held.lock().len())
             .finish()
     }
 }
@@ -72,7 +76,7 @@ impl ReentrantLock {
     pub fn new(zk: &ZooKeeper, path: &str) -> Result<ReentrantLock> {
         Ok(ReentrantLock {
             lock: Lock::new(zk, path)?,
-            held: Mutex::new(None),
+            held: Mutex::new(Vec::new()),
         })
     }
 
@@ -121,47 +125,52 @@ impl ReentrantLock {
 
     /// How many holds the calling thread has (0 if it does not hold the lock).
     pub fn hold_count(&self) -> usize {
-        match &*self.held.lock() {
-            Some(held) if held.owner == thread::current().id() => held.count,
-            _ => 0,
-        }
+        self.holds_of(thread::current().id())
+    }
+
+    fn holds_of(&self, owner: ThreadId) -> usize {
+        self.held
+            .lock()
+            .iter()
+            .find(|held| held.owner == owner)
+            .map_or(0, |held| held.count)
     }
 
     /// One more hold if this thread holds the lock already.
     fn reenter(&self) -> Option<ReentrantGuard<'_>> {
+        let owner = thread::current().id();
         let mut held = self.held.lock();
-        let held = held.as_mut()?;
-        if held.owner != thread::current().id() {
-            return None;
-        }
+        let held = held.iter_mut().find(|held| held.owner == owner)?;
         held.count += 1;
         Some(ReentrantGuard {
             lock: self,
+            owner,
             not_send: PhantomData,
         })
     }
 
     /// The first hold of this thread, with the guard just acquired.
     fn enter(&self, guard: LockGuard) -> ReentrantGuard<'_> {
-        let mut held = self.held.lock();
-        // ZooKeeper admitted us, so no other thread's hold can be left: their last
-        // guard took its hold out before deleting its node.
-        debug_assert!(held.is_none(), "two holders of one reentrant lock");
-        *held = Some(Held {
-            owner: thread::current().id(),
+        let owner = thread::current().id();
+        self.held.lock().push(Held {
+            owner,
             count: 1,
             guard,
         });
         ReentrantGuard {
             lock: self,
+            owner,
             not_send: PhantomData,
         }
     }
 
-    /// Runs `f` on the lock guard of the current hold.
-    fn with_guard<T>(&self, f: impl FnOnce(&LockGuard) -> T) -> T {
+    /// Runs `f` on the lock guard of `owner`'s hold.
+    fn with_guard<T>(&self, owner: ThreadId, f: impl FnOnce(&LockGuard) -> T) -> T {
         let held = self.held.lock();
-        let held = held.as_ref().expect("a live ReentrantGuard has a hold");
+        let held = held
+            .iter()
+            .find(|held| held.owner == owner)
+            .expect("a live ReentrantGuard has its owner's hold");
         f(&held.guard)
     }
 }
@@ -170,6 +179,9 @@ impl ReentrantLock {
 /// `Send`: holds belong to the thread that took them.
 pub struct ReentrantGuard<'a> {
     lock: &'a ReentrantLock,
+    /// The thread whose hold this is (guards are not `Send`, so it is also the thread
+    /// that drops it).
+    owner: ThreadId,
     not_send: PhantomData<*const ()>,
 }
 
@@ -185,17 +197,17 @@ impl fmt::Debug for ReentrantGuard<'_> {
 impl ReentrantGuard<'_> {
     /// How many holds the owner has (this one included).
     pub fn hold_count(&self) -> usize {
-        self.lock.held.lock().as_ref().map_or(0, |h| h.count)
+        self.lock.holds_of(self.owner)
     }
 
     /// The lock node's path.
     pub fn node(&self) -> String {
-        self.lock.with_guard(|g| g.node().to_string())
+        self.lock.with_guard(self.owner, |g| g.node().to_string())
     }
 
     /// The fencing token (see [`LockGuard::fencing_token`]); the same for every hold.
     pub fn fencing_token(&self) -> i64 {
-        self.lock.with_guard(LockGuard::fencing_token)
+        self.lock.with_guard(self.owner, LockGuard::fencing_token)
     }
 
     /// Whether the lock is known to be lost (see [`LockGuard::is_lost`]).
@@ -205,15 +217,15 @@ impl ReentrantGuard<'_> {
 
     /// Why the lock was lost, if known (see [`LockGuard::lost_reason`]).
     pub fn lost_reason(&self) -> Option<LockLost> {
-        self.lock.with_guard(LockGuard::lost_reason)
+        self.lock.with_guard(self.owner, LockGuard::lost_reason)
     }
 
     /// Writes applied only while the lock is held (see [`LockGuard::fenced_multi`]).
     pub fn fenced_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
         // The multi waits for the server: do it outside the hold's mutex.
-        let (zk, node, lost) = self
-            .lock
-            .with_guard(|g| (g.client().clone(), g.node().to_string(), g.lost_reason()));
+        let (zk, node, lost) = self.lock.with_guard(self.owner, |g| {
+            (g.client().clone(), g.node().to_string(), g.lost_reason())
+        });
         if let Some(reason) = lost {
             return Err(crate::RecipeError::Lost(LossReason::Lock(reason)));
         }
@@ -225,12 +237,14 @@ impl Drop for ReentrantGuard<'_> {
     fn drop(&mut self) {
         let last = {
             let mut held = self.lock.held.lock();
-            match held.as_mut() {
-                Some(h) if h.count > 1 => {
-                    h.count -= 1;
+            let index = held.iter().position(|held| held.owner == self.owner);
+            match index {
+                Some(index) if held[index].count > 1 => {
+                    held[index].count -= 1;
                     None
                 }
-                _ => held.take(),
+                Some(index) => Some(held.swap_remove(index)),
+                None => None,
             }
         };
         // Outside the mutex: the release waits for the server.

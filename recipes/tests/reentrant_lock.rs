@@ -79,3 +79,60 @@ fn other_threads_of_the_same_value_are_excluded() {
     to_thread.send(()).unwrap();
     assert_eq!(worker.join().unwrap(), 1);
 }
+
+#[test]
+fn a_thread_admitted_after_anothers_node_vanished_keeps_its_own_hold() {
+    // A holds; A's node is deleted behind its back; B, sharing the value, is admitted.
+    // A's later release must not touch B's hold: B's node stays and another session is
+    // still excluded.
+    let zk = connect();
+    let admin = connect();
+    let path = unique_path("reenter-two-owners");
+    let lock = ReentrantLock::new(&zk, &path).unwrap();
+    let outsider = Lock::new(&admin, &path).unwrap();
+    let (a_holds, a_held) = std::sync::mpsc::channel();
+    let (a_release, a_released) = std::sync::mpsc::channel::<()>();
+    let (a_done, a_finished) = std::sync::mpsc::channel::<()>();
+    let (b_holds, b_held) = std::sync::mpsc::channel();
+    let (b_release, b_released) = std::sync::mpsc::channel::<()>();
+    thread::scope(|scope| {
+        // Owned here: if this body panics, dropping them ends the threads' waits.
+        let (a_release, b_release) = (a_release, b_release);
+        let lock = &lock;
+        scope.spawn(move || {
+            let guard = lock.acquire(Timeout::Never).unwrap();
+            a_holds.send(guard.node()).unwrap();
+            a_released.recv().unwrap();
+            drop(guard);
+            a_done.send(()).unwrap();
+        });
+        let a_node = a_held.recv().unwrap();
+        scope.spawn(move || {
+            let guard = lock.acquire(Timeout::Never).unwrap();
+            assert_eq!(guard.hold_count(), 1);
+            b_holds.send(guard.node()).unwrap();
+            b_released.recv().unwrap();
+            assert_eq!(guard.hold_count(), 1, "B's hold was touched by A's release");
+            drop(guard);
+        });
+        common::wait_until("B waiting behind A", || {
+            admin.get_children(&path).unwrap().len() == 2
+        });
+        admin.delete(&a_node, None).unwrap();
+        let b_node = b_held
+            .recv_timeout(Duration::from_secs(20))
+            .expect("B admitted once A's node is gone");
+        a_release.send(()).unwrap();
+        a_finished.recv().unwrap();
+        assert!(
+            admin.exists(&b_node).unwrap().is_some(),
+            "B's node was deleted"
+        );
+        assert!(outsider.try_acquire().unwrap().is_none(), "B is inside");
+        b_release.send(()).unwrap();
+    });
+    assert!(
+        outsider.try_acquire().unwrap().is_some(),
+        "released at the end"
+    );
+}
