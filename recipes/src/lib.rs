@@ -61,6 +61,7 @@ pub mod priority_queue;
 pub mod queue;
 mod recovery;
 pub mod reentrant_lock;
+pub(crate) mod runtime;
 pub mod rwlock;
 pub mod semaphore;
 pub mod shared_value;

@@ -265,8 +265,11 @@ impl Semaphore {
             } else {
                 // Later waiter: wake when the predecessor goes or obtains its permit.
                 let predecessor = format!("{}/{}", self.dir, list[index - 1].name);
-                let Some((_, stat, watch)) =
-                    watch_node(&self.zk, &predecessor, Patience::from(deadline))?
+                let Some((_, stat, watch)) = crate::runtime::block_on(watch_node(
+                    &self.zk,
+                    &predecessor,
+                    Patience::from(deadline),
+                ))?
                 else {
                     continue;
                 };

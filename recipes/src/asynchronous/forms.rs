@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use zookeeper::{Stat, Timeout, ZooKeeper};
 
-use super::{unblock, Async, Unblock};
+use super::{unblock, Async, RecipeFuture, Unblock};
 use crate::barrier::{Barrier, DoubleBarrier};
 use crate::bounded_queue::{BoundedQueue, Offer};
 use crate::delayed_queue::DelayedQueue;
@@ -58,9 +58,23 @@ macro_rules! consuming_forms {
     };
 }
 
+impl Async<Lock> {
+    /// Async form of [`Lock::acquire`]: [`Lock::acquire_async`] on the shared value. No
+    /// thread waits for it; dropping it withdraws the attempt.
+    pub fn acquire(&self, timeout: impl Into<Timeout>) -> RecipeFuture<Result<LockGuard>> {
+        let (lock, timeout) = (self.shared(), timeout.into());
+        Box::pin(async move { lock.acquire_async(timeout).await })
+    }
+
+    /// Async form of [`Lock::try_acquire`]: [`Lock::try_acquire_async`] on the shared
+    /// value.
+    pub fn try_acquire(&self) -> RecipeFuture<Result<Option<LockGuard>>> {
+        let lock = self.shared();
+        Box::pin(async move { lock.try_acquire_async().await })
+    }
+}
+
 async_forms!(Lock {
-    fn acquire(timeout: impl Into<Timeout> + Send + 'static) -> Result<LockGuard>;
-    fn try_acquire() -> Result<Option<LockGuard>>;
     fn holder() -> Result<Option<String>>;
 });
 

@@ -1,9 +1,16 @@
 //! Async forms of the blocking recipe calls, for any executor (no runtime dependency).
 //!
 //! Wrap a recipe value in [`Async`]: it is cheap to clone, and every blocking call of
-//! the recipe has an async form of the same name that returns an [`Unblock`] future.
-//! The call runs on a small pool of worker threads (grown on demand, idle threads exit
-//! after 10 s), so a task waiting for a lock occupies no executor thread. Guards keep
+//! the recipe has an async form of the same name.
+//!
+//! The recipes are being rebuilt on one async core: their protocol written once as async
+//! code over the client's futures and watches, the blocking call driving that same
+//! future on the caller's thread. Where that is done ([`Lock`](crate::lock::Lock):
+//! `acquire`, `try_acquire`), the async form is the recipe's own future
+//! ([`RecipeFuture`]): no thread waits for it, and dropping it withdraws what the call
+//! started (see the recipe's `*_async` methods). The other forms still return an
+//! [`Unblock`] future: the call runs on a small pool of worker threads (grown on demand,
+//! idle threads exit after 10 s), so a waiting task occupies no executor thread. Guards keep
 //! their blocking methods and gain `*_async` forms of the calls that wait for the
 //! server (`release_async`, `complete_async`, `fenced_multi_async`, ...).
 //!
@@ -26,7 +33,8 @@
 //! ```
 //!
 //! # Cancellation
-//! Dropping a future does not stop its call: the call runs until it returns (each
+//! A [`RecipeFuture`] is cancelled by dropping it. An [`Unblock`] future is not: dropping
+//! it does not stop its call: the call runs until it returns (each
 //! waiting call has its own timeout) and its result is disposed of as dropping it
 //! would: a guard releases its lock, a work item goes back to its queue. The exception
 //! is a queue item taken for a dropped future: it is never dropped but put back into
@@ -47,6 +55,10 @@ use std::sync::Arc;
 pub use forms::Take;
 pub(crate) use unblock::unblock_or_return;
 pub use unblock::{unblock, Unblock};
+
+/// The future of a recipe call written as async code (no thread waits for it; dropping
+/// it withdraws what the call started).
+pub type RecipeFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// A recipe value usable from async code: every blocking call of `R` has an async form
 /// of the same name on `Async<R>` (see the [module docs](self)). Cloning shares the
@@ -85,6 +97,11 @@ impl<R: Send + Sync + 'static> Async<R> {
     /// The wrapped value, if this is its only handle.
     pub fn into_inner(self) -> Option<R> {
         Arc::into_inner(self.recipe)
+    }
+
+    /// The shared value, for an async form that owns it.
+    pub(crate) fn shared(&self) -> Arc<R> {
+        Arc::clone(&self.recipe)
     }
 
     /// Runs any blocking `call` on the value on a worker thread.

@@ -82,6 +82,27 @@
 //! Dropping a guard waits for its delete only as long as a connected client needs (at
 //! most two seconds); an unanswered delete goes on in the background.
 //!
+//! # Async
+//! [`Lock::acquire_async`] and [`Lock::try_acquire_async`] are the protocol itself, as
+//! async code over the client's futures and watches; [`acquire`](Lock::acquire) drives
+//! the same future on the caller's thread. A pending async acquisition costs no thread
+//! (a deadline is served by the recipes' one timer thread), and dropping its future at
+//! any point withdraws it as a timed-out wait does: its node is deleted (in the
+//! background if the server cannot be reached, or if the create's reply is still to
+//! come), its watch released. A dropped acquisition never takes the lock later.
+//!
+//! ```no_run
+//! # async fn demo(zk: zookeeper::ZooKeeper) -> zookeeper_recipes::Result<()> {
+//! use std::time::Duration;
+//! use zookeeper_recipes::lock::Lock;
+//!
+//! let lock = Lock::new(&zk, "/locks/report")?;
+//! let guard = lock.acquire_async(Duration::from_secs(5)).await?;
+//! // ... the critical section ...
+//! drop(guard);
+//! # Ok(()) }
+//! ```
+//!
 //! # Guarantees
 //! - Mutual exclusion among all holders of guards on the same path, in any thread or
 //!   process, while their sessions live, also across the end of the sequence counter;
@@ -134,10 +155,11 @@ pub use guard::*;
 use loss::*;
 
 use crate::error::LossReason;
+use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, create_member, default_reconnect_timeout, delete_eventually, delete_on_drop,
-    ordered_members, retry, wait_for_change, Deadline, Member, NodeWait, Patience, SeqDir,
-    ANY_NAME,
+    check_base_path, create_member_async, default_reconnect_timeout, delete_eventually,
+    delete_eventually_async, delete_on_drop, ordered_members, retry, retry_async,
+    wait_for_change_async, Deadline, DeleteOnDrop, Member, NodeWait, Patience, SeqDir, ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -366,18 +388,33 @@ impl Lock {
     /// again, in the background if the server cannot be reached). The deadline holds for
     /// every step, including a connection loss during the create or the listing.
     pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<LockGuard> {
-        self.acquire_with(Wait::Until(timeout.into().deadline()))?
+        block_on(self.acquire_async(timeout))
+    }
+
+    /// Async [`acquire`](Self::acquire), for any executor; no thread waits for it.
+    ///
+    /// Dropping the future at any point withdraws the attempt, as a timed-out wait does:
+    /// its node is deleted (in the background if the server cannot be reached or the
+    /// create's reply is still to come), and its watch is released.
+    pub async fn acquire_async(&self, timeout: impl Into<Timeout>) -> Result<LockGuard> {
+        self.acquire_with(Wait::Until(timeout.into().deadline()))
+            .await?
             .ok_or(RecipeError::Timeout)
     }
 
     /// [`acquire`](Self::acquire) for the recipes built on this lock: `None` on timeout.
     pub(crate) fn acquire_within(&self, timeout: impl Into<Timeout>) -> Result<Option<LockGuard>> {
-        self.acquire_with(Wait::Until(timeout.into().deadline()))
+        block_on(self.acquire_with(Wait::Until(timeout.into().deadline())))
     }
 
     /// Takes the lock if it is free now; never waits for a holder (`None`: it is held).
     pub fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        self.acquire_with(Wait::No)
+        block_on(self.try_acquire_async())
+    }
+
+    /// Async [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_async(&self) -> Result<Option<LockGuard>> {
+        self.acquire_with(Wait::No).await
     }
 
     /// The label ([`with_label`](Self::with_label)) of the current holder's node, `None`
@@ -409,7 +446,7 @@ impl Lock {
         self.waiting.load(Ordering::Relaxed) as usize
     }
 
-    fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
+    async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
         // Before the node exists: the subscription follows the session from then on.
         let shared = Arc::clone(
             self.shared
@@ -425,38 +462,46 @@ impl Lock {
             nodes: &self.nodes,
         };
         let tag = self.layout.tag();
-        let created = match create_member(&self.zk, &dir, &tag, &self.label, patience, drain) {
-            Ok(created) => created,
-            Err(error) => return not_acquired(error, wait),
-        };
+        let created =
+            match create_member_async(&self.zk, &dir, &tag, &self.label, patience, drain).await {
+                Ok(created) => created,
+                Err(error) => return not_acquired(error, wait),
+            };
         let node = format!("{}/{}", self.dir, created.name);
-        match self.wait_turn(&created.name, wait, patience) {
-            Ok(true) => Ok(Some(LockGuard::new(
+        // Until a guard owns the node: a dropped future withdraws it in the background.
+        let mut withdraw = DeleteOnDrop::armed(&self.zk, &node);
+        let turn = self.wait_turn(&created.name, wait, patience).await;
+        if let Ok(true) = turn {
+            withdraw.disarm();
+            return Ok(Some(LockGuard::new(
                 self.zk.clone(),
-                node,
+                node.clone(),
                 created.seq,
                 created.czxid,
                 shared,
                 self.patience,
-            ))),
-            not_yet => {
-                // Gave up or failed: withdraw the node, so it blocks nobody (past the
-                // deadline the delete goes on in the background).
-                if let Err(error) = delete_eventually(&self.zk, &node, patience) {
-                    log::debug!("lock: withdrawing {node}: {error}");
-                }
-                match not_yet {
-                    Ok(_) => Ok(None),
-                    Err(error) => not_acquired(error, wait),
-                }
-            }
+            )));
+        }
+        // Gave up or failed: withdraw the node, so it blocks nobody (past the deadline
+        // the delete goes on in the background).
+        if let Err(error) = delete_eventually_async(&self.zk, &node, patience).await {
+            log::debug!("lock: withdrawing {node}: {error}");
+        }
+        withdraw.disarm();
+        match turn {
+            Ok(_) => Ok(None),
+            Err(error) => not_acquired(error, wait),
         }
     }
 
     /// The lock nodes that take part (numbered below the limit), in order; none while
     /// the directory is missing.
     fn sorted_nodes(&self, patience: Patience) -> Result<Vec<Member>> {
-        match retry(&self.zk, patience, || self.zk.get_children(&self.dir)) {
+        block_on(self.sorted_nodes_async(patience))
+    }
+
+    async fn sorted_nodes_async(&self, patience: Patience) -> Result<Vec<Member>> {
+        match retry_async(&self.zk, patience, || self.zk.get_children_async(&self.dir)).await {
             Ok(children) => Ok(self.layout.contenders(children, self.nodes.limit())),
             Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(Vec::new()),
             Err(error) => Err(error),
@@ -465,9 +510,9 @@ impl Lock {
 
     /// Steps 2 and 3 of the protocol: `true` once `name` is the lowest node, `false` if
     /// the wait ended first.
-    fn wait_turn(&self, name: &str, wait: Wait, patience: Patience) -> Result<bool> {
+    async fn wait_turn(&self, name: &str, wait: Wait, patience: Patience) -> Result<bool> {
         loop {
-            let nodes = self.sorted_nodes(patience)?;
+            let nodes = self.sorted_nodes_async(patience).await?;
             let Some(position) = nodes.iter().position(|node| node.name == name) else {
                 return Err(RecipeError::Lost(LossReason::NodeGone));
             };
@@ -482,7 +527,7 @@ impl Lock {
                 return Ok(false);
             }
             let predecessor = format!("{}/{}", self.dir, nodes[position - 1].name);
-            match wait_for_change(&self.zk, &predecessor, patience, &self.waiting)? {
+            match wait_for_change_async(&self.zk, &predecessor, patience, &self.waiting).await? {
                 NodeWait::Fired => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                 }

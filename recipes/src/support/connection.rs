@@ -11,41 +11,68 @@ use super::*;
 /// counts consecutive failures: the session state is updated on the completion thread
 /// and may still say "connected" just after a loss, so tries back off (5 ms longer each
 /// time, up to 100 ms) instead of spinning.
+pub(crate) async fn reconnected(zk: &ZooKeeper, patience: Patience, attempt: u32) -> Result<()> {
+    if zk.state().is_connected() {
+        let pause = Duration::from_millis(5 * u64::from(attempt.clamp(1, 20)));
+        sleep_for(pause.min(patience.reconnect_wait()?)).await;
+    }
+    let deadline = Deadline::after(patience.reconnect_wait()?);
+    // Subscribed before the state is read: no change can fall between the two.
+    let mut events = zk.session_events();
+    loop {
+        match zk.state() {
+            state if state.is_connected() => return Ok(()),
+            state if state.is_terminal() => return Err(session_error(state)),
+            _ => {}
+        }
+        match until(deadline, events.next_event()).await {
+            None => return Err(patience.gave_up()),
+            Some(None) => return Err(Error::Closed.into()),
+            Some(Some(_)) => {}
+        }
+    }
+}
+
+/// [`reconnected`], blocking.
 pub(crate) fn await_reconnect(
     zk: &ZooKeeper,
     patience: impl Into<Patience>,
     attempt: u32,
 ) -> Result<()> {
-    let patience = patience.into();
-    if zk.state().is_connected() {
-        let pause = Duration::from_millis(5 * u64::from(attempt.clamp(1, 20)));
-        std::thread::sleep(pause.min(patience.reconnect_wait()?));
-    }
-    match zk.wait_connected(patience.reconnect_wait()?) {
-        Ok(()) => Ok(()),
-        Err(Error::Timeout) => Err(patience.gave_up()),
-        Err(error) => Err(error.into()),
-    }
+    block_on(reconnected(zk, patience.into(), attempt))
 }
 
 /// Runs an idempotent request (a read, or a write whose repetition is harmless),
-/// retrying it after retryable failures within `patience` (see [`await_reconnect`]).
+/// retrying it after retryable failures within `patience` (see [`reconnected`]).
+pub(crate) async fn retry_async<T, F>(
+    zk: &ZooKeeper,
+    patience: Patience,
+    mut request: impl FnMut() -> F,
+) -> Result<T>
+where
+    F: std::future::Future<Output = zookeeper::Result<T>>,
+{
+    let mut attempt = 0;
+    loop {
+        match request().await {
+            Err(error) if error.is_retryable() => {
+                attempt += 1;
+                reconnected(zk, patience, attempt).await?;
+            }
+            other => return other.map_err(RecipeError::from),
+        }
+    }
+}
+
+/// [`retry_async`] of a blocking request.
 pub(crate) fn retry<T>(
     zk: &ZooKeeper,
     patience: impl Into<Patience>,
     mut request: impl FnMut() -> zookeeper::Result<T>,
 ) -> Result<T> {
-    let patience = patience.into();
-    let mut attempt = 0;
-    loop {
-        match request() {
-            Err(error) if error.is_retryable() => {
-                attempt += 1;
-                await_reconnect(zk, patience, attempt)?;
-            }
-            other => return other.map_err(RecipeError::from),
-        }
-    }
+    block_on(retry_async(zk, patience.into(), || {
+        std::future::ready(request())
+    }))
 }
 
 /// The request of a background cleanup: run again until it succeeds.

@@ -36,6 +36,34 @@ pub(crate) fn create_dir(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> zoo
 
 /// Creates `path` holding `data` with `mode`; on NoNode its parents first (persistent,
 /// empty). One request when the parent exists.
+pub(super) async fn make_dir_async(
+    zk: &ZooKeeper,
+    path: &str,
+    data: &[u8],
+    mode: CreateMode,
+    nodes: &NodeOptions,
+) -> zookeeper::Result<()> {
+    // The nodes still to create, deepest last: the path, then each missing parent.
+    let mut missing: Vec<(&str, &[u8], CreateMode)> = vec![(path, data, mode)];
+    while let Some(&(path, data, mode)) = missing.last() {
+        let options = zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list());
+        match zk.create_async(path, data, options).await {
+            Ok(_) | Err(Error::NodeExists) => {
+                missing.pop();
+            }
+            Err(Error::NoNode) => match path.rsplit_once('/') {
+                Some((parent, _)) if !parent.is_empty() => {
+                    missing.push((parent, b"", CreateMode::Persistent))
+                }
+                _ => return Err(Error::NoNode),
+            },
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// [`make_dir_async`], blocking.
 pub(super) fn make_dir(
     zk: &ZooKeeper,
     path: &str,
@@ -43,30 +71,7 @@ pub(super) fn make_dir(
     mode: CreateMode,
     nodes: &NodeOptions,
 ) -> zookeeper::Result<()> {
-    match zk.create(
-        path,
-        data,
-        zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list()),
-    ) {
-        Ok(_) | Err(Error::NodeExists) => Ok(()),
-        Err(Error::NoNode) => {
-            match path.rsplit_once('/') {
-                Some((parent, _)) if !parent.is_empty() => {
-                    make_dir(zk, parent, b"", CreateMode::Persistent, nodes)?
-                }
-                _ => return Err(Error::NoNode),
-            }
-            match zk.create(
-                path,
-                data,
-                zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list()),
-            ) {
-                Ok(_) | Err(Error::NodeExists) => Ok(()),
-                Err(error) => Err(error),
-            }
-        }
-        Err(error) => Err(error),
-    }
+    block_on(make_dir_async(zk, path, data, mode, nodes))
 }
 
 /// [`create_dir`] within `patience`.

@@ -22,6 +22,7 @@ pub(crate) use sequential::*;
 pub(crate) use time::*;
 pub(crate) use watches::*;
 
+use crate::runtime::{block_on, sleep_for, until};
 use crate::util::{sequence_in_range, sequence_of};
 use crate::NodeOptions;
 use crate::{RecipeError, Result};

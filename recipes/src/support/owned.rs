@@ -4,7 +4,12 @@ use super::*;
 
 /// One delete of `path` (any version); an absent node counts as deleted.
 pub(super) fn delete_any_version(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
-    match zk.delete(path, None) {
+    block_on(delete_any_version_async(zk, path))
+}
+
+/// [`delete_any_version`], async.
+pub(super) async fn delete_any_version_async(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
+    match zk.delete_async(path, None).await {
         Ok(()) | Err(Error::NoNode) => Ok(()),
         Err(error) => Err(error),
     }
@@ -19,11 +24,51 @@ pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patien
 /// or waiter node): if the connection does not come back in time, the delete goes on in
 /// the background ([`finish_in_background`]). Returns `delete_node`'s result.
 pub(crate) fn delete_eventually(zk: &ZooKeeper, path: &str, patience: Patience) -> Result<()> {
-    let result = delete_node(zk, path, patience);
-    if gave_up_for_connection(&result) {
-        delete_in_background(zk, path);
+    block_on(delete_eventually_async(zk, path, patience))
+}
+
+/// [`delete_eventually`], async. Dropped before the delete was answered, it hands the
+/// delete to the background.
+pub(crate) async fn delete_eventually_async(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+) -> Result<()> {
+    let mut pending = DeleteOnDrop::armed(zk, path);
+    let result = retry_async(zk, patience, || delete_any_version_async(zk, path)).await;
+    if !gave_up_for_connection(&result) {
+        pending.disarm();
     }
     result
+}
+
+/// Hands the delete of `path` to the background when dropped armed.
+pub(crate) struct DeleteOnDrop<'a> {
+    zk: &'a ZooKeeper,
+    path: &'a str,
+    armed: bool,
+}
+
+impl<'a> DeleteOnDrop<'a> {
+    pub(crate) fn armed(zk: &'a ZooKeeper, path: &'a str) -> Self {
+        DeleteOnDrop {
+            zk,
+            path,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for DeleteOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            delete_in_background(self.zk, self.path);
+        }
+    }
 }
 
 /// Whether a failed step gave up for want of a connection (so the server may not have

@@ -16,9 +16,15 @@ impl SeqDir<'_> {
     /// Creates the directory (as `nodes` say, holding `data`) and missing parents; an
     /// existing one is fine.
     pub(crate) fn create(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
-        retry(zk, patience, || {
-            make_dir(zk, self.path, self.data, self.nodes.dir_mode(), self.nodes)
+        block_on(self.create_async(zk, patience))
+    }
+
+    /// [`create`](Self::create), async.
+    pub(crate) async fn create_async(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
+        retry_async(zk, patience, || {
+            make_dir_async(zk, self.path, self.data, self.nodes.dir_mode(), self.nodes)
         })
+        .await
     }
 }
 
@@ -49,43 +55,43 @@ pub(crate) fn create_sequential(
         data: b"",
         nodes,
     };
-    create_sequential_stat(zk, &dir, tag, data, patience.into()).map(|(name, _)| name)
+    block_on(create_sequential_stat(zk, &dir, tag, data, patience.into())).map(|(name, _)| name)
 }
 
 /// [`create_sequential`], also returning the new node's stat.
-pub(super) fn create_sequential_stat(
+pub(super) async fn create_sequential_stat(
     zk: &ZooKeeper,
-    dir: &SeqDir,
+    dir: &SeqDir<'_>,
     tag: &str,
     data: &[u8],
     patience: Patience,
 ) -> Result<(String, Stat)> {
+    // Dropped before it returns (a cancelled call), or failed after a lost reply: the
+    // create may have applied, so the node is looked for and removed in the background.
+    let mut withdraw = WithdrawTagged::armed(zk, dir.path, tag);
     let path = format!("{}/{tag}", dir.path);
     let mut uncertain = false;
     let mut attempt = 0;
     let result = loop {
-        match zk.create2(
-            &path,
-            data,
-            zookeeper::CreateOptions::new(CreateMode::EphemeralSequential)
-                .with_acl(dir.nodes.acl_list()),
-        ) {
+        let options = zookeeper::CreateOptions::new(CreateMode::EphemeralSequential)
+            .with_acl(dir.nodes.acl_list());
+        match zk.create2_async(&path, data, options).await {
             Ok((created, stat)) => {
                 let name = created.rsplit('/').next().unwrap_or_default();
                 break Ok((name.to_string(), stat));
             }
             Err(Error::NoNode) => {
-                if let Err(error) = dir.create(zk, patience) {
+                if let Err(error) = dir.create_async(zk, patience).await {
                     break Err(error);
                 }
             }
             Err(error) if error.is_retryable() => {
                 uncertain = true;
                 attempt += 1;
-                if let Err(error) = await_reconnect(zk, patience, attempt) {
+                if let Err(error) = reconnected(zk, patience, attempt).await {
                     break Err(error);
                 }
-                match find_tagged(zk, dir.path, tag, patience) {
+                match find_tagged(zk, dir.path, tag, patience).await {
                     Ok(Some(found)) => break Ok(found),
                     Ok(None) => {}
                     Err(error) => break Err(error),
@@ -94,22 +100,54 @@ pub(super) fn create_sequential_stat(
             Err(error) => break Err(error.into()),
         }
     };
-    if result.is_err() && uncertain {
-        withdraw_tagged_in_background(zk, dir.path, tag);
+    if result.is_ok() || !uncertain {
+        withdraw.disarm();
     }
     result
 }
 
+/// Withdraws a tagged create in the background when dropped armed: the create's
+/// future was dropped with its request sent, or gave up after its reply was lost.
+struct WithdrawTagged<'a> {
+    zk: &'a ZooKeeper,
+    dir: &'a str,
+    tag: &'a str,
+    armed: bool,
+}
+
+impl<'a> WithdrawTagged<'a> {
+    fn armed(zk: &'a ZooKeeper, dir: &'a str, tag: &'a str) -> Self {
+        WithdrawTagged {
+            zk,
+            dir,
+            tag,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for WithdrawTagged<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            withdraw_tagged_in_background(self.zk, self.dir, self.tag);
+        }
+    }
+}
+
 /// The child of `dir` named with `tag` and its stat, read after a `sync` (a recovery
 /// read: it decides whether a create whose reply was lost applied).
-pub(super) fn find_tagged(
+pub(super) async fn find_tagged(
     zk: &ZooKeeper,
     dir: &str,
     tag: &str,
     patience: Patience,
 ) -> Result<Option<(String, Stat)>> {
-    retry(zk, patience, || zk.sync(dir))?;
-    let children = match retry(zk, patience, || zk.get_children(dir)) {
+    retry_async(zk, patience, || zk.sync_async(dir)).await?;
+    let children = match retry_async(zk, patience, || zk.get_children_async(dir)).await {
         Ok(children) => children,
         Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(None),
         Err(error) => return Err(error),
@@ -118,7 +156,9 @@ pub(super) fn find_tagged(
         return Ok(None);
     };
     let path = format!("{dir}/{name}");
-    Ok(retry(zk, patience, || zk.exists(&path))?.map(|stat| (name, stat)))
+    Ok(retry_async(zk, patience, || zk.exists_async(&path))
+        .await?
+        .map(|stat| (name, stat)))
 }
 
 /// After giving up on a create whose reply was lost: removes the node should it exist
@@ -172,9 +212,22 @@ pub(crate) fn create_member(
     patience: Patience,
     drain: Deadline,
 ) -> Result<Created> {
+    block_on(create_member_async(zk, dir, tag, data, patience, drain))
+}
+
+/// [`create_member`], async. Dropping the future withdraws a create already sent (see
+/// [`create_sequential_stat`]); the caller owns the node once this returns.
+pub(crate) async fn create_member_async(
+    zk: &ZooKeeper,
+    dir: &SeqDir<'_>,
+    tag: &str,
+    data: &[u8],
+    patience: Patience,
+    drain: Deadline,
+) -> Result<Created> {
     let limit = dir.nodes.limit();
     loop {
-        let (name, stat) = create_sequential_stat(zk, dir, tag, data, patience)?;
+        let (name, stat) = create_sequential_stat(zk, dir, tag, data, patience).await?;
         match sequence_of(&name) {
             Some(seq) if (0..limit).contains(&seq) => {
                 return Ok(Created {
@@ -187,8 +240,8 @@ pub(crate) fn create_member(
         }
         // Past the counter's end: this node must not take part.
         log::debug!("recipes: {}/{name} is past the counter's end", dir.path);
-        delete_eventually(zk, &format!("{}/{name}", dir.path), patience)?;
-        restart_counter(zk, dir, stat.czxid, patience, drain)?;
+        delete_eventually_async(zk, &format!("{}/{name}", dir.path), patience).await?;
+        restart_counter(zk, dir, stat.czxid, patience, drain).await?;
     }
 }
 
@@ -196,9 +249,9 @@ pub(crate) fn create_member(
 /// (the directory was deleted, by us or someone else), `SequenceExhausted` if `drain`
 /// passes while it still has children. `node_czxid` is the zxid of the out-of-range node
 /// just made in it: a directory created later is a restarted one.
-pub(super) fn restart_counter(
+pub(super) async fn restart_counter(
     zk: &ZooKeeper,
-    dir: &SeqDir,
+    dir: &SeqDir<'_>,
     node_czxid: i64,
     patience: Patience,
     drain: Deadline,
@@ -206,21 +259,24 @@ pub(super) fn restart_counter(
     let mut attempt = 0;
     loop {
         // Atomic on the server: succeeds only while nobody has a node in it.
-        let deleted = retry(zk, patience, || match zk.delete(dir.path, None) {
-            Ok(()) | Err(Error::NoNode) => Ok(true),
-            Err(Error::NotEmpty) => Ok(false),
-            Err(error) => Err(error),
-        })?;
+        let deleted = retry_async(zk, patience, || async {
+            match zk.delete_async(dir.path, None).await {
+                Ok(()) | Err(Error::NoNode) => Ok(true),
+                Err(Error::NotEmpty) => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
+        .await?;
         if deleted {
             log::info!("recipes: restarted the sequence counter of {}", dir.path);
             return Ok(());
         }
-        let (children, stat, watch) = match zk.get_children2_watch(dir.path) {
+        let (children, stat, mut watch) = match zk.get_children2_watch_async(dir.path).await {
             Ok(found) => found,
             Err(Error::NoNode) => return Ok(()),
             Err(error) if error.is_retryable() => {
                 attempt += 1;
-                await_reconnect(zk, patience, attempt)?;
+                reconnected(zk, patience, attempt).await?;
                 continue;
             }
             Err(error) => return Err(error.into()),
@@ -233,7 +289,7 @@ pub(super) fn restart_counter(
             }
             continue;
         }
-        match wait_until(&watch, drain)? {
+        match until(drain, &mut watch).await.transpose()? {
             Some(event) => {
                 check_event(event)?;
             }

@@ -84,36 +84,73 @@ pub(crate) enum NodeWait {
 /// `Ok(None)` if the node is gone (nothing is registered then) or the connection dropped
 /// and came back within `patience` (look again). `get`, not `exists`: on a node that is
 /// already gone `exists` would leave a creation watch behind forever.
-pub(crate) fn watch_node(
+pub(crate) async fn watch_node(
     zk: &ZooKeeper,
     path: &str,
     patience: Patience,
 ) -> Result<Option<(Vec<u8>, Stat, Watch)>> {
-    match zk.get_watch(path) {
+    match zk.get_watch_async(path).await {
         Ok(found) => Ok(Some(found)),
         Err(Error::NoNode) => Ok(None),
         Err(error) if error.is_retryable() => {
-            await_reconnect(zk, patience, 1)?;
+            reconnected(zk, patience, 1).await?;
             Ok(None)
         }
         Err(error) => Err(error.into()),
     }
 }
 
-/// Blocks until the node at `path` (e.g. a predecessor in a line) changes or goes, or the
-/// deadline of `patience` passes, counted in `waiting`. A wait that times out withdraws
-/// its watch: nothing stays registered.
+/// Counts a wait in a recipe's "waiting now" gauge while it lives (also when the
+/// waiting future is dropped).
+pub(crate) struct Counted<'a>(&'a AtomicU64);
+
+impl<'a> Counted<'a> {
+    pub(crate) fn new(waiting: &'a AtomicU64) -> Self {
+        waiting.fetch_add(1, Ordering::Relaxed);
+        Counted(waiting)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits until the node at `path` (e.g. a predecessor in a line) changes or goes, or the
+/// deadline of `patience` passes, counted in `waiting`. A wait that times out or is
+/// dropped leaves nothing registered: the watch's registration is released with it, and
+/// taken off the client on a timeout.
+pub(crate) async fn wait_for_change_async(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+    waiting: &AtomicU64,
+) -> Result<NodeWait> {
+    let Some((_, _, mut watch)) = watch_node(zk, path, patience).await? else {
+        return Ok(NodeWait::LookAgain);
+    };
+    let counted = Counted::new(waiting);
+    let fired = until(patience.deadline, &mut watch).await;
+    drop(counted);
+    match fired {
+        Some(event) => {
+            check_event(event?)?;
+            Ok(NodeWait::Fired)
+        }
+        None => {
+            withdraw_watch(zk, &watch);
+            Ok(NodeWait::TimedOut)
+        }
+    }
+}
+
+/// [`wait_for_change_async`], blocking.
 pub(crate) fn wait_for_change(
     zk: &ZooKeeper,
     path: &str,
     patience: Patience,
     waiting: &AtomicU64,
 ) -> Result<NodeWait> {
-    let Some((_, _, watch)) = watch_node(zk, path, patience)? else {
-        return Ok(NodeWait::LookAgain);
-    };
-    match await_watch(zk, &watch, patience.deadline, waiting)? {
-        Some(_) => Ok(NodeWait::Fired),
-        None => Ok(NodeWait::TimedOut),
-    }
+    block_on(wait_for_change_async(zk, path, patience, waiting))
 }

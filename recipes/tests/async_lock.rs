@@ -1,0 +1,173 @@
+//! The lock's async face: pending acquisitions cost no thread, and a dropped acquisition
+//! leaves nothing behind (no node, no watch) and never takes the lock later.
+
+mod common;
+
+use common::{connect, unique_path, wait_until};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
+use std::time::Duration;
+use zookeeper::{Timeout, ZooKeeper};
+use zookeeper_recipes::asynchronous::Async;
+use zookeeper_recipes::lock::{Lock, LockGuard};
+use zookeeper_recipes::Result;
+
+type Task = Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>>;
+
+/// Threads of this process now.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// A one-thread executor: polls every task whenever one was woken, until told to stop;
+/// then drops every task still pending (a `select!` that gave up on them) and reports
+/// how many completed.
+struct Executor {
+    woken: Mutex<bool>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+impl Wake for Executor {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        *self.woken.lock().unwrap() = true;
+        self.wake.notify_one();
+    }
+}
+
+fn run(executor: Arc<Executor>, mut tasks: Vec<Task>) -> usize {
+    let waker = Waker::from(Arc::clone(&executor));
+    let mut completed = 0;
+    loop {
+        tasks.retain_mut(
+            |task| match task.as_mut().poll(&mut Context::from_waker(&waker)) {
+                Poll::Ready(outcome) => {
+                    completed += 1;
+                    drop(outcome);
+                    false
+                }
+                Poll::Pending => true,
+            },
+        );
+        let mut woken = executor.woken.lock().unwrap();
+        while !*woken && !executor.stop.load(Ordering::SeqCst) {
+            woken = executor.wake.wait(woken).unwrap();
+        }
+        *woken = false;
+        if executor.stop.load(Ordering::SeqCst) {
+            return completed;
+        }
+    }
+}
+
+fn nodes(zk: &ZooKeeper, path: &str) -> usize {
+    zk.get_children(path).map(|c| c.len()).unwrap_or(0)
+}
+
+#[test]
+fn a_thousand_pending_acquires_cost_no_thread_and_dropping_them_leaves_nothing() {
+    const WAITERS: usize = 1000;
+    let zk = connect();
+    let admin = connect();
+    let path = unique_path("async-lock-many");
+    let holder_lock = Lock::new(&admin, &path).unwrap();
+    let held = holder_lock.acquire(Timeout::Never).unwrap();
+    let lock = Async::new(Lock::new(&zk, &path).unwrap());
+    let contexts_before = zk.live_contexts();
+
+    let executor = Arc::new(Executor {
+        woken: Mutex::new(false),
+        wake: Condvar::new(),
+        stop: AtomicBool::new(false),
+    });
+    let tasks: Vec<Task> = (0..WAITERS).map(|_| lock.acquire(Timeout::Never)).collect();
+    let before = threads();
+    let running = {
+        let executor = Arc::clone(&executor);
+        thread::spawn(move || run(executor, tasks))
+    };
+    wait_until("every acquire waiting on its predecessor", || {
+        lock.get_ref().waiting() == WAITERS
+    });
+    // The executor's own thread is the test's; the recipes may add a fixed few.
+    let added = threads().saturating_sub(before + 1);
+    println!("{WAITERS} pending async acquires added {added} threads");
+    assert!(
+        added <= 4,
+        "{WAITERS} pending acquires added {added} threads"
+    );
+    assert_eq!(nodes(&admin, &path), WAITERS + 1);
+
+    // Give up on every one of them (as a select! against a shutdown signal would).
+    executor.stop.store(true, Ordering::SeqCst);
+    executor.wake.notify_one();
+    assert_eq!(
+        running.join().unwrap(),
+        0,
+        "an acquire completed while held"
+    );
+    wait_until("the dropped acquires' nodes withdrawn", || {
+        nodes(&admin, &path) == 1
+    });
+    wait_until("their watches released", || {
+        zk.live_contexts() == contexts_before
+    });
+    assert_eq!(lock.get_ref().waiting(), 0);
+
+    // None of them takes the lock later: once released it is free at once.
+    held.release().unwrap();
+    let again = holder_lock
+        .try_acquire()
+        .unwrap()
+        .expect("free after the release");
+    assert_eq!(nodes(&admin, &path), 1);
+    drop(again);
+    wait_until("threads back", || threads() <= before + 2);
+}
+
+#[test]
+fn a_dropped_acquire_gives_way_and_a_later_one_gets_the_lock() {
+    let zk = connect();
+    let path = unique_path("async-lock-drop");
+    let lock = Arc::new(Lock::new(&zk, &path).unwrap());
+    let held = lock.acquire(Timeout::Never).unwrap();
+    // Poll an acquire until it waits, then drop it.
+    {
+        let waiting = Arc::clone(&lock);
+        let mut pending: Task =
+            Box::pin(async move { waiting.acquire_async(Timeout::Never).await });
+        let done = zk_harness::executor::block_on_timeout(
+            std::future::poll_fn(|cx| match pending.as_mut().poll(cx) {
+                Poll::Ready(_) => Poll::Ready(()),
+                Poll::Pending if lock.waiting() == 1 => Poll::Ready(()),
+                Poll::Pending => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            }),
+            Duration::from_secs(20),
+        );
+        assert!(done.is_some());
+        assert_eq!(lock.waiting(), 1);
+    }
+    assert_eq!(
+        lock.waiting(),
+        0,
+        "the dropped acquire still counts as waiting"
+    );
+    wait_until("the dropped acquire's node withdrawn", || {
+        nodes(&zk, &path) == 1
+    });
+    drop(held);
+    let next = zk_harness::executor::block_on(lock.acquire_async(Duration::from_secs(20)))
+        .expect("the lock is free for the next acquire");
+    assert_eq!(nodes(&zk, &path), 1);
+    drop(next);
+}
