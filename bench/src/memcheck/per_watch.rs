@@ -9,8 +9,9 @@
 //!   flight), heap with them all armed, per watch;
 //! - extra: N more watches on ONE already watched path, per extra watch (C: N distinct
 //!   contexts on one path, as C merges equal (watcher, context) pairs);
-//! - after drop (Rust only: C has no per-watch drop): every watch dropped, the handle
-//!   open: what stays from the peak (registry and watch table shrink back);
+//! - after drop: every watch dropped (C: each removed with `zoo_remove_watches`, local),
+//!   the handle open: what stays from the peak (C's own watch hash tables never shrink;
+//!   our registry and watch table do);
 //! - after close: the handle closed, against the heap before it was opened.
 //!
 //! The `Watch` values are kept in a vector reserved before the baseline, so the figure is
@@ -40,7 +41,7 @@ fn per(bytes: i64, n: usize) -> f64 {
 struct Figures {
     distinct: f64,
     extra: f64,
-    after_drop: Option<i64>,
+    after_drop: i64,
     after_close: i64,
 }
 
@@ -92,8 +93,8 @@ pub fn main(flags: &Flags) -> Result<()> {
         rust.extra / c.extra
     );
     println!(
-        "| left after dropping every watch, handle open (B total) | {} | n/a | |",
-        rust.after_drop.unwrap_or_default()
+        "| left after dropping (C: removing) every distinct watch, handle open (B total) | {} | {} | |",
+        rust.after_drop, c.after_drop
     );
     println!(
         "| left after close vs. before connect (B total) | {} | {} | |",
@@ -115,7 +116,7 @@ fn rust_phase(
     absent: impl Fn(usize) -> String,
 ) -> Result<Figures> {
     let paths: Vec<String> = (0..n).map(&absent).collect();
-    let mut watches: Vec<Watch> = Vec::with_capacity(n);
+    let mut watches: Vec<Watch> = Vec::with_capacity(n + 1);
     let before_connect = heap();
     let zk = connect(hosts)?;
     // Warm-up: one watch armed and dropped (first-use allocations are not per watch).
@@ -152,7 +153,7 @@ fn rust_phase(
     Ok(Figures {
         distinct,
         extra,
-        after_drop: Some(after_drop),
+        after_drop,
         after_close: heap() - before_connect,
     })
 }
@@ -257,6 +258,24 @@ fn c_phase(
     let start = heap();
     c_arm(zh, &paths, &vec![0; n], batch)?;
     let distinct = per(heap() - start, n);
+    for path in &paths {
+        // SAFETY: live handle; NUL-terminated path; the (watcher, context) pair armed
+        // above. Local removal only touches C's tables (it completes before returning).
+        let rc = unsafe {
+            sys::zoo_remove_watches(
+                zh,
+                path.as_ptr(),
+                sys::ZWATCHTYPE_DATA,
+                Some(c_watcher),
+                std::ptr::null_mut(),
+                1,
+            )
+        };
+        if rc != sys::ZOK {
+            return Err(format!("zoo_remove_watches: {rc}").into());
+        }
+    }
+    let after_drop = heap() - start;
     c_arm(zh, &watched[..1], &[1], 1)?;
     let start = heap();
     let contexts: Vec<usize> = (2..n + 2).collect();
@@ -267,7 +286,7 @@ fn c_phase(
     Ok(Figures {
         distinct,
         extra,
-        after_drop: None,
+        after_drop,
         after_close: heap() - before_connect,
     })
 }
