@@ -47,7 +47,7 @@ struct Figures {
 
 pub fn main(flags: &Flags) -> Result<()> {
     let n: usize = flags.num("per-watch", 20_000)?;
-    let batch: usize = flags.num("batch", 5_000)?;
+    let batch: usize = flags.num("batch", 4_000)?;
     if n == 0 || batch == 0 {
         return Err("--per-watch and --batch must be positive".into());
     }
