@@ -320,7 +320,7 @@ fn pack_event(event_type: EventType) -> i16 {
 }
 
 fn unpack_event(code: i16) -> EventType {
-    match code - i16::MIN {
+    match i32::from(code) - i32::from(i16::MIN) {
         0 => EventType::NodeCreated,
         1 => EventType::NodeDeleted,
         2 => EventType::NodeDataChanged,
@@ -346,7 +346,7 @@ fn pack_state(state: SessionState) -> i16 {
 }
 
 fn unpack_state(code: i16) -> SessionState {
-    match code - i16::MIN {
+    match i32::from(code) - i32::from(i16::MIN) {
         0 => SessionState::Connecting,
         1 => SessionState::Associating,
         2 => SessionState::Connected,
@@ -609,5 +609,52 @@ impl Future for Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         self.table.drop_watch(&self.reg, self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_survive_packing() {
+        let events = [
+            EventType::NodeCreated,
+            EventType::NodeDeleted,
+            EventType::NodeDataChanged,
+            EventType::NodeChildrenChanged,
+            EventType::Session,
+            EventType::NotWatching,
+            EventType::Unknown(999),
+            EventType::Unknown(-7),
+        ];
+        for event in events {
+            assert_eq!(unpack_event(pack_event(event)), event);
+        }
+        let states = [
+            SessionState::Connecting,
+            SessionState::Associating,
+            SessionState::Connected,
+            SessionState::ConnectedReadOnly,
+            SessionState::Expired,
+            SessionState::AuthFailed,
+            SessionState::NotConnected,
+            SessionState::Closed,
+            SessionState::Unknown(999),
+            SessionState::Unknown(i16::MAX.into()),
+        ];
+        for state in states {
+            assert_eq!(unpack_state(pack_state(state)), state);
+        }
+        // Beyond 16 bits an unknown code saturates, but stays unknown.
+        assert!(matches!(
+            unpack_state(pack_state(SessionState::Unknown(i32::MIN))),
+            SessionState::Unknown(_)
+        ));
+    }
+
+    #[test]
+    fn a_watch_slot_stays_small() {
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
     }
 }

@@ -177,7 +177,10 @@ fn ptr_to_id(ptr: *const c_void) -> u64 {
 
 // A watch registration's context: [table number | tag | slot], the tag being the
 // registration's generation (shifted) and kind (two low bits). Pointer-sized, non-zero
-// (table numbers start at 1).
+// (table numbers start at 1). A stale context (a late call for a released registration)
+// could only name a newer registration if its slot were reused by one 2^14 generations
+// later (2^6 on 32-bit targets) before that call is delivered; a slot is freed only once
+// its reads are answered (or failed to submit), and answers queue behind the late call.
 const TABLE_BITS: u32 = if usize::BITS >= 64 { 16 } else { 6 };
 const TAG_BITS: u32 = if usize::BITS >= 64 { 16 } else { 8 };
 const SLOT_BITS: u32 = usize::BITS - TABLE_BITS - TAG_BITS;
@@ -244,18 +247,23 @@ fn watch_table(id: u64) -> Option<Arc<WatchTable>> {
         .upgrade()
 }
 
-/// The watch tables of `client`; `forget`: also drops their numbers (at close).
-fn tables_of(client: u64, forget: bool) -> Vec<Arc<WatchTable>> {
-    let mut found = Vec::new();
+/// The watch tables of `client`.
+fn tables_of(client: u64) -> Vec<Arc<WatchTable>> {
+    TABLES
+        .read()
+        .iter()
+        .flatten()
+        .filter(|e| e.client == client)
+        .filter_map(|e| e.table.upgrade())
+        .collect()
+}
+
+/// Drops the table numbers of `client` (at close, once the C threads are joined).
+fn forget_tables(client: u64) {
     let mut tables = TABLES.write();
     for entry in tables.iter_mut() {
         if entry.as_ref().is_some_and(|e| e.client == client) {
-            let taken = if forget { entry.take() } else { None };
-            let table = entry
-                .as_ref()
-                .or(taken.as_ref())
-                .and_then(|e| e.table.upgrade());
-            found.extend(table);
+            *entry = None;
         }
     }
     while matches!(tables.last(), Some(None)) {
@@ -265,7 +273,6 @@ fn tables_of(client: u64, forget: bool) -> Vec<Arc<WatchTable>> {
         let len = tables.len();
         tables.shrink_to(len * 2);
     }
-    found
 }
 
 /// Registers a pending request; returns its id.
@@ -349,8 +356,11 @@ pub(crate) fn sweep(client: u64, reason: SweepReason) {
     }
     // Watches get their final session event (terminal) or end (closed). At close the C
     // threads are joined: the table's number can go.
-    for table in tables_of(client, matches!(reason, SweepReason::Closed)) {
+    for table in tables_of(client) {
         table.end(reason);
+    }
+    if matches!(reason, SweepReason::Closed) {
+        forget_tables(client);
     }
 }
 
@@ -366,7 +376,7 @@ pub(crate) fn live_contexts(client: u64) -> usize {
                 .map_or(0, |map| map.values().filter(|e| e.client == client).count())
         })
         .sum();
-    let watches: usize = tables_of(client, false).iter().map(|t| t.live()).sum();
+    let watches: usize = tables_of(client).iter().map(|t| t.live()).sum();
     requests + watches
 }
 
