@@ -246,7 +246,7 @@ impl Table {
         while matches!(slots.last(), Some(None)) {
             slots.pop();
         }
-        if slots.len() < slots.capacity() / 4 {
+        if slots.capacity() > KEEP && slots.len() < slots.capacity() / 4 {
             slots.shrink_to(slots.len() * 2);
         }
         // Rebuilt when mostly stale, so the work is paid for by the frees it drops.
@@ -254,16 +254,21 @@ impl Table {
         if self.free.len() > 2 * vacant + 16 {
             self.free
                 .retain(|&slot| slots.get(slot as usize).is_some_and(Option::is_none));
-            self.free.sort_unstable();
+            // Lowest last: reused first, so the slab's tail empties and can be trimmed.
+            self.free.sort_unstable_by(|a, b| b.cmp(a));
             self.free.dedup();
             self.free.shrink_to(self.free.len() * 2);
         }
     }
 }
 
+/// Room the slab and each set keep however empty they get: a handle that arms and drops
+/// a watch at a time then allocates nothing per watch for them.
+const KEEP: usize = 32;
+
 #[allow(clippy::mutable_key_type)]
 fn shrink_set(set: &mut HashSet<Current>) {
-    if set.len() < set.capacity() / 4 {
+    if set.capacity() > KEEP && set.len() < set.capacity() / 4 {
         set.shrink_to(set.len() * 2);
     }
 }

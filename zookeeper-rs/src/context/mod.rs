@@ -149,11 +149,18 @@ fn remove(id: u64) -> Option<Entry> {
     entry
 }
 
+/// Entries a shard always keeps room for: the few requests usually in flight then cost
+/// no allocation and free per request.
+const KEEP: usize = 32;
+
 /// Gives a shard's memory back after a peak: freed when empty, halved (with room to
 /// grow again) when under a quarter full, so a burst of requests in flight does not
 /// keep its table for the life of the process.
 fn shrink(map: &mut Option<Table>) {
     let Some(table) = map else { return };
+    if table.capacity() <= KEEP {
+        return;
+    }
     if table.is_empty() {
         *map = None;
     } else if table.len() < table.capacity() / 4 {
