@@ -10,6 +10,8 @@
 mod common;
 
 use common::{connect, create};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
 use zookeeper::Watch;
 
 const WATCHES: usize = 20_000;
@@ -24,6 +26,30 @@ const MAX_PER_EXTRA: f64 = 160.0;
 const C_KEEPS_PER_PEAK_WATCH: i64 = 30;
 /// Allocator and test noise.
 const SLACK: i64 = 128 * 1024;
+
+/// Counts the blocks Rust allocates and has not freed (C's `malloc`s are not seen).
+struct CountingAlloc;
+
+static RUST_BLOCKS: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
+// side effect that allocates nothing.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        RUST_BLOCKS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc`, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        RUST_BLOCKS.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract for `dealloc`, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// Bytes in use on the heap.
 fn heap() -> i64 {
@@ -65,10 +91,11 @@ fn heap_per_watch_stays_near_the_c_clients_and_peaks_are_given_back() {
     let zk = connect();
     drop(zk.exists_watch(&format!("{base}/warm-up")).unwrap());
 
-    let start = heap();
+    let (start, start_blocks) = (heap(), RUST_BLOCKS.load(Ordering::Relaxed));
     arm(&zk, &absent, &mut watches);
     assert_eq!(zk.live_contexts(), WATCHES);
     let per_distinct = (heap() - start) as f64 / WATCHES as f64;
+    let blocks = (RUST_BLOCKS.load(Ordering::Relaxed) - start_blocks) as f64 / WATCHES as f64;
     watches.clear();
     assert_eq!(zk.live_contexts(), 0);
     let after_drop = heap() - start;
@@ -84,7 +111,8 @@ fn heap_per_watch_stays_near_the_c_clients_and_peaks_are_given_back() {
     drop(zk);
     let after_close = heap() - before_connect;
     println!(
-        "{}-byte paths: per distinct-path watch {per_distinct:.0} B, per extra watch {per_extra:.0} B, \
+        "{}-byte paths: per distinct-path watch {per_distinct:.0} B ({blocks:.2} Rust \
+         blocks), per extra watch {per_extra:.0} B, \
          left after dropping {WATCHES} watches {after_drop} B, after close {after_close} B",
         absent[0].len()
     );
