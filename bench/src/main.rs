@@ -9,6 +9,7 @@
 //!                 [--clients rust,c,zkpython,kazoo,curator] [--only sync,async,...]
 //!                 [--pairs 7] [--ops get,...] [--tables watches,...] [--out FILE]
 //! zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
+//! zookeeper-bench memcheck --per-watch 20000 [--batch 4000] [--hosts H]
 //! zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
 //! zookeeper-bench serve [--fsync off|on]                    (a server for bench/profile)
 //! zookeeper-bench client --hosts H --scenario S [...]      (the Rust client process)
@@ -93,6 +94,9 @@ usage:
   zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
                   [--max-growth-mb 16]
       RSS of our client across N watch registrations + firings (fails if it grows).
+  zookeeper-bench memcheck --per-watch 20000 [--batch 4000] [--hosts H]
+      Heap per armed watch (distinct paths, extra watches on one path, after drop and
+      close), our client next to the raw C client in one process.
   zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
       Runs the behaviour script (basic ops, error kinds, watches, the classic queue recipe)
       through zkpython and through our crates; fails on any difference.

@@ -4,6 +4,11 @@
 //! fires them all with pipelined `set`s and waits for every event; RSS is sampled every
 //! `sample` firings. Fails when RSS grows by more than `--max-growth-mb` from the first
 //! sample to the last, or when contexts are left registered.
+//!
+//! `memcheck --per-watch N` measures instead the heap each armed watch costs, our client
+//! next to the raw C client in the same process (see [`per_watch`]).
+
+mod per_watch;
 
 use crate::flags::Flags;
 use crate::proto::rss_kb;
@@ -13,9 +18,19 @@ use zk_harness::{Server, ServerOptions};
 use zookeeper::{Acl, CreateMode, EventType};
 
 pub fn main(flags: &Flags) -> Result<()> {
-    let known = ["n", "batch", "sample", "hosts", "max-growth-mb"];
+    let known = [
+        "n",
+        "batch",
+        "sample",
+        "hosts",
+        "max-growth-mb",
+        "per-watch",
+    ];
     if let Some(bad) = flags.unknown(&known).first() {
         return Err(format!("unknown flag --{bad}").into());
+    }
+    if flags.get("per-watch").is_some() {
+        return per_watch::main(flags);
     }
     let n: u64 = flags.num("n", 1_000_000)?;
     let batch: u64 = flags.num("batch", 1000)?;

@@ -308,3 +308,95 @@ fn select_over_several_watches() {
     assert_eq!(event.event_type, EventType::NodeCreated);
     assert_eq!(zk.live_contexts(), 2);
 }
+
+#[test]
+fn an_event_delivered_before_receiver_is_asked_for_is_in_it() {
+    let zk = connect();
+    let path = unique("w-late-receiver");
+    let (_, late) = zk.exists_watch(&path).unwrap();
+    let (_, witness) = zk.exists_watch(&path).unwrap();
+    create(&zk, &path, b"");
+    // Both share one registration, and one event fires both at once: once the witness
+    // has it, `late` has it too, before its channel exists.
+    assert_eq!(fired(&witness).event_type, EventType::NodeCreated);
+    let event = late.receiver().recv_timeout(WAIT).unwrap();
+    assert_eq!(
+        (event.event_type, event.path.as_str()),
+        (EventType::NodeCreated, path.as_str())
+    );
+    // One-shot: the channel has ended, and so has the watch.
+    assert!(late.receiver().try_recv().unwrap_err().is_disconnected());
+    assert_eq!(late.wait_timeout(WAIT), Err(Error::Closed));
+
+    // An outcome already taken leaves an ended channel.
+    let (_, taken) = zk.exists_watch(&path).unwrap();
+    zk.delete(&path, None).unwrap();
+    assert_eq!(fired(&taken).event_type, EventType::NodeDeleted);
+    assert!(taken.receiver().recv_timeout(WAIT).is_err());
+}
+
+#[test]
+fn receivers_work_with_the_select_macro() {
+    use zookeeper::crossbeam_channel::select;
+    let zk = connect();
+    let base = unique("w-select-macro");
+    create(&zk, &base, b"");
+    let (quiet, loud) = (format!("{base}/quiet"), format!("{base}/loud"));
+    let (_, on_quiet) = zk.exists_watch(&quiet).unwrap();
+    let (_, on_loud) = zk.exists_watch(&loud).unwrap();
+    // One receiver asked for before the event, one after it.
+    let quiet_events = on_quiet.receiver();
+    create(&zk, &loud, b"");
+    select! {
+        recv(quiet_events) -> event => panic!("the quiet watch fired: {event:?}"),
+        recv(on_loud.receiver()) -> event => {
+            let event = event.unwrap();
+            assert_eq!((event.event_type, event.path), (EventType::NodeCreated, loud.clone()));
+        }
+        default(WAIT) => panic!("no watch fired"),
+    }
+    // The quiet one still fires, through the same receiver.
+    create(&zk, &quiet, b"");
+    select! {
+        recv(quiet_events) -> event => assert_eq!(event.unwrap().event_type, EventType::NodeCreated),
+        default(WAIT) => panic!("the quiet watch did not fire"),
+    }
+}
+
+#[test]
+fn one_watch_waited_on_by_several_threads_gives_its_event_once() {
+    let zk = connect();
+    let path = unique("w-many-waiters");
+    let (_, watch) = zk.exists_watch(&path).unwrap();
+    let outcomes = std::thread::scope(|scope| {
+        let waiters: Vec<_> = (0..3)
+            .map(|i| {
+                let watch = &watch;
+                scope.spawn(move || {
+                    if i == 0 {
+                        watch.wait()
+                    } else {
+                        watch.wait_timeout(WAIT)
+                    }
+                })
+            })
+            .collect();
+        create(&zk, &path, b"");
+        waiters
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let events: Vec<_> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+    assert_eq!(events.len(), 1, "{outcomes:?}");
+    assert_eq!(events[0].event_type, EventType::NodeCreated);
+    assert!(outcomes
+        .iter()
+        .all(|o| o.is_ok() || *o == Err(Error::Closed)));
+}
+
+#[test]
+fn watches_are_send_and_sync() {
+    fn check<T: Send + Sync + Unpin>() {}
+    check::<Watch>();
+}

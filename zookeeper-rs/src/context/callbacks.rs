@@ -74,8 +74,6 @@ fn complete(
             // `request.multi` is dropped here, after C is done with it.
         }
         Kind::Retained(buffers) => drop(buffers),
-        // Never taken (see `take_request`).
-        Kind::Watch(_) => {}
     }
 }
 

@@ -2,11 +2,16 @@
 //! the C client calls back into.
 //!
 //! C never holds a pointer to Rust memory for a request or a watch: the context it gets
-//! is a registry id (a non-zero integer cast to `void*`). A callback looks its id up (a
-//! completion removes its entry); an id that is gone (already delivered, swept at expiry
-//! or close, or a watch registration released) is simply ignored. So each context is freed exactly
-//! once, whatever the C client does with late or duplicate calls (session-event clones
-//! after `zoo_remove_watches`, completions dropped at close, ZOOKEEPER-3868).
+//! is an id (a non-zero integer cast to `void*`). A request's id is a registry key (its
+//! completion removes the entry); a watch registration's id names its handle's watch
+//! table, a slot there and a generation ([`watch_context`]), so a watch costs no registry
+//! entry. An id that is gone (already delivered, swept at expiry or close, or a watch
+//! registration released) is simply ignored. So each context is freed exactly once,
+//! whatever the C client does with late or duplicate calls (session-event clones after
+//! `zoo_remove_watches`, completions dropped at close, ZOOKEEPER-3868).
+//!
+//! The registry's shards and the table list give memory back after a peak: a map well
+//! below its capacity shrinks, an empty one is freed.
 //!
 //! The only real pointer given to C is the session's, as the global watcher context: an
 //! `Arc<Session>` leaked at init and reclaimed after `zookeeper_close` has joined the C
@@ -29,12 +34,12 @@ use crate::error::Error;
 use crate::reply::Fulfiller;
 use crate::types::SessionState;
 use crate::watch_table::{WatchHook, WatchTable};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use zookeeper_sys as sys;
 
 /// Buffers the C client writes into after submission (`zoo_amulti`): they must live
@@ -63,8 +68,6 @@ pub(crate) struct RequestEntry {
 
 enum Kind {
     Request(RequestEntry),
-    /// A watch registration of the handle's watch table (one per path and kind).
-    Watch(Arc<WatchTable>),
     /// Nobody waits any more, but C may still write into these buffers (a multi whose
     /// submission reported ZMARSHALLINGERROR after queueing, or swept at expiry): freed
     /// when its completion comes or at close.
@@ -140,18 +143,34 @@ fn retain(id: u64, client: u64, buffers: Box<MultiBuffers>) {
 }
 
 fn remove(id: u64) -> Option<Entry> {
-    shard(id).lock().as_mut()?.remove(&id)
+    let mut guard = shard(id).lock();
+    let entry = guard.as_mut()?.remove(&id);
+    shrink(&mut guard);
+    entry
 }
 
-/// Removes entry `id` for its completion, unless it is a watch registration (which a
-/// completion never names; left in place).
-fn take_request(id: u64) -> Option<Entry> {
-    let mut guard = shard(id).lock();
-    let map = guard.as_mut()?;
-    if matches!(map.get(&id)?.kind, Kind::Watch(_)) {
-        return None;
+/// Entries a shard always keeps room for: the few requests usually in flight then cost
+/// no allocation and free per request.
+const KEEP: usize = 32;
+
+/// Gives a shard's memory back after a peak: freed when empty, halved (with room to
+/// grow again) when under a quarter full, so a burst of requests in flight does not
+/// keep its table for the life of the process.
+fn shrink(map: &mut Option<Table>) {
+    let Some(table) = map else { return };
+    if table.capacity() <= KEEP {
+        return;
     }
-    map.remove(&id)
+    if table.is_empty() {
+        *map = None;
+    } else if table.len() < table.capacity() / 4 {
+        table.shrink_to(table.len() * 2);
+    }
+}
+
+/// Removes entry `id` for its completion.
+fn take_request(id: u64) -> Option<Entry> {
+    remove(id)
 }
 
 /// The `void*` C gets for an id.
@@ -163,21 +182,103 @@ fn ptr_to_id(ptr: *const c_void) -> u64 {
     ptr as usize as u64
 }
 
-/// Registers a watch registration of `table`; returns its id (its C context).
-pub(crate) fn register_watch(client: u64, table: Arc<WatchTable>) -> u64 {
-    insert(client, Kind::Watch(table))
+// A watch registration's context: [table number | tag | slot], the tag being the
+// registration's generation (shifted) and kind (two low bits). Pointer-sized, non-zero
+// (table numbers start at 1). A stale context (a late call for a released registration)
+// could only name a newer registration if its slot were reused by one 2^14 generations
+// later (2^6 on 32-bit targets) before that call is delivered; a slot is freed only once
+// its reads are answered (or failed to submit), and answers queue behind the late call.
+const TABLE_BITS: u32 = if usize::BITS >= 64 { 16 } else { 6 };
+const TAG_BITS: u32 = if usize::BITS >= 64 { 16 } else { 8 };
+const SLOT_BITS: u32 = usize::BITS - TABLE_BITS - TAG_BITS;
+
+/// The context of a watch registration in slot `slot` of table `table`; `None` past the
+/// bits the pointer has room for.
+pub(crate) fn watch_context(table: u32, generation: u16, kind: usize, slot: u32) -> Option<u64> {
+    if table == 0 || u64::from(table) >> TABLE_BITS != 0 || u64::from(slot) >> SLOT_BITS != 0 {
+        return None;
+    }
+    let tag = ((u64::from(generation) << 2) | kind as u64) & ((1 << TAG_BITS) - 1);
+    Some((u64::from(table) << (TAG_BITS + SLOT_BITS)) | (tag << SLOT_BITS) | u64::from(slot))
 }
 
-/// Frees a released watch registration's id.
-pub(crate) fn forget(id: u64) {
-    remove(id);
+/// A watch context's (table number, tag, slot).
+pub(crate) fn split_watch_context(id: u64) -> (u32, u16, u32) {
+    (
+        (id >> (TAG_BITS + SLOT_BITS)) as u32,
+        ((id >> SLOT_BITS) & ((1 << TAG_BITS) - 1)) as u16,
+        (id & ((1 << SLOT_BITS) - 1)) as u32,
+    )
 }
 
-/// The watch table registration `id` belongs to, if it is still registered.
+struct TableEntry {
+    client: u64,
+    table: Weak<WatchTable>,
+}
+
+/// The watch table of every open handle, by table number (0 unused). A number is
+/// reused only after its handle's close has joined the C threads (see `sweep`), so no
+/// late call can reach the next table with it.
+static TABLES: RwLock<Vec<Option<TableEntry>>> = RwLock::new(Vec::new());
+
+/// Numbers the watch table of `client` for its contexts; 0 if every number is taken
+/// (its watching reads then fail).
+pub(crate) fn register_table(client: u64, table: Weak<WatchTable>) -> u32 {
+    let mut tables = TABLES.write();
+    if tables.is_empty() {
+        tables.push(None);
+    }
+    let number = match tables.iter().skip(1).position(Option::is_none) {
+        Some(free) => free + 1,
+        None => {
+            tables.push(None);
+            tables.len() - 1
+        }
+    };
+    if (number as u64) >> TABLE_BITS != 0 {
+        tables.truncate(number);
+        return 0;
+    }
+    tables[number] = Some(TableEntry { client, table });
+    number as u32
+}
+
+/// The watch table whose registration context is `id`, if its handle is open.
 fn watch_table(id: u64) -> Option<Arc<WatchTable>> {
-    match &shard(id).lock().as_ref()?.get(&id)?.kind {
-        Kind::Watch(table) => Some(Arc::clone(table)),
-        _ => None,
+    let (number, _, _) = split_watch_context(id);
+    TABLES
+        .read()
+        .get(number as usize)?
+        .as_ref()?
+        .table
+        .upgrade()
+}
+
+/// The watch tables of `client`.
+fn tables_of(client: u64) -> Vec<Arc<WatchTable>> {
+    TABLES
+        .read()
+        .iter()
+        .flatten()
+        .filter(|e| e.client == client)
+        .filter_map(|e| e.table.upgrade())
+        .collect()
+}
+
+/// Drops the table numbers of `client` (at close, once the C threads are joined).
+fn forget_tables(client: u64) {
+    let mut tables = TABLES.write();
+    for entry in tables.iter_mut() {
+        if entry.as_ref().is_some_and(|e| e.client == client) {
+            *entry = None;
+        }
+    }
+    while matches!(tables.last(), Some(None)) {
+        tables.pop();
+    }
+    if tables.len() < tables.capacity() / 4 {
+        let len = tables.len();
+        tables.shrink_to(len * 2);
     }
 }
 
@@ -239,9 +340,9 @@ pub(crate) fn sweep(client: u64, reason: SweepReason) {
                 }
             }
         }
+        shrink(&mut guard);
     }
     // Deliver outside the registry locks.
-    let mut tables: Vec<Arc<WatchTable>> = Vec::new();
     for (id, entry) in swept {
         match (entry.kind, reason) {
             (Kind::Request(request), SweepReason::Terminal(state)) => {
@@ -256,25 +357,24 @@ pub(crate) fn sweep(client: u64, reason: SweepReason) {
                 }
                 request.fulfiller.fulfill(Err(error));
             }
-            (Kind::Watch(table), _) => {
-                if !tables.iter().any(|t| Arc::ptr_eq(t, &table)) {
-                    tables.push(table);
-                }
-            }
             // Closed: dropping fails requests with `Closed`.
             (kind, _) => drop(kind),
         }
     }
-    // Watches get their final session event (terminal) or end (closed).
-    for table in tables {
+    // Watches get their final session event (terminal) or end (closed). At close the C
+    // threads are joined: the table's number can go.
+    for table in tables_of(client) {
         table.end(reason);
+    }
+    if matches!(reason, SweepReason::Closed) {
+        forget_tables(client);
     }
 }
 
 /// Contexts of `client` still registered (pending requests, armed watches, retained
 /// buffers). Reads 0 after close.
 pub(crate) fn live_contexts(client: u64) -> usize {
-    REGISTRY
+    let requests: usize = REGISTRY
         .iter()
         .map(|shard| {
             shard
@@ -282,13 +382,22 @@ pub(crate) fn live_contexts(client: u64) -> usize {
                 .as_ref()
                 .map_or(0, |map| map.values().filter(|e| e.client == client).count())
         })
-        .sum()
+        .sum();
+    let watches: usize = tables_of(client).iter().map(|t| t.live()).sum();
+    requests + watches
 }
 
 /// Contexts of every client in this process.
 pub(crate) fn live_contexts_total() -> usize {
-    REGISTRY
+    let requests: usize = REGISTRY
         .iter()
         .map(|shard| shard.lock().as_ref().map_or(0, HashMap::len))
-        .sum()
+        .sum();
+    let tables: Vec<Arc<WatchTable>> = TABLES
+        .read()
+        .iter()
+        .flatten()
+        .filter_map(|e| e.table.upgrade())
+        .collect();
+    requests + tables.iter().map(|t| t.live()).sum::<usize>()
 }
