@@ -291,7 +291,9 @@ impl ZooKeeper {
     /// it fails at once unless the session is connected already.
     pub fn wait_connected(&self, timeout: impl Into<Timeout>) -> Result<()> {
         let deadline = timeout.into().deadline().instant();
-        if context::in_c_callback() && !self.inner.session.state().is_connected() {
+        if (context::in_c_callback() || closer::is_closing_here())
+            && !self.inner.session.state().is_connected()
+        {
             return match self.inner.session.state() {
                 SessionState::Expired => Err(Error::SessionExpired),
                 SessionState::AuthFailed => Err(Error::AuthFailed),

@@ -24,7 +24,7 @@
 //! - A waker may run its task inline: such a task may send requests and close the handle
 //!   (the close is then finished by the binding's closer thread, one per process). It must
 //!   not block waiting for something only the completion thread can deliver: there,
-//!   [`ZkFuture::wait`], [`SessionEvents::recv`] and
+//!   [`ZkFuture::wait`], [`Watch::wait`], [`SessionEvents::recv`] and
 //!   [`ZooKeeper::wait_connected`] fail at once instead of blocking.
 //! - Sync calls are the async calls waited on: they return in the same order.
 //! - The C client's log callback runs on whichever C thread logs; it only forwards the

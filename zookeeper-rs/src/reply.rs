@@ -231,8 +231,8 @@ impl<T> ZkFuture<T> {
 
     /// Blocks the calling thread until the reply arrives.
     pub fn wait(mut self) -> Result<T> {
-        if crate::context::in_c_callback() {
-            return Err(COMPLETION_THREAD_WAIT);
+        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+            return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
@@ -245,8 +245,8 @@ impl<T> ZkFuture<T> {
     /// itself still completes, unobserved).
     pub fn wait_timeout(mut self, timeout: impl Into<Timeout>) -> Result<T> {
         let deadline = timeout.into().deadline().instant();
-        if crate::context::in_c_callback() {
-            return Err(COMPLETION_THREAD_WAIT);
+        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+            return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),

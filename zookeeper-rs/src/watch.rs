@@ -425,7 +425,9 @@ impl Watch {
         &self.reg.path
     }
 
-    /// Blocks until the event arrives.
+    /// Blocks until the event arrives. On the C completion thread (a waker running its
+    /// task inline), which is the thread that delivers the event, it does not block: it
+    /// returns the event if it is there, else fails at once.
     pub fn wait(&self) -> Result<WatchedEvent> {
         self.wait_until(None)
     }
@@ -503,6 +505,13 @@ impl Watch {
     }
 
     fn wait_until(&self, deadline: Option<Instant>) -> Result<WatchedEvent> {
+        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+            // The completion thread (or a closing thread) delivers the event: blocking it would wait forever.
+            return match self.try_get()? {
+                Some(event) => Ok(event),
+                None => Err(crate::reply::COMPLETION_THREAD_WAIT),
+            };
+        }
         let me = thread::current();
         loop {
             if let Some(receiver) = self.receiver.get() {

@@ -298,3 +298,29 @@ fn a_waker_waiting_for_the_connection_fails_at_once() {
     assert_eq!(reconnected, Ok(()));
     zk.close().unwrap();
 }
+
+#[test]
+fn a_waker_waiting_on_a_watch_fails_at_once() {
+    // The waker of a request cut off by close waits on a watch of the same handle, on
+    // the thread that would deliver the watch's outcome.
+    let proxy = FaultProxy::start(hosts()).expect("proxy");
+    let zk = connect_to(&proxy.connect_string());
+    let (_, watch) = zk.exists_watch("/zkrs-never-created-by-any-test").unwrap();
+    proxy.stall();
+    let (report, reported) = mpsc::channel();
+    let task = InlineTask::new(move || {
+        let _ = report.send(watch.wait());
+    });
+    let mut pending = zk.exists_async("/");
+    poll_pending(&mut pending, &task);
+    let closer = zk.clone();
+    assert_eq!(within_bound("close", move || closer.close()), Ok(()));
+    let outcome = reported
+        .recv_timeout(WAIT)
+        .expect("the waker ran and returned");
+    assert!(
+        matches!(outcome, Err(Error::InvalidArgument(_)) | Err(Error::Closed)),
+        "{outcome:?}"
+    );
+    drop(proxy);
+}
