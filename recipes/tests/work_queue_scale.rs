@@ -71,10 +71,7 @@ fn measure(backlog: usize) -> Cost {
     }
 }
 
-/// Whether this process runs under valgrind (its preload library is mapped).
-fn under_valgrind() -> bool {
-    std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("vgpreload"))
-}
+use zk_harness::testing::under_valgrind;
 
 #[test]
 fn a_take_costs_the_same_at_ten_or_a_hundred_thousand_items() {

@@ -127,6 +127,12 @@ pub fn wait_until(what: &str, timeout: Duration, condition: impl FnMut() -> bool
     }
 }
 
+/// Whether this process runs under valgrind (its preload library is mapped): big tests
+/// scale down there.
+pub fn under_valgrind() -> bool {
+    std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("vgpreload"))
+}
+
 // ---------------------------------------------------------------- seeds
 
 /// The seed of a randomized (fault) test. The test prints it; running again with the

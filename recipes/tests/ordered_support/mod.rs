@@ -133,11 +133,8 @@ pub fn threads_named(prefix: &str) -> usize {
         .count()
 }
 
-/// Whether the test runs under valgrind (its preloaded tool library): big tests scale
-/// down there.
-pub fn under_valgrind() -> bool {
-    std::env::var("LD_PRELOAD").is_ok_and(|preload| preload.contains("vgpreload"))
-}
+#[allow(unused_imports)] // not every binary that shares this module scales down
+pub use zk_harness::testing::under_valgrind;
 
 /// Polls `condition` until it holds or `timeout` passes; whether it held. For states
 /// nothing signals (a background step finishing, a thread ending).
