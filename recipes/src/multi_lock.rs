@@ -37,6 +37,7 @@
 
 use crate::error::LossReason;
 use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
+use crate::runtime::block_on;
 use crate::{NodeOptions, RecipeError, Result};
 use zookeeper::{Op, OpResult, Timeout, ZooKeeper};
 
@@ -95,9 +96,14 @@ impl MultiLock {
 
     /// Every lock if all are free now; else none is held and the answer is `None`.
     pub fn try_acquire(&self) -> Result<Option<MultiGuard>> {
+        block_on(self.try_acquire_async())
+    }
+
+    /// Async [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_async(&self) -> Result<Option<MultiGuard>> {
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
-            match lock.try_acquire()? {
+            match lock.try_acquire_async().await? {
                 Some(guard) => guards.push(guard),
                 None => return Ok(None),
             }
@@ -108,12 +114,20 @@ impl MultiLock {
     /// Every lock within `timeout` (one deadline for all; [`Timeout::Never`]: as long as
     /// it takes); `Err(Timeout)` if not all could be had in time, and then none is held.
     pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<MultiGuard> {
+        block_on(self.acquire_async(timeout))
+    }
+
+    /// Async [`acquire`](Self::acquire): no thread waits for it. Dropping the future
+    /// releases the locks taken so far and withdraws the pending acquisition (see
+    /// [`Lock::acquire_async`]).
+    pub async fn acquire_async(&self, timeout: impl Into<Timeout>) -> Result<MultiGuard> {
         let deadline = timeout.into().deadline();
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             let left = Timeout::from(deadline.remaining());
-            // On error the guards taken so far are dropped: released.
-            guards.push(lock.acquire(left)?);
+            // On error (or a dropped future) the guards taken so far are dropped:
+            // released.
+            guards.push(lock.acquire_async(left).await?);
         }
         Ok(self.guard(guards))
     }

@@ -178,3 +178,44 @@ fn a_dropped_acquire_gives_way_and_a_later_one_gets_the_lock() {
     assert_eq!(nodes(&zk, &path), 1);
     drop(next);
 }
+
+#[test]
+fn a_dropped_multi_lock_acquire_releases_what_it_took() {
+    use zookeeper_recipes::multi_lock::MultiLock;
+    let zk = connect();
+    let admin = connect();
+    let (first, second) = (unique_path("async-multi-a"), unique_path("async-multi-b"));
+    let blocker = Lock::new(&admin, &second).unwrap();
+    let held = blocker.acquire(Timeout::Never).unwrap();
+    let both = MultiLock::new(&zk, &[&first, &second]).unwrap();
+    {
+        let mut pending = std::pin::pin!(both.acquire_async(Timeout::Never));
+        // Drive it until it holds the first lock and waits in line for the second.
+        let waiting = zk_harness::executor::block_on_timeout(
+            std::future::poll_fn(|cx| {
+                if pending.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                if nodes(&admin, &first) == 1 && nodes(&admin, &second) == 2 {
+                    return Poll::Ready(true);
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }),
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            waiting,
+            Some(true),
+            "holding the first, waiting for the second"
+        );
+    } // dropped here
+    wait_until(
+        "the first lock released and the second's node withdrawn",
+        || nodes(&admin, &first) == 0 && nodes(&admin, &second) == 1,
+    );
+    drop(held);
+    let guard = zk_harness::executor::block_on(both.acquire_async(Duration::from_secs(20)))
+        .expect("both free now");
+    drop(guard);
+}

@@ -78,10 +78,20 @@ async_forms!(Lock {
     fn holder() -> Result<Option<String>>;
 });
 
-async_forms!(MultiLock {
-    fn acquire(timeout: impl Into<Timeout> + Send + 'static) -> Result<MultiGuard>;
-    fn try_acquire() -> Result<Option<MultiGuard>>;
-});
+impl Async<MultiLock> {
+    /// Async form of [`MultiLock::acquire`]: [`MultiLock::acquire_async`] on the shared
+    /// value. No thread waits for it; dropping it releases what it took.
+    pub fn acquire(&self, timeout: impl Into<Timeout>) -> RecipeFuture<Result<MultiGuard>> {
+        let (locks, timeout) = (self.shared(), timeout.into());
+        Box::pin(async move { locks.acquire_async(timeout).await })
+    }
+
+    /// Async form of [`MultiLock::try_acquire`].
+    pub fn try_acquire(&self) -> RecipeFuture<Result<Option<MultiGuard>>> {
+        let locks = self.shared();
+        Box::pin(async move { locks.try_acquire_async().await })
+    }
+}
 
 async_forms!(ReadWriteLock {
     fn read(timeout: impl Into<Timeout> + Send + 'static) -> Result<ReadGuard>;
