@@ -78,10 +78,11 @@
 
 use crate::error::LossReason;
 use crate::lock::{kazoo_marker, uuid_text, LockLayout};
+use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, create_member, default_op_timeout, ordered_members, owned_node_guard, retry,
-    wait_for_change, Deadline, DeadlineExt, Member, NodeWait, OwnedNode, Patience, SeqDir,
-    ANY_NAME,
+    check_base_path, create_member_async, default_op_timeout, ordered_members, owned_node_guard,
+    retry_async, wait_for_change_async, Deadline, DeadlineExt, Member, NodeWait, OwnedNode,
+    Patience, SeqDir, ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -184,15 +185,29 @@ impl ReadWriteLock {
 
     /// Acquires a shared (read) lock, waiting up to `timeout` for preceding writers.
     pub fn read(&self, timeout: impl Into<Timeout>) -> Result<ReadGuard> {
+        block_on(self.read_async(timeout))
+    }
+
+    /// Async [`read`](Self::read): no thread waits for it; dropping it withdraws the
+    /// request (its node is deleted, its watch released).
+    pub async fn read_async(&self, timeout: impl Into<Timeout>) -> Result<ReadGuard> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
-        self.acquire(READ, timeout).map(|node| ReadGuard { node })
+        let node = self.acquire(READ, timeout).await?;
+        Ok(ReadGuard { node })
     }
 
     /// Acquires an exclusive (write) lock, waiting up to `timeout` for every preceding
     /// request.
     pub fn write(&self, timeout: impl Into<Timeout>) -> Result<WriteGuard> {
+        block_on(self.write_async(timeout))
+    }
+
+    /// Async [`write`](Self::write): no thread waits for it; dropping it withdraws the
+    /// request.
+    pub async fn write_async(&self, timeout: impl Into<Timeout>) -> Result<WriteGuard> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
-        self.acquire(WRITE, timeout).map(|node| WriteGuard {
+        let node = self.acquire(WRITE, timeout).await?;
+        Ok(WriteGuard {
             node,
             zk: self.zk.clone(),
         })
@@ -208,7 +223,17 @@ impl ReadWriteLock {
         self.write(Duration::ZERO).optional()
     }
 
-    fn acquire(&self, kind: &'static str, timeout: Duration) -> Result<OwnedNode> {
+    /// Async [`try_read`](Self::try_read).
+    pub async fn try_read_async(&self) -> Result<Option<ReadGuard>> {
+        self.read_async(Duration::ZERO).await.optional()
+    }
+
+    /// Async [`try_write`](Self::try_write).
+    pub async fn try_write_async(&self) -> Result<Option<WriteGuard>> {
+        self.write_async(Duration::ZERO).await.optional()
+    }
+
+    async fn acquire(&self, kind: &'static str, timeout: Duration) -> Result<OwnedNode> {
         let deadline = Deadline::after(timeout);
         // Creating the request is not bounded by a zero timeout: `try_*` must try once.
         let create_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
@@ -218,19 +243,22 @@ impl ReadWriteLock {
             nodes: &self.nodes,
         };
         let tag = request_tag(self.layout, kind);
-        let created = create_member(&self.zk, &dir, &tag, b"", create_deadline.into(), deadline)
-            .map_err(|error| match error {
-                // At the counter's end the directory is busy: as a busy lock, a timeout.
-                RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
-                other => other,
-            })?;
+        let created =
+            create_member_async(&self.zk, &dir, &tag, b"", create_deadline.into(), deadline)
+                .await
+                .map_err(|error| match error {
+                    // At the counter's end the directory is busy: as a busy lock, a timeout.
+                    RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
+                    other => other,
+                })?;
         let node = OwnedNode::new(&self.zk, &self.dir, created);
-        // On error `node` is dropped here, which withdraws the request.
-        self.wait_granted(&node, kind, deadline, create_deadline)?;
+        // On error (or a dropped future) `node` is dropped, which withdraws the request.
+        self.wait_granted(&node, kind, deadline, create_deadline)
+            .await?;
         Ok(node)
     }
 
-    fn wait_granted(
+    async fn wait_granted(
         &self,
         node: &OwnedNode,
         kind: &str,
@@ -239,8 +267,10 @@ impl ReadWriteLock {
     ) -> Result<()> {
         let waiting = AtomicU64::new(0);
         loop {
-            let children = match retry(&self.zk, read_deadline, || self.zk.get_children(&self.dir))
-            {
+            let listing = retry_async(&self.zk, read_deadline.into(), || {
+                self.zk.get_children_async(&self.dir)
+            });
+            let children = match listing.await {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
                 other => other?,
             };
@@ -262,7 +292,8 @@ impl ReadWriteLock {
             };
             deadline.check()?;
             let path = format!("{}/{}", self.dir, blocker.name);
-            match wait_for_change(&self.zk, &path, Patience::from(deadline), &waiting)? {
+            match wait_for_change_async(&self.zk, &path, Patience::from(deadline), &waiting).await?
+            {
                 NodeWait::Fired | NodeWait::LookAgain => {}
                 NodeWait::TimedOut => return Err(RecipeError::Timeout),
             }

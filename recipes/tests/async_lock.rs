@@ -219,3 +219,42 @@ fn a_dropped_multi_lock_acquire_releases_what_it_took() {
         .expect("both free now");
     drop(guard);
 }
+
+#[test]
+fn a_dropped_write_request_is_withdrawn() {
+    use zookeeper_recipes::rwlock::ReadWriteLock;
+    let zk = connect();
+    let admin = connect();
+    let path = unique_path("async-rwlock");
+    let readers = ReadWriteLock::new(&admin, &path).unwrap();
+    let reading = readers.read(Timeout::Never).unwrap();
+    let lock = ReadWriteLock::new(&zk, &path).unwrap();
+    {
+        let mut pending = std::pin::pin!(lock.write_async(Timeout::Never));
+        let waiting = zk_harness::executor::block_on_timeout(
+            std::future::poll_fn(|cx| {
+                if pending.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                if nodes(&admin, &path) == 2 {
+                    return Poll::Ready(true);
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }),
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            waiting,
+            Some(true),
+            "the write request queued behind the reader"
+        );
+    }
+    wait_until("the dropped write request withdrawn", || {
+        nodes(&admin, &path) == 1
+    });
+    // A second reader is not held up by a phantom writer.
+    let second = zk_harness::executor::block_on(lock.read_async(Duration::from_secs(20)))
+        .expect("readers share the lock");
+    drop((second, reading));
+}

@@ -58,46 +58,41 @@ macro_rules! consuming_forms {
     };
 }
 
-impl Async<Lock> {
-    /// Async form of [`Lock::acquire`]: [`Lock::acquire_async`] on the shared value. No
-    /// thread waits for it; dropping it withdraws the attempt.
-    pub fn acquire(&self, timeout: impl Into<Timeout>) -> RecipeFuture<Result<LockGuard>> {
-        let (lock, timeout) = (self.shared(), timeout.into());
-        Box::pin(async move { lock.acquire_async(timeout).await })
-    }
-
-    /// Async form of [`Lock::try_acquire`]: [`Lock::try_acquire_async`] on the shared
-    /// value.
-    pub fn try_acquire(&self) -> RecipeFuture<Result<Option<LockGuard>>> {
-        let lock = self.shared();
-        Box::pin(async move { lock.try_acquire_async().await })
-    }
-}
-
 async_forms!(Lock {
     fn holder() -> Result<Option<String>>;
 });
 
-impl Async<MultiLock> {
-    /// Async form of [`MultiLock::acquire`]: [`MultiLock::acquire_async`] on the shared
-    /// value. No thread waits for it; dropping it releases what it took.
-    pub fn acquire(&self, timeout: impl Into<Timeout>) -> RecipeFuture<Result<MultiGuard>> {
-        let (locks, timeout) = (self.shared(), timeout.into());
-        Box::pin(async move { locks.acquire_async(timeout).await })
-    }
-
-    /// Async form of [`MultiLock::try_acquire`].
-    pub fn try_acquire(&self) -> RecipeFuture<Result<Option<MultiGuard>>> {
-        let locks = self.shared();
-        Box::pin(async move { locks.try_acquire_async().await })
-    }
+/// `Async<$recipe>` methods returning the recipe's own `*_async` future on the shared
+/// value (no thread waits for it; dropping it withdraws what it started).
+macro_rules! native_forms {
+    ($recipe:ident { $( fn $name:ident => $native:ident($($arg:ident: $ty:ty),*) -> $ret:ty; )* }) => {
+        impl Async<$recipe> {
+            $(
+                #[doc = concat!("Async form of [`", stringify!($recipe), "::", stringify!($name), "`]: [`", stringify!($recipe), "::", stringify!($native), "`] on the shared value.")]
+                pub fn $name(&self, $($arg: $ty),*) -> RecipeFuture<$ret> {
+                    let recipe = self.shared();
+                    Box::pin(async move { recipe.$native($($arg),*).await })
+                }
+            )*
+        }
+    };
 }
 
-async_forms!(ReadWriteLock {
-    fn read(timeout: impl Into<Timeout> + Send + 'static) -> Result<ReadGuard>;
-    fn write(timeout: impl Into<Timeout> + Send + 'static) -> Result<WriteGuard>;
-    fn try_read() -> Result<Option<ReadGuard>>;
-    fn try_write() -> Result<Option<WriteGuard>>;
+native_forms!(Lock {
+    fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<LockGuard>;
+    fn try_acquire => try_acquire_async() -> Result<Option<LockGuard>>;
+});
+
+native_forms!(MultiLock {
+    fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<MultiGuard>;
+    fn try_acquire => try_acquire_async() -> Result<Option<MultiGuard>>;
+});
+
+native_forms!(ReadWriteLock {
+    fn read => read_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<ReadGuard>;
+    fn write => write_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<WriteGuard>;
+    fn try_read => try_read_async() -> Result<Option<ReadGuard>>;
+    fn try_write => try_write_async() -> Result<Option<WriteGuard>>;
 });
 
 async_forms!(Semaphore {
