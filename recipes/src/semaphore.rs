@@ -54,10 +54,11 @@
 //!   again by the next acquisition with its own `N`.
 
 use crate::error::LossReason;
+use crate::runtime::block_on;
 use crate::support::{
-    await_watch, check_base_path, create_member, default_op_timeout, op_deadline, ordered_members,
-    owned_node_guard, retry, watch_node, withdraw_watch, Deadline, DeadlineExt, OwnedNode,
-    Patience, SeqDir,
+    await_watch_async, check_base_path, create_member_async, default_op_timeout, op_deadline,
+    ordered_members, owned_node_guard, retry, retry_async, watch_node, withdraw_watch, Deadline,
+    DeadlineExt, OwnedNode, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -123,22 +124,28 @@ impl Semaphore {
     /// another): a directory created by someone else without a count (e.g. as a parent)
     /// is claimed; a missing one is created if `create`, else left to later.
     fn check_count(&self, create: bool, deadline: Deadline) -> Result<()> {
+        block_on(self.check_count_async(create, deadline))
+    }
+
+    async fn check_count_async(&self, create: bool, deadline: Deadline) -> Result<()> {
         let (zk, dir, text) = (&self.zk, self.dir.as_str(), self.count.as_bytes());
+        let patience = Patience::from(deadline);
         loop {
-            let (data, stat) = match retry(zk, deadline, || zk.get(dir)) {
+            let (data, stat) = match retry_async(zk, patience, || zk.get_async(dir)).await {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) if !create => return Ok(()),
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => {
-                    self.seq_dir().create(zk, deadline.into())?;
+                    self.seq_dir().create_async(zk, patience).await?;
                     continue;
                 }
                 other => other?,
             };
             if data.is_empty() {
-                match retry(zk, deadline, || zk.set(dir, text, Some(stat.version))) {
+                let set = retry_async(zk, patience, || zk.set_async(dir, text, Some(stat.version)));
+                match set.await {
                     Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => {
                         // Read again after a sync: if the reply was lost and the client
                         // moved to a member that lags, it would not show our write yet.
-                        retry(zk, deadline, || zk.sync(dir))?;
+                        retry_async(zk, patience, || zk.sync_async(dir)).await?;
                         continue;
                     }
                     Err(error) => return Err(error),
@@ -181,15 +188,21 @@ impl Semaphore {
 
     /// Acquires a permit, waiting up to `timeout`. On timeout the request is withdrawn.
     pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<Lease> {
+        block_on(self.acquire_async(timeout))
+    }
+
+    /// Async [`acquire`](Self::acquire): no thread waits for it; dropping it withdraws
+    /// the request (its node is deleted, its watch released).
+    pub async fn acquire_async(&self, timeout: impl Into<Timeout>) -> Result<Lease> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         let step_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
         if !self.checked.load(Ordering::Relaxed) {
-            self.check_count(true, step_deadline)?;
+            self.check_count_async(true, step_deadline).await?;
         }
         let dir = self.seq_dir();
         let tag = format!("{LEASE}{}-", guid());
-        let created = create_member(
+        let created = create_member_async(
             &self.zk,
             &dir,
             &tag,
@@ -197,6 +210,7 @@ impl Semaphore {
             step_deadline.into(),
             deadline,
         )
+        .await
         .map_err(|error| match error {
             // At the counter's end the directory is busy: as with no free permit.
             RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
@@ -206,24 +220,30 @@ impl Semaphore {
             node: OwnedNode::new(&self.zk, &self.dir, created),
         };
         // On error `lease` is dropped, which withdraws the request.
-        self.wait_granted(&lease, deadline, step_deadline)?;
+        self.wait_granted(&lease, deadline, step_deadline).await?;
         // Tell a successor that watches this node that it may now be the first waiter.
-        retry(&self.zk, step_deadline, || {
-            self.zk.set(lease.node.path(), HELD, None).map(drop)
-        })?;
+        retry_async(&self.zk, step_deadline.into(), || {
+            self.zk.set_async(lease.node.path(), HELD, None)
+        })
+        .await?;
         Ok(lease)
     }
 
     /// A permit if one is free now, else `None`.
     pub fn try_acquire(&self) -> Result<Option<Lease>> {
-        match self.acquire(Duration::ZERO) {
+        block_on(self.try_acquire_async())
+    }
+
+    /// Async [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_async(&self) -> Result<Option<Lease>> {
+        match self.acquire_async(Duration::ZERO).await {
             Ok(lease) => Ok(Some(lease)),
             Err(RecipeError::Timeout) => Ok(None),
             Err(error) => Err(error),
         }
     }
 
-    fn wait_granted(
+    async fn wait_granted(
         &self,
         lease: &Lease,
         deadline: Deadline,
@@ -235,8 +255,10 @@ impl Semaphore {
         loop {
             // The first waiter watches the children; the others do not need a watch
             // on this read (the predecessor watch below covers them).
-            let children = match retry(&self.zk, read_deadline, || self.zk.get_children(&self.dir))
-            {
+            let listing = retry_async(&self.zk, read_deadline.into(), || {
+                self.zk.get_children_async(&self.dir)
+            });
+            let children = match listing.await {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
                 other => other?,
             };
@@ -251,25 +273,27 @@ impl Semaphore {
             deadline.check()?;
             if index == permits {
                 // First waiter: wake on any change of the children (a release).
-                let (children, watch) =
-                    retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir))?;
+                let (children, mut watch) = retry_async(&self.zk, deadline.into(), || {
+                    self.zk.get_children_watch_async(&self.dir)
+                })
+                .await?;
                 let list = ordered_members(children, &[LEASE], limit);
                 if list.iter().position(|m| m.name == lease.node()) != Some(permits) {
                     // Moved on meanwhile: look again, without the watch.
                     withdraw_watch(&self.zk, &watch);
                     continue;
                 }
-                if await_watch(&self.zk, &watch, deadline, &waiting)?.is_none() {
+                if await_watch_async(&self.zk, &mut watch, deadline, &waiting)
+                    .await?
+                    .is_none()
+                {
                     return Err(RecipeError::Timeout);
                 }
             } else {
                 // Later waiter: wake when the predecessor goes or obtains its permit.
                 let predecessor = format!("{}/{}", self.dir, list[index - 1].name);
-                let Some((_, stat, watch)) = crate::runtime::block_on(watch_node(
-                    &self.zk,
-                    &predecessor,
-                    Patience::from(deadline),
-                ))?
+                let Some((_, stat, mut watch)) =
+                    watch_node(&self.zk, &predecessor, Patience::from(deadline)).await?
                 else {
                     continue;
                 };
@@ -278,7 +302,10 @@ impl Semaphore {
                     withdraw_watch(&self.zk, &watch);
                     continue;
                 }
-                if await_watch(&self.zk, &watch, deadline, &waiting)?.is_none() {
+                if await_watch_async(&self.zk, &mut watch, deadline, &waiting)
+                    .await?
+                    .is_none()
+                {
                     return Err(RecipeError::Timeout);
                 }
             }

@@ -258,3 +258,40 @@ fn a_dropped_write_request_is_withdrawn() {
         .expect("readers share the lock");
     drop((second, reading));
 }
+
+#[test]
+fn a_dropped_semaphore_request_is_withdrawn() {
+    use zookeeper_recipes::semaphore::Semaphore;
+    let zk = connect();
+    let admin = connect();
+    let path = unique_path("async-semaphore");
+    let holder = Semaphore::new(&admin, &path, 1).unwrap();
+    let lease = holder.acquire(Timeout::Never).unwrap();
+    let semaphore = Semaphore::new(&zk, &path, 1).unwrap();
+    let contexts = zk.live_contexts();
+    {
+        let mut pending = std::pin::pin!(semaphore.acquire_async(Timeout::Never));
+        let waiting = zk_harness::executor::block_on_timeout(
+            std::future::poll_fn(|cx| {
+                if pending.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                if nodes(&admin, &path) == 2 && zk.live_contexts() > contexts {
+                    return Poll::Ready(true);
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }),
+            Duration::from_secs(60),
+        );
+        assert_eq!(waiting, Some(true), "the request waits for the permit");
+    }
+    wait_until("the dropped request withdrawn", || {
+        nodes(&admin, &path) == 1
+    });
+    wait_until("its watch released", || zk.live_contexts() == contexts);
+    drop(lease);
+    let next = zk_harness::executor::block_on(semaphore.acquire_async(Duration::from_secs(20)))
+        .expect("the permit is free for the next request");
+    drop(next);
+}

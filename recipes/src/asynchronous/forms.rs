@@ -95,9 +95,12 @@ native_forms!(ReadWriteLock {
     fn try_write => try_write_async() -> Result<Option<WriteGuard>>;
 });
 
+native_forms!(Semaphore {
+    fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<semaphore::Lease>;
+    fn try_acquire => try_acquire_async() -> Result<Option<semaphore::Lease>>;
+});
+
 async_forms!(Semaphore {
-    fn acquire(timeout: impl Into<Timeout> + Send + 'static) -> Result<semaphore::Lease>;
-    fn try_acquire() -> Result<Option<semaphore::Lease>>;
     fn requests() -> Result<usize>;
 });
 

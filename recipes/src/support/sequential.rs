@@ -15,11 +15,6 @@ pub(crate) struct SeqDir<'a> {
 impl SeqDir<'_> {
     /// Creates the directory (as `nodes` say, holding `data`) and missing parents; an
     /// existing one is fine.
-    pub(crate) fn create(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
-        block_on(self.create_async(zk, patience))
-    }
-
-    /// [`create`](Self::create), async.
     pub(crate) async fn create_async(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
         retry_async(zk, patience, || {
             make_dir_async(zk, self.path, self.data, self.nodes.dir_mode(), self.nodes)

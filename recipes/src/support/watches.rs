@@ -130,17 +130,27 @@ pub(crate) async fn wait_for_change_async(
     let Some((_, _, mut watch)) = watch_node(zk, path, patience).await? else {
         return Ok(NodeWait::LookAgain);
     };
+    match await_watch_async(zk, &mut watch, patience.deadline, waiting).await? {
+        Some(_) => Ok(NodeWait::Fired),
+        None => Ok(NodeWait::TimedOut),
+    }
+}
+
+/// [`await_watch`], async: a dropped future releases the watch's registration with it.
+pub(crate) async fn await_watch_async(
+    zk: &ZooKeeper,
+    watch: &mut Watch,
+    deadline: Deadline,
+    waiting: &AtomicU64,
+) -> Result<Option<WatchedEvent>> {
     let counted = Counted::new(waiting);
-    let fired = until(patience.deadline, &mut watch).await;
+    let fired = until(deadline, &mut *watch).await;
     drop(counted);
     match fired {
-        Some(event) => {
-            check_event(event?)?;
-            Ok(NodeWait::Fired)
-        }
+        Some(event) => check_event(event?).map(Some),
         None => {
-            withdraw_watch(zk, &watch);
-            Ok(NodeWait::TimedOut)
+            withdraw_watch(zk, watch);
+            Ok(None)
         }
     }
 }
