@@ -1,5 +1,5 @@
 //! Soak: 100,000 watch registrations and firings,
-//! 10,000 async requests in flight at close (twice: against a frozen server, where all
+//! 4,000 (MAX_IN_FLIGHT) async requests in flight at close (twice: against a frozen server, where all
 //! of them are pending, and against a live one, where completions race the close), and
 //! 50 connect/close cycles. After each phase the process's resident set size
 //! (`/proc/self/statm`, after `malloc_trim`) and thread count (`/proc/self/task`) are back
@@ -41,7 +41,9 @@ const C_LEAK_PER_PENDING: u64 = 512;
 
 const WATCH_ROUNDS: usize = 100;
 const WATCHES_PER_ROUND: usize = 1000;
-const ASYNC_AT_CLOSE: usize = 10_000;
+/// As many as a handle keeps in flight: a frozen server answers none, so one more would
+/// wait for room (see `zookeeper::MAX_IN_FLIGHT`).
+const ASYNC_AT_CLOSE: usize = zookeeper::MAX_IN_FLIGHT;
 const CYCLES: usize = 50;
 
 #[derive(Debug, Clone, Copy)]
@@ -235,7 +237,7 @@ impl Resolved {
     }
 }
 
-/// Submits 10,000 async requests of six kinds and closes the handle at once: every
+/// Submits MAX_IN_FLIGHT async requests of six kinds and closes the handle at once: every
 /// future resolves (none hangs), every context is freed. With `frozen`, the server is
 /// SIGSTOPped first, so all of them are still pending when close runs.
 fn async_at_close(
