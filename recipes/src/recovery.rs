@@ -78,7 +78,16 @@ pub(crate) fn children_or_none(
     dir: &str,
     patience: impl Into<Patience>,
 ) -> Result<Vec<String>> {
-    match retry(zk, patience, || zk.get_children(dir)) {
+    crate::runtime::block_on(children_or_none_async(zk, dir, patience.into()))
+}
+
+/// [`children_or_none`], async.
+pub(crate) async fn children_or_none_async(
+    zk: &ZooKeeper,
+    dir: &str,
+    patience: Patience,
+) -> Result<Vec<String>> {
+    match crate::support::retry_async(zk, patience, || zk.get_children_async(dir)).await {
         Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(Vec::new()),
         other => other,
     }

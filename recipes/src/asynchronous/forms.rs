@@ -330,14 +330,40 @@ fn itself(queue: &Queue) -> &Queue {
     queue
 }
 
-queue_take_forms!(Queue, itself, |queue, name, data| queue
-    .put_back(name, data));
-queue_take_forms!(PriorityQueue, PriorityQueue::queue, |queue, name, data| {
-    queue.queue().put_back(name, data)
-});
-queue_take_forms!(DelayedQueue, DelayedQueue::queue, |queue, name, data| queue
-    .queue()
-    .put_back(name, data));
+/// The async take forms of a queue type whose takes are the inner [`Queue`]'s own
+/// futures (`$queue` gives it): no thread waits for them, and a dropped take leaves
+/// nothing behind (see [`Queue::take_async`]).
+macro_rules! native_take_forms {
+    ($recipe:ident, $queue:path) => {
+        impl Async<$recipe> {
+            #[doc = concat!("Async form of [`", stringify!($recipe), "::take`]: the queue's own future (see [`Queue::take_async`]).")]
+            pub fn take(&self, timeout: impl Into<Timeout>) -> RecipeFuture<Result<Vec<u8>>> {
+                let (recipe, timeout) = (self.shared(), timeout.into());
+                Box::pin(async move {
+                    let (_, data) = $queue(&recipe).take_named_async(timeout).await?;
+                    Ok(data)
+                })
+            }
+
+            #[doc = concat!("Async form of [`", stringify!($recipe), "::try_take`] (see [`Queue::take_async`]).")]
+            pub fn try_take(&self) -> RecipeFuture<Result<Option<Vec<u8>>>> {
+                let recipe = self.shared();
+                Box::pin(async move {
+                    let taken = $queue(&recipe).try_take_named_async().await?;
+                    Ok(taken.map(|(_, data)| data))
+                })
+            }
+        }
+        async_forms!($recipe {
+            fn len() -> Result<usize>;
+            fn is_empty() -> Result<bool>;
+        });
+    };
+}
+
+native_take_forms!(Queue, itself);
+native_take_forms!(PriorityQueue, PriorityQueue::queue);
+native_take_forms!(DelayedQueue, DelayedQueue::queue);
 // Through the gate: an item put back must count against the bound like any put.
 queue_take_forms!(BoundedQueue, BoundedQueue::queue, |queue, _name, data| {
     queue.put(data, Timeout::Never)

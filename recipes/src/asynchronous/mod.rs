@@ -5,8 +5,12 @@
 //!
 //! The recipes are being rebuilt on one async core: their protocol written once as async
 //! code over the client's futures and watches, the blocking call driving that same
-//! future on the caller's thread. Where that is done ([`Lock`](crate::lock::Lock):
-//! `acquire`, `try_acquire`), the async form is the recipe's own future
+//! future on the caller's thread. Where that is done (the locks: [`Lock`](crate::lock::Lock),
+//! [`MultiLock`](crate::multi_lock::MultiLock),
+//! [`ReadWriteLock`](crate::rwlock::ReadWriteLock),
+//! [`Semaphore`](crate::semaphore::Semaphore); the takes of
+//! [`Queue`](crate::queue::Queue), `PriorityQueue` and `DelayedQueue`), the async form is
+//! the recipe's own future
 //! ([`RecipeFuture`]): no thread waits for it, and dropping it withdraws what the call
 //! started (see the recipe's `*_async` methods). The other forms still return an
 //! [`Unblock`] future: the call runs on a small pool of worker threads (grown on demand,
@@ -33,8 +37,10 @@
 //! ```
 //!
 //! # Cancellation
-//! A [`RecipeFuture`] is cancelled by dropping it. An [`Unblock`] future is not: dropping
-//! it does not stop its call: the call runs until it returns (each
+//! A [`RecipeFuture`] is cancelled by dropping it: what it started is withdrawn (a lock
+//! request's node and watch), and a queue take dropped with its claim in flight has the
+//! claim settled in the background, a taken item put back at the tail. An [`Unblock`]
+//! future is not cancelled: dropping it does not stop its call: the call runs until it returns (each
 //! waiting call has its own timeout) and its result is disposed of as dropping it
 //! would: a guard releases its lock, a work item goes back to its queue. The exception
 //! is a queue item taken for a dropped future: it is never dropped but put back into

@@ -37,6 +37,16 @@
 //!   [`with_node_options`](Queue::with_node_options); a missing queue or receipts node
 //!   (an empty container the server removed, or a restarted counter) is recreated.
 //!
+//! # Async
+//! [`Queue::take_async`] and [`Queue::try_take_async`] are the take protocol itself, as
+//! async code; [`take`](Queue::take) drives the same future on the caller's thread, and
+//! every caller waiting on one `Queue` value shares its one child watch. A pending async
+//! take costs no thread. Dropping it before it claimed an item leaves nothing behind (the
+//! shared watch goes to the next waiter). Dropped while its claim (the `multi`) is in
+//! flight, the claim is settled on a worker thread: if it took the item, the item is put
+//! back at the tail (with its ordering tag), so it is not lost while the session lives.
+//! If the session ends first, the item cannot be put back on it (logged).
+//!
 //! # The end of the sequence counter
 //! Sequence numbers are the queue node's signed 32-bit child counter; near its end the
 //! 3.8 server repeats 2147483647 and wraps to negative numbers, where order by number
@@ -110,14 +120,17 @@ mod items;
 use child_watcher::*;
 pub(crate) use items::*;
 
-use crate::recovery::{children_or_none, name_in_range, restart_dir, Restart};
+use crate::recovery::{
+    children_or_none, children_or_none_async, name_in_range, restart_dir, Restart,
+};
+use crate::runtime::block_on;
 use crate::support::{
-    await_reconnect, check_base_path, check_event, counted_wait, default_reconnect_timeout,
-    ensure_dir, members, retry, wait_until, Deadline, Patience,
+    await_reconnect, check_base_path, check_event, default_reconnect_timeout, ensure_dir, members,
+    reconnected, retry, retry_async, Deadline, Patience,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -376,14 +389,25 @@ impl Queue {
         Ok(self.try_take_named()?.map(|(_, data)| data))
     }
 
+    /// Async [`try_take`](Self::try_take) (see [`take_async`](Self::take_async) on
+    /// dropping it).
+    pub async fn try_take_async(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self.try_take_named_async().await?.map(|(_, data)| data))
+    }
+
     /// [`try_take`](Self::try_take), with the item's name.
     pub(crate) fn try_take_named(&self) -> Result<Option<(String, Vec<u8>)>> {
+        block_on(self.try_take_named_async())
+    }
+
+    /// [`try_take_named`](Self::try_take_named), async.
+    pub(crate) async fn try_take_named_async(&self) -> Result<Option<(String, Vec<u8>)>> {
         self.fresh_listing_for_order();
         loop {
-            if let Some(item) = self.claim_cached(Deadline::never())? {
+            if let Some(item) = self.claim_cached(Deadline::never()).await? {
                 return Ok(Some(item));
             }
-            let children = children_or_none(&self.zk, &self.path, self.patience)?;
+            let children = children_or_none_async(&self.zk, &self.path, self.patience).await?;
             let (items, _) = self.ready(children);
             if items.is_empty() {
                 return Ok(None);
@@ -399,11 +423,26 @@ impl Queue {
         self.take_named(timeout.into()).map(|(_, data)| data)
     }
 
+    /// Async [`take`](Self::take): no thread waits for it. Dropping the future before it
+    /// claimed an item leaves nothing behind (the shared child watch goes to the next
+    /// waiter). Dropped while its claim is in flight, the claim is settled in the
+    /// background: an item it took is put back at the tail (with its ordering tag), so
+    /// it is not lost while the session lives.
+    pub async fn take_async(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
+        let taken = self.take_named_async(timeout.into()).await?;
+        Ok(taken.1)
+    }
+
     /// [`take`](Self::take), with the item's name.
     pub(crate) fn take_named(&self, timeout: Timeout) -> Result<(String, Vec<u8>)> {
+        block_on(self.take_named_async(timeout))
+    }
+
+    /// [`take_named`](Self::take_named), async.
+    pub(crate) async fn take_named_async(&self, timeout: Timeout) -> Result<(String, Vec<u8>)> {
         let deadline = timeout.deadline();
         loop {
-            if let Some(item) = self.take_until(deadline)? {
+            if let Some(item) = self.take_until(deadline).await? {
                 return Ok(item);
             }
             if deadline.expired() {
@@ -459,34 +498,28 @@ impl Queue {
         (items, next_due)
     }
 
-    /// Puts an item taken as `name` back at the tail, with its ordering tag (for a
-    /// take whose receiver is gone: the item must not be lost).
-    pub(crate) fn put_back(&self, name: &str, data: &[u8]) -> Result<()> {
-        let tag = tag_of(name).unwrap_or("");
-        self.store
-            .put_with(&self.zk, data, tag, &[], self.patience)
-            .map(drop)
-    }
-
-    fn take_until(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
-        match self.take_inner(deadline) {
+    async fn take_until(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
+        match self.take_inner(deadline).await {
             Err(RecipeError::Timeout) if deadline.expired() => Ok(None),
             other => other,
         }
     }
 
-    fn take_inner(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
+    async fn take_inner(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
         self.fresh_listing_for_order();
         loop {
-            if let Some(item) = self.claim_cached(deadline)? {
+            if let Some(item) = self.claim_cached(deadline).await? {
                 return Ok(Some(item));
             }
             // The cached list is used up: list again, with a watch registered first.
             let patience = self.patience.before(deadline);
-            let (children, epoch) = self.watcher.list(&self.zk, patience, deadline)?;
+            let (children, epoch) = self
+                .watcher
+                .list_async(&self.zk, patience, deadline)
+                .await?;
             let (items, next_due) = self.ready(children);
             *self.cache.lock() = items.into();
-            if let Some(item) = self.claim_cached(deadline)? {
+            if let Some(item) = self.claim_cached(deadline).await? {
                 return Ok(Some(item));
             }
             if deadline.expired() {
@@ -498,20 +531,20 @@ impl Queue {
                 Some(due) => earlier(deadline, Duration::from_millis(due - now_millis().min(due))),
                 None => deadline,
             };
-            if !self.watcher.wait_change(epoch, wake)? && deadline.expired() {
+            if !self.watcher.wait_change_async(epoch, wake).await? && deadline.expired() {
                 return Ok(None);
             }
         }
     }
 
     /// Tries the cached names in order until one is claimed or the cache is empty.
-    fn claim_cached(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
+    async fn claim_cached(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
         loop {
             let Some(name) = self.cache.lock().pop_front() else {
                 return Ok(None);
             };
             loop {
-                match self.claim(&name, deadline)? {
+                match self.claim(&name, deadline).await? {
                     Claimed::Taken(data) => return Ok(Some((name, data))),
                     Claimed::Missed => break,
                     Claimed::Again if deadline.expired() => {
@@ -528,16 +561,17 @@ impl Queue {
     /// `get` one item, then delete it in one multi with an ephemeral take marker
     /// `<receipts>/took-<taker>-<item>`: if the reply is lost, the marker tells whether
     /// the delete that applied was ours or another consumer's.
-    fn claim(&self, name: &str, deadline: Deadline) -> Result<Claimed> {
+    async fn claim(&self, name: &str, deadline: Deadline) -> Result<Claimed> {
         let path = format!("{}/{name}", self.path);
         let marker = format!("{}/took-{}-{name}", self.store.receipts, self.taker);
         let patience = self.patience.before(deadline);
         loop {
-            let (data, stat) = match retry(&self.zk, patience, || self.zk.get(&path)) {
-                Ok(found) => found,
-                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claimed::Missed),
-                Err(e) => return Err(e),
-            };
+            let (data, stat) =
+                match retry_async(&self.zk, patience, || self.zk.get_async(&path)).await {
+                    Ok(found) => found,
+                    Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claimed::Missed),
+                    Err(e) => return Err(e),
+                };
             let take = [
                 Op::delete(&path, stat.version),
                 Op::create(
@@ -547,7 +581,19 @@ impl Queue {
                         .with_acl(self.store.nodes.acl_list()),
                 ),
             ];
-            match self.zk.multi(&take) {
+            // From here the claim may apply: a dropped future hands it to the background.
+            let mut pending = PendingClaim {
+                queue: self,
+                claim: Some(self.zk.multi_async(&take)),
+                name,
+                path: &path,
+                marker: &marker,
+                data: &data,
+            };
+            let claimed = pending.claim.as_mut().expect("just sent").await;
+            pending.claim = None;
+            drop(pending);
+            match claimed {
                 Ok(_) => {
                     // The marker has done its job; its delete need not be waited for
                     // (it is ephemeral: at worst it goes with the session).
@@ -564,53 +610,131 @@ impl Queue {
                     Error::NoNode => self.store.ensure(&self.zk, patience)?,
                     // A marker left by an earlier take of ours whose reply was lost.
                     Error::NodeExists => {
-                        retry(&self.zk, patience, || {
-                            self.zk.delete(&marker, Version::Any).or_else(|e| match e {
-                                Error::NoNode => Ok(()),
-                                e => Err(e),
-                            })
-                        })?;
+                        retry_async(&self.zk, patience, || async {
+                            match self.zk.delete_async(&marker, Version::Any).await {
+                                Ok(()) | Err(Error::NoNode) => Ok(()),
+                                Err(e) => Err(e),
+                            }
+                        })
+                        .await?;
                     }
                     error => return Err(error.into()),
                 },
                 Err(error) if error.is_connection_loss() => {
-                    return Ok(self.resolve_lost_take(&path, &marker, data))
+                    return Ok(
+                        match lost_take(&self.zk, self.patience, &path, &marker).await {
+                            LostTake::NotApplied => Claimed::Again,
+                            LostTake::Ours | LostTake::Unknown => Claimed::Taken(data),
+                            LostTake::Others => Claimed::Missed,
+                        },
+                    );
                 }
                 Err(error) => return Err(error.into()),
             }
         }
     }
+}
 
-    /// Our take of `path` (delete + `marker`) was sent and its reply lost; `data` is the
-    /// item. It is never dropped and never delivered twice while the session lasts:
-    /// after a `sync` (so a server we reconnected to has applied everything the old
-    /// connection sent), the item still there means the take did not apply (`Again`);
-    /// our marker there means it did (delivered); neither means another consumer took
-    /// it (`Missed`). The call's deadline does not apply here (the item may be ours
-    /// already); the reconnect timeout does.
-    fn resolve_lost_take(&self, path: &str, marker: &str, data: Vec<u8>) -> Claimed {
-        let look = (|| {
-            await_reconnect(&self.zk, self.patience, 1)?;
-            retry(&self.zk, self.patience, || self.zk.sync(path))?;
-            if retry(&self.zk, self.patience, || self.zk.exists(path))?.is_some() {
-                return Ok(Claimed::Again);
-            }
-            if retry(&self.zk, self.patience, || self.zk.exists(marker))?.is_some() {
-                drop(self.zk.delete_async(marker, Version::Any));
-                return Ok(Claimed::Taken(data.clone()));
-            }
-            Ok::<_, RecipeError>(Claimed::Missed)
-        })();
-        match look {
-            Ok(claimed) => claimed,
-            Err(error) => {
-                // Cannot find out (reconnect timeout, session over: the marker went with
-                // it). The item may be ours and gone from the queue, so it is delivered
-                // rather than lost: at least once, in this case only.
-                log::debug!("queue: outcome of taking {path} unknown ({error})");
-                Claimed::Taken(data)
-            }
+/// What became of a take (delete + marker) whose reply was lost.
+enum LostTake {
+    /// The item is still there: the take did not apply.
+    NotApplied,
+    /// Our marker is there: the take applied, the item is ours.
+    Ours,
+    /// Neither: another consumer took the item.
+    Others,
+    /// Cannot be found out (reconnect timeout, or the session ended and the marker with
+    /// it): the item may be ours and gone from the queue.
+    Unknown,
+}
+
+/// Our take of `path` (delete + `marker`) was sent and its reply lost: after a `sync` (so
+/// a server we reconnected to has applied everything the old connection sent), the item
+/// still there means the take did not apply; our marker there means it did; neither
+/// means another consumer took it. The call's deadline does not apply here (the item may
+/// be ours already); the reconnect timeout does. An item whose outcome is `Ours` or
+/// `Unknown` is delivered (or put back) rather than lost: at least once, in the unknown
+/// case only.
+async fn lost_take(zk: &ZooKeeper, patience: Patience, path: &str, marker: &str) -> LostTake {
+    let look = async {
+        reconnected(zk, patience, 1).await?;
+        retry_async(zk, patience, || zk.sync_async(path)).await?;
+        if retry_async(zk, patience, || zk.exists_async(path))
+            .await?
+            .is_some()
+        {
+            return Ok(LostTake::NotApplied);
         }
+        if retry_async(zk, patience, || zk.exists_async(marker))
+            .await?
+            .is_some()
+        {
+            drop(zk.delete_async(marker, Version::Any));
+            return Ok(LostTake::Ours);
+        }
+        Ok::<_, RecipeError>(LostTake::Others)
+    };
+    match look.await {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            log::debug!("queue: outcome of taking {path} unknown ({error})");
+            LostTake::Unknown
+        }
+    }
+}
+
+/// A claim (delete + marker) sent and not yet answered. If the take's future is dropped
+/// meanwhile, the claim is settled on a worker thread: an item it took is put back at
+/// the tail with its ordering tag, so a dropped take never loses an item while the
+/// session lives.
+struct PendingClaim<'a> {
+    queue: &'a Queue,
+    claim: Option<zookeeper::ZkFuture<Vec<OpResult>>>,
+    name: &'a str,
+    path: &'a str,
+    marker: &'a str,
+    data: &'a [u8],
+}
+
+impl Drop for PendingClaim<'_> {
+    fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let zk = self.queue.zk.clone();
+        let store = self.queue.store.clone();
+        let patience = self.queue.patience;
+        let (name, path, marker) = (
+            self.name.to_string(),
+            self.path.to_string(),
+            self.marker.to_string(),
+        );
+        let data = self.data.to_vec();
+        // Detached: the settling runs to its end whatever happens to this future.
+        drop(crate::asynchronous::unblock(move || {
+            block_on(async {
+                let taken = match claim.await {
+                    Ok(_) => true,
+                    Err(error) if error.is_connection_loss() => !matches!(
+                        lost_take(&zk, patience, &path, &marker).await,
+                        LostTake::NotApplied | LostTake::Others
+                    ),
+                    // Not applied (a failed multi), or the session is over (its marker
+                    // went with it; nothing can be put back on it).
+                    Err(_) => false,
+                };
+                if taken {
+                    drop(zk.delete_async(&marker, Version::Any));
+                    let tag = tag_of(&name).unwrap_or("");
+                    if let Err(error) = store.put_with(&zk, &data, tag, &[], patience) {
+                        log::error!(
+                            "queue: an item taken for a dropped take could not be put back \
+                             ({path}): {error}"
+                        );
+                    }
+                }
+            })
+        }));
     }
 }
 

@@ -1,0 +1,148 @@
+//! The queue's async take: pending takes cost no thread; a take dropped before it claimed
+//! an item leaves the queue untouched; a take dropped while its claim is in flight (its
+//! reply cut off) has the claim settled in the background, and the item it took is put
+//! back, never lost.
+
+mod common;
+
+use common::{connect, unique_path};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+use zk_harness::fault_proxy::OpCode;
+use zk_harness::testing::under_valgrind;
+use zk_harness::FaultProxy;
+use zookeeper::{Timeout, ZooKeeper};
+use zookeeper_recipes::asynchronous::Async;
+use zookeeper_recipes::queue::Queue;
+use zookeeper_recipes::Result;
+
+type Take = Pin<Box<dyn Future<Output = Result<Vec<u8>>> + Send>>;
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+fn wait_until(what: &str, condition: impl FnMut() -> bool) {
+    zk_harness::testing::wait_until(what, Duration::from_secs(60), condition);
+}
+
+struct Noop;
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// Polls every take once (each registers what it waits for, then stays pending).
+fn poll_all(takes: &mut [Take]) -> usize {
+    let waker = Waker::from(Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    let mut ready = 0;
+    for take in takes.iter_mut() {
+        if take.as_mut().poll(&mut cx).is_ready() {
+            ready += 1;
+        }
+    }
+    ready
+}
+
+#[test]
+fn pending_takes_cost_no_thread_and_dropped_ones_move_no_item() {
+    let takers: usize = if under_valgrind() { 100 } else { 1000 };
+    let zk = connect();
+    let admin = connect();
+    let path = unique_path("async-queue-many");
+    let queue = Async::new(Queue::new(&zk, &path).unwrap());
+    let producer = Queue::new(&admin, &path).unwrap();
+    producer.put(b"warm-up").unwrap();
+    assert_eq!(producer.take(Timeout::Never).unwrap(), b"warm-up");
+
+    let before = threads();
+    let mut takes: Vec<Take> = (0..takers).map(|_| queue.take(Timeout::Never)).collect();
+    // Poll until every take waits on the shared child watch (the first poll of each
+    // lists the empty queue).
+    wait_until("every take waiting", || {
+        assert_eq!(
+            poll_all(&mut takes),
+            0,
+            "a take completed on an empty queue"
+        );
+        queue.get_ref().waiting() == takers
+    });
+    let added = threads().saturating_sub(before);
+    println!("{takers} pending async takes added {added} threads");
+    assert!(added <= 4, "{takers} pending takes added {added} threads");
+
+    // Abandon them all, then put items: nobody takes them any more.
+    drop(takes);
+    assert_eq!(queue.get_ref().waiting(), 0);
+    for i in 0..10 {
+        producer.put(format!("item {i}").as_bytes()).unwrap();
+    }
+    let names = |zk: &ZooKeeper| -> Vec<String> {
+        let mut names: Vec<String> = zk
+            .get_children(&path)
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.starts_with("item"))
+            .collect();
+        names.sort();
+        names
+    };
+    let first = names(&admin);
+    assert_eq!(first.len(), 10);
+    // The same ten nodes, in order, as a fresh consumer takes them.
+    assert_eq!(names(&admin), first, "an abandoned take moved an item");
+    for i in 0..10 {
+        assert_eq!(
+            producer.take(Duration::from_secs(20)).unwrap(),
+            format!("item {i}").as_bytes()
+        );
+    }
+    wait_until("threads back", || threads() <= before + 2);
+}
+
+#[test]
+fn a_take_dropped_with_its_claim_in_flight_puts_the_item_back() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let proxy = FaultProxy::start(&hosts).unwrap();
+    let zk = ZooKeeper::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(6))
+        .connect()
+        .unwrap();
+    let admin = connect();
+    let path = unique_path("async-queue-claim");
+    let producer = Queue::new(&admin, &path).unwrap();
+    producer.put(b"precious").unwrap();
+    let consumer = Queue::new(&zk, &path).unwrap();
+
+    // The claim (a multi) reaches the server, which applies it; the connection is cut
+    // before its reply. The take is dropped right then.
+    proxy.cut_after_matching(1, |request| request.op == OpCode::MULTI);
+    {
+        let mut take = std::pin::pin!(consumer.take_async(Timeout::Never));
+        let sent = zk_harness::executor::block_on_timeout(
+            std::future::poll_fn(|cx| {
+                if !proxy.fired().is_empty() {
+                    return Poll::Ready(true);
+                }
+                if take.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }),
+            Duration::from_secs(60),
+        );
+        assert_eq!(sent, Some(true), "the claim was sent and its reply cut off");
+    } // dropped with the claim unanswered
+
+    // Settled in the background: the claim applied (the item left the queue), so the
+    // item is put back.
+    wait_until("the item back in the queue", || {
+        producer.len().unwrap_or(0) == 1
+    });
+    assert_eq!(producer.take(Duration::from_secs(20)).unwrap(), b"precious");
+    assert_eq!(producer.len().unwrap(), 0, "put back once, not twice");
+}
