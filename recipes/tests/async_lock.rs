@@ -73,6 +73,29 @@ fn wait_until(what: &str, condition: impl FnMut() -> bool) {
     zk_harness::testing::wait_until(what, Duration::from_secs(60), condition);
 }
 
+/// Polls `pending` until `reached` holds (it then waits where the test wants it) and
+/// asserts it did not complete first; fails after a minute.
+fn drive_until<F: Future + ?Sized>(
+    mut pending: Pin<&mut F>,
+    what: &str,
+    mut reached: impl FnMut() -> bool,
+) {
+    let outcome = zk_harness::executor::block_on_timeout(
+        std::future::poll_fn(|cx| {
+            if pending.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(false);
+            }
+            if reached() {
+                return Poll::Ready(true);
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }),
+        Duration::from_secs(60),
+    );
+    assert_eq!(outcome, Some(true), "{what}");
+}
+
 fn nodes(zk: &ZooKeeper, path: &str) -> usize {
     zk.get_children(path).map(|c| c.len()).unwrap_or(0)
 }
@@ -150,19 +173,9 @@ fn a_dropped_acquire_gives_way_and_a_later_one_gets_the_lock() {
         let waiting = Arc::clone(&lock);
         let mut pending: Task =
             Box::pin(async move { waiting.acquire_async(Timeout::Never).await });
-        let done = zk_harness::executor::block_on_timeout(
-            std::future::poll_fn(|cx| match pending.as_mut().poll(cx) {
-                Poll::Ready(_) => Poll::Ready(()),
-                Poll::Pending if lock.waiting() == 1 => Poll::Ready(()),
-                Poll::Pending => {
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                }
-            }),
-            Duration::from_secs(20),
-        );
-        assert!(done.is_some());
-        assert_eq!(lock.waiting(), 1);
+        drive_until(pending.as_mut(), "the acquire waiting", || {
+            lock.waiting() == 1
+        });
     }
     assert_eq!(
         lock.waiting(),
@@ -191,23 +204,10 @@ fn a_dropped_multi_lock_acquire_releases_what_it_took() {
     {
         let mut pending = std::pin::pin!(both.acquire_async(Timeout::Never));
         // Drive it until it holds the first lock and waits in line for the second.
-        let waiting = zk_harness::executor::block_on_timeout(
-            std::future::poll_fn(|cx| {
-                if pending.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(false);
-                }
-                if nodes(&admin, &first) == 1 && nodes(&admin, &second) == 2 {
-                    return Poll::Ready(true);
-                }
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }),
-            Duration::from_secs(60),
-        );
-        assert_eq!(
-            waiting,
-            Some(true),
-            "holding the first, waiting for the second"
+        drive_until(
+            pending.as_mut(),
+            "holding the first, waiting for the second",
+            || nodes(&admin, &first) == 1 && nodes(&admin, &second) == 2,
         );
     } // dropped here
     wait_until(
@@ -231,23 +231,10 @@ fn a_dropped_write_request_is_withdrawn() {
     let lock = ReadWriteLock::new(&zk, &path).unwrap();
     {
         let mut pending = std::pin::pin!(lock.write_async(Timeout::Never));
-        let waiting = zk_harness::executor::block_on_timeout(
-            std::future::poll_fn(|cx| {
-                if pending.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(false);
-                }
-                if nodes(&admin, &path) == 2 {
-                    return Poll::Ready(true);
-                }
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }),
-            Duration::from_secs(60),
-        );
-        assert_eq!(
-            waiting,
-            Some(true),
-            "the write request queued behind the reader"
+        drive_until(
+            pending.as_mut(),
+            "the write request queued behind the reader",
+            || nodes(&admin, &path) == 2,
         );
     }
     wait_until("the dropped write request withdrawn", || {
@@ -271,20 +258,9 @@ fn a_dropped_semaphore_request_is_withdrawn() {
     let contexts = zk.live_contexts();
     {
         let mut pending = std::pin::pin!(semaphore.acquire_async(Timeout::Never));
-        let waiting = zk_harness::executor::block_on_timeout(
-            std::future::poll_fn(|cx| {
-                if pending.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(false);
-                }
-                if nodes(&admin, &path) == 2 && zk.live_contexts() > contexts {
-                    return Poll::Ready(true);
-                }
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }),
-            Duration::from_secs(60),
-        );
-        assert_eq!(waiting, Some(true), "the request waits for the permit");
+        drive_until(pending.as_mut(), "the request waits for the permit", || {
+            nodes(&admin, &path) == 2 && zk.live_contexts() > contexts
+        });
     }
     wait_until("the dropped request withdrawn", || {
         nodes(&admin, &path) == 1

@@ -105,6 +105,19 @@ fn pending_takes_cost_no_thread_and_dropped_ones_move_no_item() {
 
 #[test]
 fn a_take_dropped_with_its_claim_in_flight_puts_the_item_back() {
+    // Dropped right when the claim was sent and its connection cut.
+    take_dropped_mid_claim(false);
+}
+
+#[test]
+fn a_take_dropped_while_finding_out_its_claim_puts_the_item_back() {
+    // Dropped while finding out whether its claim applied: the client noticed the cut
+    // (the claim failed with a connection loss) and waits to reconnect, which the proxy
+    // refuses until the take is gone.
+    take_dropped_mid_claim(true);
+}
+
+fn take_dropped_mid_claim(after_the_client_noticed: bool) {
     let hosts = zk_harness::shared_test_connect_string();
     let proxy = FaultProxy::start(&hosts).unwrap();
     let zk = ZooKeeper::builder(&proxy.connect_string())
@@ -118,13 +131,14 @@ fn a_take_dropped_with_its_claim_in_flight_puts_the_item_back() {
     let consumer = Queue::new(&zk, &path).unwrap();
 
     // The claim (a multi) reaches the server, which applies it; the connection is cut
-    // before its reply. The take is dropped right then.
+    // before its reply.
     proxy.cut_after_matching(1, |request| request.op == OpCode::MULTI);
     {
         let mut take = std::pin::pin!(consumer.take_async(Timeout::Never));
-        let sent = zk_harness::executor::block_on_timeout(
+        let reached = zk_harness::executor::block_on_timeout(
             std::future::poll_fn(|cx| {
-                if !proxy.fired().is_empty() {
+                let cut = !proxy.fired().is_empty();
+                if cut && (!after_the_client_noticed || !zk.state().is_connected()) {
                     return Poll::Ready(true);
                 }
                 if take.as_mut().poll(cx).is_ready() {
@@ -135,10 +149,14 @@ fn a_take_dropped_with_its_claim_in_flight_puts_the_item_back() {
             }),
             Duration::from_secs(60),
         );
-        assert_eq!(sent, Some(true), "the claim was sent and its reply cut off");
-    } // dropped with the claim unanswered
+        assert_eq!(
+            reached,
+            Some(true),
+            "the take was still unsettled when dropped"
+        );
+    } // dropped here
 
-    // Settled in the background: the claim applied (the item left the queue), so the
+    // Settled in the background: if the claim applied (the item left the queue), the
     // item is put back.
     wait_until("the item back in the queue", || {
         producer.len().unwrap_or(0) == 1

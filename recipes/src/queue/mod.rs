@@ -584,14 +584,29 @@ impl Queue {
             // From here the claim may apply: a dropped future hands it to the background.
             let mut pending = PendingClaim {
                 queue: self,
-                claim: Some(self.zk.multi_async(&take)),
+                stage: Some(ClaimStage::Sent(self.zk.multi_async(&take))),
                 name,
                 path: &path,
                 marker: &marker,
                 data: &data,
             };
-            let claimed = pending.claim.as_mut().expect("just sent").await;
-            pending.claim = None;
+            let claimed = match pending.stage.as_mut() {
+                Some(ClaimStage::Sent(claim)) => claim.await,
+                _ => unreachable!("just sent"),
+            };
+            if matches!(&claimed, Err(error) if error.is_connection_loss()) {
+                // Still unsettled: a dropped future settles it in the background.
+                pending.stage = Some(ClaimStage::ReplyLost);
+                let outcome = lost_take(&self.zk, self.patience, &path, &marker).await;
+                pending.stage = None;
+                drop(pending);
+                return Ok(match outcome {
+                    LostTake::NotApplied => Claimed::Again,
+                    LostTake::Ours | LostTake::Unknown => Claimed::Taken(data),
+                    LostTake::Others => Claimed::Missed,
+                });
+            }
+            pending.stage = None;
             drop(pending);
             match claimed {
                 Ok(_) => {
@@ -620,15 +635,6 @@ impl Queue {
                     }
                     error => return Err(error.into()),
                 },
-                Err(error) if error.is_connection_loss() => {
-                    return Ok(
-                        match lost_take(&self.zk, self.patience, &path, &marker).await {
-                            LostTake::NotApplied => Claimed::Again,
-                            LostTake::Ours | LostTake::Unknown => Claimed::Taken(data),
-                            LostTake::Others => Claimed::Missed,
-                        },
-                    );
-                }
                 Err(error) => return Err(error.into()),
             }
         }
@@ -683,13 +689,21 @@ async fn lost_take(zk: &ZooKeeper, patience: Patience, path: &str, marker: &str)
     }
 }
 
-/// A claim (delete + marker) sent and not yet answered. If the take's future is dropped
-/// meanwhile, the claim is settled on a worker thread: an item it took is put back at
-/// the tail with its ordering tag, so a dropped take never loses an item while the
-/// session lives.
+/// How far an unsettled claim got.
+enum ClaimStage {
+    /// Sent, not answered yet.
+    Sent(zookeeper::ZkFuture<Vec<OpResult>>),
+    /// Its reply was lost: whether it applied is being found out.
+    ReplyLost,
+}
+
+/// A claim (delete + marker) whose outcome the take has not settled yet. If the take's
+/// future is dropped meanwhile, the claim is settled on a worker thread: an item it took
+/// is put back at the tail with its ordering tag, so a dropped take never loses an item
+/// while the session lives.
 struct PendingClaim<'a> {
     queue: &'a Queue,
-    claim: Option<zookeeper::ZkFuture<Vec<OpResult>>>,
+    stage: Option<ClaimStage>,
     name: &'a str,
     path: &'a str,
     marker: &'a str,
@@ -698,7 +712,7 @@ struct PendingClaim<'a> {
 
 impl Drop for PendingClaim<'_> {
     fn drop(&mut self) {
-        let Some(claim) = self.claim.take() else {
+        let Some(stage) = self.stage.take() else {
             return;
         };
         let zk = self.queue.zk.clone();
@@ -713,15 +727,23 @@ impl Drop for PendingClaim<'_> {
         // Detached: the settling runs to its end whatever happens to this future.
         drop(crate::asynchronous::unblock(move || {
             block_on(async {
-                let taken = match claim.await {
-                    Ok(_) => true,
-                    Err(error) if error.is_connection_loss() => !matches!(
+                let reply_lost = match stage {
+                    ClaimStage::Sent(claim) => match claim.await {
+                        Ok(_) => Some(false),
+                        Err(error) if error.is_connection_loss() => Some(true),
+                        // Not applied (a failed multi), or the session is over (its marker
+                        // went with it; nothing can be put back on it).
+                        Err(_) => None,
+                    },
+                    ClaimStage::ReplyLost => Some(true),
+                };
+                let taken = match reply_lost {
+                    Some(false) => true,
+                    Some(true) => !matches!(
                         lost_take(&zk, patience, &path, &marker).await,
                         LostTake::NotApplied | LostTake::Others
                     ),
-                    // Not applied (a failed multi), or the session is over (its marker
-                    // went with it; nothing can be put back on it).
-                    Err(_) => false,
+                    None => false,
                 };
                 if taken {
                     drop(zk.delete_async(&marker, Version::Any));

@@ -17,7 +17,12 @@ pub(crate) async fn reconnected(zk: &ZooKeeper, patience: Patience, attempt: u32
         sleep_for(pause.min(patience.reconnect_wait()?)).await;
     }
     let deadline = Deadline::after(patience.reconnect_wait()?);
-    // Subscribed before the state is read: no change can fall between the two.
+    match zk.state() {
+        state if state.is_connected() => return Ok(()),
+        state if state.is_terminal() => return Err(session_error(state)),
+        _ => {}
+    }
+    // Subscribed before the state is read again: no change can fall between the two.
     let mut events = zk.session_events();
     loop {
         match zk.state() {
