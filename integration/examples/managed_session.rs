@@ -75,21 +75,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "lease lost with generation {lease_generation}; it still exists: {} (not re-taken)",
         admin.exists(&lease)?.is_some()
     );
-    // The cache re-read the node in the new session and reports what changed.
+    // The cache re-reads the node in the new session. Its events are coalesced per node
+    // for a reader that reads late (the first load and the change may arrive as one
+    // event), so read them until the cache holds the new value.
+    let events = cache.events();
     loop {
-        match cache.events().recv_timeout(Duration::from_secs(30))? {
-            CacheEvent::Updated { new, .. } => {
-                println!(
-                    "[cache] config now {:?} (read in session generation {})",
-                    String::from_utf8_lossy(&new.data),
-                    client.generation()
-                );
-                break;
-            }
+        let event = events.recv_timeout(Duration::from_secs(30))?;
+        match &event {
             CacheEvent::Added(node) => {
                 println!("[cache] loaded {:?}", String::from_utf8_lossy(&node.data))
             }
+            CacheEvent::Updated { new, .. } => {
+                println!(
+                    "[cache] updated to {:?}",
+                    String::from_utf8_lossy(&new.data)
+                )
+            }
             other => println!("[cache] {other:?}"),
+        }
+        if let Some(node) = cache.current().filter(|node| node.data == b"threads=8") {
+            println!(
+                "[cache] config now {:?} (read in session generation {})",
+                String::from_utf8_lossy(&node.data),
+                client.generation()
+            );
+            break;
         }
     }
 
