@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
-use zk_harness::{Server, ServerOptions};
 use zookeeper::{CreateMode, Error, Stat, Watch, ZooKeeper};
 use zookeeper_recipes::queue::Queue;
 use zookeeper_recipes::OptionalExtension;
@@ -468,14 +467,7 @@ pub fn main(flags: &Flags) -> Result<()> {
     let text =
         std::fs::read_to_string(&script).map_err(|e| format!("{}: {e}", script.display()))?;
     let steps = parse_script(&text);
-    let server;
-    let hosts = match flags.get("hosts") {
-        Some(h) => h.to_string(),
-        None => {
-            server = Server::start_with(&ServerOptions::new().force_sync(false).log_level("WARN"))?;
-            server.connect_string()
-        }
-    };
+    let (_server, hosts) = flags.hosts_or_start()?;
     let pid = std::process::id();
     let zkpy = run_zkpython(
         &hosts,

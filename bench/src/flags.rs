@@ -40,6 +40,22 @@ impl Flags {
         self.values.get(name).map(String::as_str)
     }
 
+    /// The servers named by `--hosts`, or a quiet throwaway server (no fsync, WARN
+    /// logging) kept alive by the returned value.
+    pub fn hosts_or_start(
+        &self,
+    ) -> crate::rust_client::Result<(Option<zk_harness::Server>, String)> {
+        if let Some(hosts) = self.get("hosts") {
+            return Ok((None, hosts.to_string()));
+        }
+        let options = zk_harness::ServerOptions::new()
+            .force_sync(false)
+            .log_level("WARN");
+        let server = zk_harness::Server::start_with(&options)?;
+        let hosts = server.connect_string();
+        Ok((Some(server), hosts))
+    }
+
     /// The value of `--name` parsed as a number, or `default`.
     pub fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, String> {
         match self.get(name) {

@@ -23,7 +23,6 @@ use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
-use zk_harness::{Server, ServerOptions};
 use zookeeper::Watch;
 use zookeeper_sys as sys;
 
@@ -51,14 +50,7 @@ pub fn main(flags: &Flags) -> Result<()> {
     if n == 0 || batch == 0 {
         return Err("--per-watch and --batch must be positive".into());
     }
-    let server;
-    let hosts = match flags.get("hosts") {
-        Some(h) => h.to_string(),
-        None => {
-            server = Server::start_with(&ServerOptions::new().force_sync(false).log_level("WARN"))?;
-            server.connect_string()
-        }
-    };
+    let (_server, hosts) = flags.hosts_or_start()?;
     let base = format!("/watchmem-{}", std::process::id());
     {
         let zk = connect(&hosts)?;
