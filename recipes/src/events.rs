@@ -138,7 +138,7 @@ impl<B: Buffer> EventQueue<B> {
         }
     }
 
-    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<B::Item>> {
+    pub(crate) fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<B::Item>> {
         let mut state = self.state.lock();
         if let Some(item) = state.buffer.pop() {
             return Poll::Ready(Some(item));

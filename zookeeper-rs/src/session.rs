@@ -362,6 +362,13 @@ impl SessionEvents {
         NextSessionEvent { events: self }
     }
 
+    /// Polls for the next event: `Ready(None)` once the handle has closed and every event
+    /// was received; `Pending` registers `cx`'s waker (the last one given is woken).
+    /// For hand-written futures that wait on several sources at once.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
+        self.poll_event(cx)
+    }
+
     fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
         match self.receiver.try_recv() {
             Ok(event) => return Poll::Ready(Some(event)),

@@ -69,72 +69,85 @@ impl Client {
         }
     }
 
-    /// The connection states for a recipe thread that waits in a `Select` (no extra
-    /// thread for a plain handle).
+    /// The connection states for a recipe's follower: drained without waiting, waited
+    /// for in a `Select` (a thread) or polled (a task on the driver).
     pub(crate) fn feed(&self) -> StateFeed {
-        match self {
+        let source = match self {
             Client::Plain(zk) => {
-                let events = zk.session_events().into_receiver();
+                let events = zk.session_events();
                 let mut translator = Translator::default();
                 let first = translator.initial(zk.state());
-                StateFeed::Plain {
-                    events,
-                    translator,
-                    first: Some(first),
-                    ended: false,
-                }
+                let mut pending = VecDeque::new();
+                pending.push_back(ConnectionEvent {
+                    state: first,
+                    generation: 1,
+                });
+                let ended = first == ConnectionState::Lost;
+                return StateFeed {
+                    source: Source::Plain { events, translator },
+                    pending,
+                    ended,
+                };
             }
-            Client::Managed(managed) => StateFeed::Managed(managed.states()),
+            Client::Managed(managed) => Source::Managed(managed.states()),
+        };
+        StateFeed {
+            source,
+            pending: VecDeque::new(),
+            ended: false,
         }
     }
 }
 
-/// A recipe thread's view of its client's connection states.
-pub(crate) enum StateFeed {
+/// Where a [`StateFeed`] reads from.
+enum Source {
     Plain {
-        events: Receiver<WatchedEvent>,
+        events: zookeeper::SessionEvents,
         translator: Translator,
-        first: Option<ConnectionState>,
-        ended: bool,
     },
     Managed(ConnectionStates),
+}
+
+/// A recipe follower's view of its client's connection states.
+pub(crate) struct StateFeed {
+    source: Source,
+    /// Received and not drained yet.
+    pending: VecDeque<ConnectionEvent>,
+    /// Nothing more will come.
+    ended: bool,
 }
 
 impl StateFeed {
     /// Adds what to wait on to `select`.
     pub(crate) fn add_to<'a>(&'a self, select: &mut Select<'a>) -> usize {
-        match self {
-            StateFeed::Plain { events, .. } => select.recv(events),
-            StateFeed::Managed(states) => select.recv(states.doorbell()),
+        match &self.source {
+            Source::Plain { events, .. } => select.recv(events.receiver()),
+            Source::Managed(states) => select.recv(states.doorbell()),
         }
     }
 
-    /// Every event available now, without blocking; the flag says whether the feed
-    /// has ended (nothing more will come).
-    pub(crate) fn drain(&mut self) -> (Vec<ConnectionEvent>, bool) {
-        let mut out = Vec::new();
-        match self {
-            StateFeed::Plain {
-                events,
-                translator,
-                first,
-                ended,
-            } => {
-                if let Some(state) = first.take() {
-                    out.push(ConnectionEvent {
-                        state,
-                        generation: 1,
-                    });
-                }
+    /// Moves what has arrived into `pending`; `cx` (if any) is woken by the next arrival.
+    fn receive(&mut self, cx: Option<&mut Context<'_>>) {
+        let StateFeed {
+            source,
+            pending,
+            ended,
+        } = self;
+        match source {
+            Source::Plain { events, translator } => {
+                let mut noop = Context::from_waker(crate::runtime::noop_waker());
+                let cx = cx.unwrap_or(&mut noop);
                 while !*ended {
-                    let state = match events.try_recv() {
-                        Ok(event) if event.event_type == EventType::Session => event.state,
-                        Ok(_) => continue,
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Disconnected) => SessionState::Closed,
+                    let state = match events.poll_recv(cx) {
+                        Poll::Ready(Some(event)) if event.event_type == EventType::Session => {
+                            event.state
+                        }
+                        Poll::Ready(Some(_)) => continue,
+                        Poll::Ready(None) => SessionState::Closed,
+                        Poll::Pending => break,
                     };
                     if let Some(state) = translator.on_session(state) {
-                        out.push(ConnectionEvent {
+                        pending.push_back(ConnectionEvent {
                             state,
                             generation: 1,
                         });
@@ -143,18 +156,37 @@ impl StateFeed {
                         *ended = true;
                     }
                 }
-                (out, *ended)
             }
-            StateFeed::Managed(states) => {
+            Source::Managed(states) => {
                 while states.doorbell().try_recv().is_ok() {}
-                loop {
-                    match states.try_recv() {
-                        Ok(event) => out.push(event),
-                        Err(TryRecvError::Empty) => return (out, false),
-                        Err(TryRecvError::Disconnected) => return (out, true),
+                let mut noop = Context::from_waker(crate::runtime::noop_waker());
+                let cx = cx.unwrap_or(&mut noop);
+                while !*ended {
+                    match states.queue.poll_recv(cx) {
+                        Poll::Ready(Some(event)) => pending.push_back(event),
+                        Poll::Ready(None) => *ended = true,
+                        Poll::Pending => break,
                     }
                 }
             }
         }
+    }
+
+    /// Ready when [`drain`](Self::drain) has something to report (an event, or the end).
+    #[allow(dead_code)] // the followers' tasks use it, one family per commit
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.receive(Some(cx));
+        if self.pending.is_empty() && !self.ended {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    /// Every event available now, without blocking; the flag says whether the feed
+    /// has ended (nothing more will come).
+    pub(crate) fn drain(&mut self) -> (Vec<ConnectionEvent>, bool) {
+        self.receive(None);
+        (self.pending.drain(..).collect(), self.ended)
     }
 }

@@ -68,6 +68,9 @@
 //! ```
 
 mod client;
+// Adopted by the followers one family per commit.
+#[allow(dead_code)]
+pub(crate) mod following;
 mod managed;
 mod states;
 
@@ -82,6 +85,7 @@ use crossbeam_channel::{select, Receiver, Select, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use zookeeper::{EventType, SessionState, Timeout, WatchedEvent, ZooKeeper};

@@ -5,13 +5,31 @@
 //! No runtime dependency: timers are served by one process-wide thread ([`timer`]), which
 //! ends when no timer is pending; everything else is woken by the client's completion
 //! thread. A pending recipe call therefore costs no thread of its own, whichever way it
-//! is waited for.
+//! is waited for. Background work (followers, settling what a dropped future left in
+//! flight) runs as tasks on one process-wide thread, the [`driver`].
 //!
 //! Cancellation: every await point is one. A step that starts something that outlives a
 //! dropped future (a node, a claim) withdraws it in its `Drop` (see the recipes).
 
 mod block;
+// The followers move onto the driver one family per commit; until the last, parts
+// of it have no caller yet.
+#[allow(dead_code, unused_imports)]
+pub(crate) mod driver;
 pub(crate) mod timer;
 
 pub(crate) use block::block_on;
+#[allow(unused_imports)]
+pub(crate) use driver::{spawn, spawn_detached, StopSignal, Task};
 pub(crate) use timer::{sleep_for, until};
+
+/// A waker that does nothing, for looking at a pollable source without waiting on it
+/// (`Waker::noop` needs a newer Rust than the crate's minimum).
+pub(crate) fn noop_waker() -> &'static std::task::Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    static NOOP: std::sync::OnceLock<std::task::Waker> = std::sync::OnceLock::new();
+    NOOP.get_or_init(|| std::task::Waker::from(std::sync::Arc::new(Noop)))
+}

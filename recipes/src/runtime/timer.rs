@@ -152,10 +152,12 @@ impl Drop for Sleep {
 
 /// Completes at `deadline` (never for [`Deadline::never`]).
 pub(crate) fn sleep_until(deadline: Deadline) -> Sleep {
-    Sleep {
-        at: deadline.instant(),
-        id: None,
-    }
+    sleep_at(deadline.instant())
+}
+
+/// Completes at `at` (never for `None`).
+pub(crate) fn sleep_at(at: Option<Instant>) -> Sleep {
+    Sleep { at, id: None }
 }
 
 /// Completes after `duration`.
