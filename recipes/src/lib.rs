@@ -71,3 +71,11 @@ pub mod work_queue;
 
 pub use error::{LossReason, OptionalExtension, RecipeError, Result};
 pub use nodes::NodeOptions;
+
+/// Background tasks alive on the recipes' driver (caches, latches, persistent nodes,
+/// value and config watches, settling what dropped futures left in flight): for tests
+/// and the thread-count programs.
+#[doc(hidden)]
+pub fn live_background_tasks() -> usize {
+    runtime::driver::live_tasks()
+}

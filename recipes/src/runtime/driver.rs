@@ -296,8 +296,7 @@ fn poll_task(cell: &Arc<TaskCell>) -> bool {
 }
 
 /// Tasks alive now (for tests and the thread-count programs).
-#[doc(hidden)]
-pub fn live_tasks() -> usize {
+pub(crate) fn live_tasks() -> usize {
     QUEUE.lock().live
 }
 
