@@ -1,6 +1,8 @@
 //! The managed client: a new session after expiry, its generation, and its stream.
 
 use super::*;
+use crate::runtime::{until, StopSignal, Task};
+use zookeeper::Deadline;
 
 // ---------------------------------------------------------------------------------------
 // The managed client.
@@ -54,8 +56,8 @@ impl Shared {
 
 pub(super) struct Owner {
     pub(super) shared: Arc<Shared>,
-    pub(super) stop: Mutex<Option<Sender<()>>>,
-    pub(super) thread: Mutex<Option<JoinHandle<()>>>,
+    /// The monitor task (on the recipes' driver).
+    pub(super) monitor: Mutex<Option<Task>>,
 }
 
 impl Drop for Owner {
@@ -66,9 +68,9 @@ impl Drop for Owner {
 
 impl Owner {
     pub(super) fn close(&self) {
-        self.stop.lock().take();
-        if let Some(thread) = self.thread.lock().take() {
-            let _ = thread.join();
+        let monitor = self.monitor.lock().take();
+        if let Some(monitor) = monitor {
+            monitor.stop_and_join();
         }
         let (zk, queues) = {
             let mut state = self.shared.state.lock();
@@ -132,7 +134,8 @@ impl ManagedZooKeeper {
     }
 
     /// Uses `connect` to establish each session (the first one before this returns, its
-    /// error is returned; later ones on the client's monitor thread). It may set any option of [`ZooKeeper::builder`] and add
+    /// error is returned; later ones on a worker thread, as it may block). It may set
+    /// any option of [`ZooKeeper::builder`] and add
     /// credentials (`add_auth`) before returning the handle; it must not resume a session
     /// (`builder(..).session(..)`): each call must start a new one. A failing call is
     /// retried with a growing pause (0.1 s up to 5 s) until it succeeds or the client is
@@ -152,17 +155,17 @@ impl ManagedZooKeeper {
             changed: Condvar::new(),
             connector: Box::new(connect),
         });
-        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let monitor = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("zk-managed-session".into())
-            .spawn(move || run_monitor(&monitor, &stop_rx))
-            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
+        let task = crate::runtime::spawn(
+            "managed session",
+            move |stop| async move { run_monitor(monitor, stop).await },
+            || log::error!("recipes: the managed client's monitor failed; no new session"),
+        )
+        .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ManagedZooKeeper {
             owner: Arc::new(Owner {
                 shared,
-                stop: Mutex::new(Some(stop)),
-                thread: Mutex::new(Some(thread)),
+                monitor: Mutex::new(Some(task)),
             }),
         })
     }
@@ -277,15 +280,15 @@ pub(super) enum SessionEnd {
     Closed,
 }
 
-/// The monitor thread: follows the current session, replaces it after expiry.
-pub(super) fn run_monitor(shared: &Shared, stop: &Receiver<()>) {
+/// The monitor task: follows the current session, replaces it after expiry.
+pub(super) async fn run_monitor(shared: Arc<Shared>, stop: StopSignal) {
     let mut last = ConnectionState::Connected;
     loop {
         let (zk, generation) = {
             let state = shared.state.lock();
             (state.zk.clone(), state.generation)
         };
-        match follow_session(shared, &zk, generation, last, stop) {
+        match follow_session(&shared, &zk, generation, last, &stop).await {
             SessionEnd::Stop => return,
             SessionEnd::Closed => {
                 // Someone closed the handle itself: the managed client is over too.
@@ -305,16 +308,21 @@ pub(super) fn run_monitor(shared: &Shared, stop: &Receiver<()>) {
             }
             SessionEnd::Terminal => {}
         }
-        // The session is gone: make a new one (the old handle is closed once replaced).
+        drop(zk);
+        // The session is gone: make a new one. The connector is the user's and may
+        // block, so it runs on a worker thread, as does closing the old handle.
         let mut pause = Duration::from_millis(100);
         let new = loop {
-            match (shared.connector)() {
+            let connect = Arc::clone(&shared);
+            match crate::asynchronous::unblock(move || (connect.connector)()).await {
                 Ok(zk) => break zk,
                 Err(error) => {
                     log::warn!("recipes: managed client: new session failed: {error}");
-                    select! {
-                        recv(stop) -> _ => return,
-                        default(pause) => {}
+                    if until(Deadline::after(pause), stop.stopped())
+                        .await
+                        .is_some()
+                    {
+                        return;
                     }
                     pause = (pause * 2).min(Duration::from_secs(5));
                 }
@@ -322,32 +330,40 @@ pub(super) fn run_monitor(shared: &Shared, stop: &Receiver<()>) {
         };
         let old = {
             let mut state = shared.state.lock();
-            if state.closed {
+            if state.closed || stop.is_stopped() {
                 drop(state);
-                let _ = new.close();
+                close_elsewhere(new);
                 return;
             }
             state.generation += 1;
             std::mem::replace(&mut state.zk, new)
         };
-        let _ = old.close();
+        close_elsewhere(old);
         shared.publish(ConnectionState::NewSession, generation + 1);
         last = ConnectionState::NewSession;
-        if matches!(stop.try_recv(), Err(TryRecvError::Disconnected)) {
+        if stop.is_stopped() {
             return;
         }
     }
 }
 
+/// Closes a handle the monitor is done with, off the driver (closing waits for the
+/// server's answer).
+fn close_elsewhere(zk: ZooKeeper) {
+    drop(crate::asynchronous::unblock(move || {
+        let _ = zk.close();
+    }));
+}
+
 /// Reports one session's states until it ends.
-pub(super) fn follow_session(
+pub(super) async fn follow_session(
     shared: &Shared,
     zk: &ZooKeeper,
     generation: u64,
     last: ConnectionState,
-    stop: &Receiver<()>,
+    stop: &StopSignal,
 ) -> SessionEnd {
-    let events = zk.session_events().into_receiver();
+    let mut events = zk.session_events();
     let mut translator = Translator::after(last);
     // Whatever happened before the subscription.
     let mut seen = Some(zk.state());
@@ -364,13 +380,18 @@ pub(super) fn follow_session(
                 };
             }
         }
-        select! {
-            recv(events) -> event => match event {
-                Ok(event) if event.event_type == EventType::Session => seen = Some(event.state),
-                Ok(_) => {}
-                Err(_) => seen = Some(SessionState::Closed),
-            },
-            recv(stop) -> _ => return SessionEnd::Stop,
+        let event = std::future::poll_fn(|cx| {
+            if stop.poll_stopped(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            events.poll_recv(cx).map(Some)
+        })
+        .await;
+        match event {
+            None => return SessionEnd::Stop,
+            Some(Some(event)) if event.event_type == EventType::Session => seen = Some(event.state),
+            Some(Some(_)) => {}
+            Some(None) => seen = Some(SessionState::Closed),
         }
     }
 }

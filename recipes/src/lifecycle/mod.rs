@@ -81,14 +81,13 @@ pub use states::*;
 use crate::error::LossReason;
 use crate::events::{receiving_methods, Buffer, EventQueue};
 use crate::{RecipeError, Result};
-use crossbeam_channel::{select, Receiver, Select, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Select};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use zookeeper::{EventType, SessionState, Timeout, WatchedEvent, ZooKeeper};
+use zookeeper::{EventType, SessionState, Timeout, ZooKeeper};
 
 /// A connection state, as Apache Curator names them (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,6 +1,7 @@
 //! Connection states from session events, and the bounded stream of them.
 
 use super::*;
+use crate::runtime::{StopSignal, Task};
 
 // ---------------------------------------------------------------------------------------
 // Translating session events.
@@ -135,22 +136,8 @@ impl Buffer for StateBuffer {
 /// keep its session open.
 pub struct ConnectionStates {
     pub(super) queue: Arc<EventQueue<StateBuffer>>,
-    /// The forwarding thread of a plain handle's stream (stopped when dropped).
-    pub(super) _pump: Option<Pump>,
-}
-
-pub(super) struct Pump {
-    pub(super) stop: Option<Sender<()>>,
-    pub(super) thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Pump {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    /// The forwarding task of a plain handle's stream (stopped when dropped).
+    pub(super) _pump: Option<Task>,
 }
 
 impl std::fmt::Debug for ConnectionStates {
@@ -163,11 +150,12 @@ impl std::fmt::Debug for ConnectionStates {
 }
 
 impl ConnectionStates {
-    /// The connection states of a plain handle, from now on (generation 1). A small
-    /// thread forwards the handle's session events until the stream is dropped or ends.
+    /// The connection states of a plain handle, from now on (generation 1). A task on
+    /// the recipes' driver forwards the handle's session events until the stream is
+    /// dropped or ends.
     pub fn new(zk: &ZooKeeper) -> Result<ConnectionStates> {
         let queue = EventQueue::new(StateBuffer::default());
-        let events = zk.session_events().into_receiver();
+        let events = zk.session_events();
         let mut translator = Translator::default();
         let first = translator.initial(zk.state());
         queue.update(|b| {
@@ -180,18 +168,16 @@ impl ConnectionStates {
             queue.close();
             return Ok(ConnectionStates { queue, _pump: None });
         }
-        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
-        let feed = Arc::clone(&queue);
-        let thread = std::thread::Builder::new()
-            .name("zk-connection-states".into())
-            .spawn(move || pump(events, translator, &feed, &stop_rx))
-            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
+        let (feed, ends) = (Arc::clone(&queue), Arc::clone(&queue));
+        let task = crate::runtime::spawn(
+            "connection states",
+            move |stop| pump(events, translator, feed, stop),
+            move || ends.close(),
+        )
+        .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ConnectionStates {
             queue,
-            _pump: Some(Pump {
-                stop: Some(stop),
-                thread: Some(thread),
-            }),
+            _pump: Some(task),
         })
     }
 
@@ -208,31 +194,40 @@ impl ConnectionStates {
     }
 }
 
-pub(super) fn pump(
-    events: Receiver<WatchedEvent>,
+/// Forwards session events as connection states until `Lost` or a stop request.
+async fn pump(
+    mut events: zookeeper::SessionEvents,
     mut translator: Translator,
-    queue: &EventQueue<StateBuffer>,
-    stop: &Receiver<()>,
+    queue: Arc<EventQueue<StateBuffer>>,
+    stop: StopSignal,
 ) {
     loop {
-        select! {
-            recv(events) -> event => {
-                let state = match event {
-                    Ok(event) if event.event_type == EventType::Session => {
-                        translator.on_session(event.state)
-                    }
-                    Ok(_) => None,
-                    // The handle closed.
-                    Err(_) => translator.on_session(SessionState::Closed),
-                };
-                if let Some(state) = state {
-                    queue.update(|b| b.push(ConnectionEvent { state, generation: 1 }));
-                }
-                if translator.last() == Some(ConnectionState::Lost) {
-                    break;
-                }
+        let event = std::future::poll_fn(|cx| {
+            if stop.poll_stopped(cx).is_ready() {
+                return Poll::Ready(None);
             }
-            recv(stop) -> _ => break,
+            events.poll_recv(cx).map(Some)
+        })
+        .await;
+        let state = match event {
+            None => break, // stop requested
+            Some(Some(event)) if event.event_type == EventType::Session => {
+                translator.on_session(event.state)
+            }
+            Some(Some(_)) => None,
+            // The handle closed.
+            Some(None) => translator.on_session(SessionState::Closed),
+        };
+        if let Some(state) = state {
+            queue.update(|b| {
+                b.push(ConnectionEvent {
+                    state,
+                    generation: 1,
+                })
+            });
+        }
+        if translator.last() == Some(ConnectionState::Lost) {
+            break;
         }
     }
     queue.close();

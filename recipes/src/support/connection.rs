@@ -146,6 +146,49 @@ pub(crate) fn finish_in_background(
     }
 }
 
+/// A request of [`finish_later`], made afresh for each try.
+pub(crate) type CleanupFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = zookeeper::Result<()>> + Send>>;
+
+/// [`finish_in_background`] for an async request: a task on the driver tries it until
+/// it succeeds or fails for good, with the same rules (dropped only once its session is
+/// over or every clone of the handle was let go; held weakly between tries; never
+/// dropped for a long outage alone).
+pub(crate) fn finish_later(
+    zk: &ZooKeeper,
+    what: String,
+    mut request: impl FnMut(ZooKeeper) -> CleanupFuture + Send + 'static,
+) {
+    let weak = zk.downgrade();
+    let name = what.clone();
+    crate::runtime::spawn_detached(&name, async move {
+        loop {
+            let Some(zk) = weak.upgrade() else {
+                log::debug!("recipes: {what} dropped: the handle was let go");
+                return;
+            };
+            let state = zk.state();
+            if state.is_terminal() {
+                log::debug!("recipes: {what} dropped: the session is over");
+                return;
+            }
+            if state.is_connected() {
+                match request(zk).await {
+                    Ok(()) => return,
+                    Err(error) if error.is_retryable() => {}
+                    Err(error) => {
+                        log::debug!("recipes: giving up {what}: {error}");
+                        return;
+                    }
+                }
+            } else {
+                drop(zk);
+            }
+            sleep_for(CLEANUP_POLL).await;
+        }
+    });
+}
+
 /// The body of the cleanup thread: tries each cleanup when due, drops it when done, when
 /// its session is over, or when its time is up; ends when idle.
 pub(super) fn cleanup_worker(receiver: Receiver<Cleanup>) {

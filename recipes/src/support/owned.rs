@@ -85,7 +85,10 @@ pub(super) fn gave_up_for_connection<T>(result: &Result<T>) -> bool {
 pub(super) fn delete_in_background(zk: &ZooKeeper, path: &str) {
     let path = path.to_string();
     let what = format!("deleting {path}");
-    finish_in_background(zk.clone(), what, move |zk| delete_any_version(zk, &path));
+    finish_later(zk, what, move |zk| {
+        let path = path.clone();
+        Box::pin(async move { delete_any_version_async(&zk, &path).await })
+    });
 }
 
 /// How long dropping a guard waits for its node's delete to be answered before handing

@@ -161,16 +161,19 @@ pub(super) async fn find_tagged(
 pub(super) fn withdraw_tagged_in_background(zk: &ZooKeeper, dir: &str, tag: &str) {
     let (dir, tag) = (dir.to_string(), tag.to_string());
     let what = format!("withdrawing {dir}/{tag}*");
-    finish_in_background(zk.clone(), what, move |zk| {
-        zk.sync(&dir)?;
-        let children = match zk.get_children(&dir) {
-            Err(Error::NoNode) => return Ok(()),
-            other => other?,
-        };
-        for name in children.iter().filter(|c| c.starts_with(&tag)) {
-            delete_any_version(zk, &format!("{dir}/{name}"))?;
-        }
-        Ok(())
+    finish_later(zk, what, move |zk| {
+        let (dir, tag) = (dir.clone(), tag.clone());
+        Box::pin(async move {
+            zk.sync_async(&dir).await?;
+            let children = match zk.get_children_async(&dir).await {
+                Err(Error::NoNode) => return Ok(()),
+                other => other?,
+            };
+            for name in children.iter().filter(|c| c.starts_with(&tag)) {
+                delete_any_version_async(&zk, &format!("{dir}/{name}")).await?;
+            }
+            Ok(())
+        })
     });
 }
 

@@ -438,18 +438,21 @@ impl WorkQueue {
 pub(super) fn drop_lock_later(zk: &ZooKeeper, lock: &str, claim_id: &str) {
     let (lock, claim_id) = (lock.to_string(), claim_id.to_string());
     let what = format!("removing the lock {lock} of an unresolved claim");
-    finish_in_background(zk.clone(), what, move |zk| {
-        zk.sync(&lock)?;
-        match zk.get(&lock) {
-            Ok((owner, stat)) if owner == claim_id.as_bytes() => {
-                match zk.delete(&lock, Some(stat.version)) {
-                    Ok(()) | Err(Error::NoNode) => Ok(()),
-                    Err(error) => Err(error),
+    finish_later(zk, what, move |zk| {
+        let (lock, claim_id) = (lock.clone(), claim_id.clone());
+        Box::pin(async move {
+            zk.sync_async(&lock).await?;
+            match zk.get_async(&lock).await {
+                Ok((owner, stat)) if owner == claim_id.as_bytes() => {
+                    match zk.delete_async(&lock, Some(stat.version)).await {
+                        Ok(()) | Err(Error::NoNode) => Ok(()),
+                        Err(error) => Err(error),
+                    }
                 }
+                Ok(_) | Err(Error::NoNode) => Ok(()),
+                Err(error) => Err(error),
             }
-            Ok(_) | Err(Error::NoNode) => Ok(()),
-            Err(error) => Err(error),
-        }
+        })
     });
 }
 

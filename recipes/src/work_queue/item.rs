@@ -97,9 +97,14 @@ impl WorkItem {
     pub(super) fn release_in_background(&self) {
         let ops = self.release_ops();
         let what = format!("releasing {}", self.name);
-        finish_in_background(self.zk.clone(), what, move |zk| match zk.multi(&ops) {
-            Ok(_) | Err(Error::MultiFailed { .. }) => Ok(()),
-            Err(error) => Err(error),
+        finish_later(&self.zk, what, move |zk| {
+            let ops = ops.clone();
+            Box::pin(async move {
+                match zk.multi_async(&ops).await {
+                    Ok(_) | Err(Error::MultiFailed { .. }) => Ok(()),
+                    Err(error) => Err(error),
+                }
+            })
         });
     }
 

@@ -138,8 +138,8 @@ use crate::queue::{split_items, ItemStore, RECEIPTS};
 use crate::recovery::{children_or_none, name_in_range, random_below, restart_dir, Restart};
 use crate::support::{
     await_reconnect, check_base_path, check_event, counted_wait, create_sequential,
-    default_reconnect_timeout, delete_eventually, delete_node, ensure_dir, finish_in_background,
-    members, retry, wait_for_change, Deadline, NodeWait, Patience, ANY_NAME,
+    default_reconnect_timeout, delete_eventually, delete_node, ensure_dir, finish_later, members,
+    retry, wait_for_change, Deadline, NodeWait, Patience, ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
