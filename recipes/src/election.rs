@@ -60,9 +60,10 @@
 //! - No fairness beyond join order; a candidate that rejoins goes to the back.
 
 use crate::error::LossReason;
+use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, create_member, delete_node, op_deadline, ordered_members, retry,
-    wait_for_change, Deadline, DeadlineExt, Member, NodeWait, Patience, SeqDir,
+    check_base_path, create_member_async, delete_eventually_async, op_deadline, ordered_members,
+    retry_async, wait_for_change_async, Deadline, DeadlineExt, Member, NodeWait, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -98,12 +99,29 @@ impl LeaderElection {
         Self::join_with_options(zk, dir, data, NodeOptions::default())
     }
 
+    /// [`join`](Self::join), async. Dropped before it returns, it withdraws the
+    /// candidate node it may have created.
+    pub async fn join_async(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
+        Self::join_with_options_async(zk, dir, data, NodeOptions::default()).await
+    }
+
     /// [`join`](Self::join), creating the directory (if missing) and the candidate node
     /// as `nodes` say: their ACL, a container directory (removed by the server once every
     /// candidate has left), the sequence limit. Fails with
     /// [`RecipeError::SequenceExhausted`] at the end of the directory's counter while
     /// other candidates remain (see the module docs).
     pub fn join_with_options(
+        zk: &ZooKeeper,
+        dir: &str,
+        data: &[u8],
+        nodes: NodeOptions,
+    ) -> Result<LeaderElection> {
+        block_on(Self::join_with_options_async(zk, dir, data, nodes))
+    }
+
+    /// [`join_with_options`](Self::join_with_options), async (see
+    /// [`join_async`](Self::join_async)).
+    pub async fn join_with_options_async(
         zk: &ZooKeeper,
         dir: &str,
         data: &[u8],
@@ -117,7 +135,8 @@ impl LeaderElection {
             nodes: &nodes,
         };
         let tag = format!("{CANDIDATE}{}-", guid());
-        let created = create_member(zk, &seq_dir, &tag, data, deadline.into(), deadline)?;
+        let created =
+            create_member_async(zk, &seq_dir, &tag, data, deadline.into(), deadline).await?;
         Ok(LeaderElection {
             zk: zk.clone(),
             dir: dir.to_string(),
@@ -153,8 +172,12 @@ impl LeaderElection {
 
     /// The candidates that take part (numbered below the limit), in order; none while
     /// the directory is missing.
-    fn candidates(&self, deadline: Deadline) -> Result<Vec<Member>> {
-        match retry(&self.zk, deadline, || self.zk.get_children(&self.dir)) {
+    async fn candidates(&self, deadline: Deadline) -> Result<Vec<Member>> {
+        let listed = retry_async(&self.zk, deadline.into(), || {
+            self.zk.get_children_async(&self.dir)
+        })
+        .await;
+        match listed {
             Ok(children) => Ok(ordered_members(children, &[CANDIDATE], self.limit)),
             Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(Vec::new()),
             Err(error) => Err(error),
@@ -171,8 +194,13 @@ impl LeaderElection {
     /// Whether this candidate leads now (one `get_children` on the server).
     /// `Err(Lost)` if its node is gone; a session error if the session ended.
     pub fn is_leader(&self) -> Result<bool> {
+        block_on(self.is_leader_async())
+    }
+
+    /// [`is_leader`](Self::is_leader), async.
+    pub async fn is_leader_async(&self) -> Result<bool> {
         self.check_joined()?;
-        let list = self.candidates(op_deadline(&self.zk))?;
+        let list = self.candidates(op_deadline(&self.zk)).await?;
         match list.iter().position(|m| m.name == self.name) {
             Some(index) => Ok(index == 0),
             None => Err(RecipeError::Lost(LossReason::NodeGone)),
@@ -184,11 +212,17 @@ impl LeaderElection {
     /// stays registered); `Err(Lost)` if its node disappears; a session error if the
     /// session ends.
     pub fn wait_until_leader(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        block_on(self.wait_until_leader_async(timeout))
+    }
+
+    /// [`wait_until_leader`](Self::wait_until_leader), async. A dropped future leaves no
+    /// watch registered (the candidate stays in the election).
+    pub async fn wait_until_leader_async(&self, timeout: impl Into<Timeout>) -> Result<()> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         self.check_joined()?;
         let deadline = Deadline::after(timeout);
         loop {
-            let list = self.candidates(deadline)?;
+            let list = self.candidates(deadline).await?;
             let index = list
                 .iter()
                 .position(|m| m.name == self.name)
@@ -198,12 +232,13 @@ impl LeaderElection {
             }
             deadline.check()?;
             let predecessor = format!("{}/{}", self.dir, list[index - 1].name);
-            match wait_for_change(
+            let change = wait_for_change_async(
                 &self.zk,
                 &predecessor,
                 Patience::from(deadline),
                 &self.waiting,
-            )? {
+            );
+            match change.await? {
                 NodeWait::Fired | NodeWait::LookAgain => {}
                 NodeWait::TimedOut => return Err(RecipeError::Timeout),
             }
@@ -212,13 +247,18 @@ impl LeaderElection {
 
     /// The data of the current leader (the lowest candidate), if there is one.
     pub fn leader_data(&self) -> Result<Option<Vec<u8>>> {
+        block_on(self.leader_data_async())
+    }
+
+    /// [`leader_data`](Self::leader_data), async.
+    pub async fn leader_data_async(&self) -> Result<Option<Vec<u8>>> {
         let deadline = op_deadline(&self.zk);
         loop {
-            let Some(first) = self.candidates(deadline)?.into_iter().next() else {
+            let Some(first) = self.candidates(deadline).await?.into_iter().next() else {
                 return Ok(None);
             };
             let path = format!("{}/{}", self.dir, first.name);
-            match retry(&self.zk, deadline, || self.zk.get(&path)) {
+            match retry_async(&self.zk, deadline.into(), || self.zk.get_async(&path)).await {
                 Ok((data, _)) => return Ok(Some(data)),
                 // The leader left between the two reads: look again.
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => continue,
@@ -230,15 +270,17 @@ impl LeaderElection {
     /// Leaves the election (deletes the candidate node), handing leadership to the
     /// next candidate if this one led.
     pub fn resign(self) -> Result<()> {
-        self.resign_inner()
+        block_on(self.resign_async())
     }
 
-    fn resign_inner(&self) -> Result<()> {
+    /// [`resign`](Self::resign), async. Dropped before the delete was answered, it
+    /// hands the delete to the background: the candidate leaves either way.
+    pub async fn resign_async(self) -> Result<()> {
         if self.resigned.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         let path = format!("{}/{}", self.dir, self.name);
-        delete_node(&self.zk, &path, op_deadline(&self.zk))
+        delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
     }
 }
 

@@ -3,11 +3,12 @@
 
 mod common;
 
-use common::{assert_no_leftover_contexts, connect, unique_path};
+use common::{assert_no_leftover_contexts, connect, unique_path, wait_until};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zookeeper::Timeout;
 use zookeeper_recipes::election::LeaderElection;
 use zookeeper_recipes::{NodeOptions, RecipeError};
 
@@ -209,4 +210,86 @@ fn node_options_acl_protects_the_candidates() {
         Some(RecipeError::ZooKeeper(zookeeper::Error::NoAuth))
     );
     assert!(me.is_leader().unwrap());
+}
+
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn pending_async_waits_cost_no_thread_and_dropped_ones_leave_no_watch() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    const CANDIDATES: usize = 200;
+    let zk = connect();
+    let dir = unique_path("async-waits");
+    let leader = LeaderElection::join(&zk, &dir, b"leader").unwrap();
+    let candidates: Vec<LeaderElection> = (0..CANDIDATES)
+        .map(|_| LeaderElection::join(&zk, &dir, b"c").unwrap())
+        .collect();
+    let contexts = zk.live_contexts();
+    let before = threads();
+    let mut waits: Vec<Pin<Box<dyn Future<Output = _> + Send + '_>>> = candidates
+        .iter()
+        .map(|c| Box::pin(c.wait_until_leader_async(Timeout::Never)) as Pin<Box<_>>)
+        .collect();
+    // Poll them all until each watches its predecessor (one watch each).
+    let all_waiting = zk_harness::executor::block_on_timeout(
+        std::future::poll_fn(|cx| {
+            for wait in waits.iter_mut() {
+                assert!(wait.as_mut().poll(cx).is_pending(), "none may lead yet");
+            }
+            if zk.live_contexts() >= contexts + CANDIDATES {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }),
+        WAIT,
+    );
+    assert!(
+        all_waiting.is_some(),
+        "the waits did not all set their watch"
+    );
+    let added = threads().saturating_sub(before);
+    println!("{CANDIDATES} pending async waits added {added} threads");
+    assert!(
+        added <= 2,
+        "{CANDIDATES} pending waits added {added} threads"
+    );
+    drop(waits);
+    // Taken off the client at once; the client frees each on its completion thread.
+    wait_until("the dropped waits' watches released", || {
+        zk.live_contexts() == contexts
+    });
+    // The candidates stay in the election: the next one leads after the leader resigns.
+    leader.resign().unwrap();
+    candidates[0].wait_until_leader(WAIT).unwrap();
+    drop(candidates);
+    assert_no_leftover_contexts(&zk);
+}
+
+#[test]
+fn a_dropped_async_join_leaves_no_candidate() {
+    let zk = connect();
+    let dir = unique_path("async-join");
+    let _first = LeaderElection::join(&zk, &dir, b"first").unwrap();
+    for polls in 0..4 {
+        let mut join = Box::pin(LeaderElection::join_async(&zk, &dir, b"dropped"));
+        for _ in 0..polls {
+            if zk_harness::executor::poll_once(&mut join).is_ready() {
+                break;
+            }
+        }
+        drop(join);
+        wait_until("only the first candidate left", || {
+            zk.get_children(&dir).map(|c| c.len()).unwrap_or(0) == 1
+        });
+    }
 }

@@ -164,28 +164,35 @@ async_forms!(DoubleBarrier {
     fn leave(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
 });
 
-async_forms!(LeaderElection {
-    fn is_leader() -> Result<bool>;
-    fn wait_until_leader(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
-    fn leader_data() -> Result<Option<Vec<u8>>>;
+native_forms!(LeaderElection {
+    fn is_leader => is_leader_async() -> Result<bool>;
+    fn wait_until_leader => wait_until_leader_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+    fn leader_data => leader_data_async() -> Result<Option<Vec<u8>>>;
 });
 
 impl Async<LeaderElection> {
-    /// Async form of [`LeaderElection::join`].
-    pub fn join(zk: &ZooKeeper, dir: &str, data: impl Into<Vec<u8>>) -> Unblock<Result<Self>> {
+    /// Async form of [`LeaderElection::join`]: [`LeaderElection::join_async`].
+    pub fn join(zk: &ZooKeeper, dir: &str, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<Self>> {
         let (zk, dir, data) = (zk.clone(), dir.to_string(), data.into());
-        unblock(move || LeaderElection::join(&zk, &dir, &data).map(Async::new))
+        Box::pin(async move {
+            LeaderElection::join_async(&zk, &dir, &data)
+                .await
+                .map(Async::new)
+        })
     }
 
-    /// Async form of [`LeaderElection::resign`]; needs the only handle to the
-    /// election (`InvalidArgument` otherwise, with nothing resigned).
-    pub fn resign(self) -> Unblock<Result<()>> {
+    /// Async form of [`LeaderElection::resign`]: [`LeaderElection::resign_async`]. Needs
+    /// the only handle to the election (`InvalidArgument` otherwise, with nothing
+    /// resigned).
+    pub fn resign(self) -> RecipeFuture<Result<()>> {
         let only = self.into_inner();
-        unblock(move || match only {
-            Some(election) => election.resign(),
-            None => Err(RecipeError::InvalidArgument(
-                "resign needs the only handle to the election",
-            )),
+        Box::pin(async move {
+            match only {
+                Some(election) => election.resign_async().await,
+                None => Err(RecipeError::InvalidArgument(
+                    "resign needs the only handle to the election",
+                )),
+            }
         })
     }
 }

@@ -136,7 +136,8 @@ pub(crate) async fn wait_for_change_async(
     }
 }
 
-/// [`await_watch`], async: a dropped future releases the watch's registration with it.
+/// [`await_watch`], async: a dropped future takes the watch off the client as a timed
+/// out wait does, so nothing stays registered until the node changes.
 pub(crate) async fn await_watch_async(
     zk: &ZooKeeper,
     watch: &mut Watch,
@@ -144,13 +145,36 @@ pub(crate) async fn await_watch_async(
     waiting: &AtomicU64,
 ) -> Result<Option<WatchedEvent>> {
     let counted = Counted::new(waiting);
-    let fired = until(deadline, &mut *watch).await;
+    let mut armed = Withdraw {
+        zk,
+        watch: Some(watch),
+    };
+    let fired = match armed.watch.as_deref_mut() {
+        Some(watch) => until(deadline, watch).await,
+        None => unreachable!("armed above"),
+    };
+    let watch = armed.watch.take().expect("armed until here");
     drop(counted);
     match fired {
         Some(event) => check_event(event?).map(Some),
         None => {
             withdraw_watch(zk, watch);
             Ok(None)
+        }
+    }
+}
+
+/// Withdraws a watch that is being waited for when the wait is dropped.
+struct Withdraw<'a> {
+    zk: &'a ZooKeeper,
+    /// Taken out when the wait is over (nothing to withdraw then).
+    watch: Option<&'a mut Watch>,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            withdraw_watch(self.zk, watch);
         }
     }
 }
