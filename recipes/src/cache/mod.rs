@@ -3,10 +3,11 @@
 //! `PathChildrenCache`) and [`TreeCache`] (a whole subtree, optionally to a maximum
 //! depth, Curator's `CuratorCache`).
 //!
-//! Each cache runs one thread of its own (never work on the C client's threads, never a
-//! thread per node). It loads its nodes, reports [`CacheEvent::Initialized`] once the
-//! first load is complete, then follows every change, and offers a snapshot of what it
-//! holds at any time. It takes a plain [`ZooKeeper`](zookeeper::ZooKeeper) or a
+//! Each cache is one task on the recipes' driver thread (never work on the C client's
+//! threads, no thread per cache or per node). It loads its nodes, reports
+//! [`CacheEvent::Initialized`] once the first load is complete, then follows every
+//! change, and offers a snapshot of what it holds at any time. It takes a plain
+//! [`ZooKeeper`](zookeeper::ZooKeeper) or a
 //! [`ManagedZooKeeper`](crate::lifecycle::ManagedZooKeeper) (see [`Client`]).
 //!
 //! ```no_run
@@ -57,7 +58,7 @@
 //! - **Bounded memory**: events are coalesced per path while the reader is behind (see
 //!   [`CacheEvents`]), so the queue holds at most one entry per node that changed plus a
 //!   few connection signals, however many changes happen and however slow the reader is.
-//! - **Nothing left behind**: closing or dropping a cache stops its thread and removes
+//! - **Nothing left behind**: closing or dropping a cache stops its task and removes
 //!   every watch it armed (`ZooKeeper::live_contexts` is back to what it was).
 //!
 //! # Not guaranteed
@@ -74,11 +75,11 @@
 //!   longer updated.
 //!
 //! Cost: reads are pipelined (128 nodes per round trip), so loading a tree of 2,000
-//! nodes takes about a second on a loaded two-core machine. The cache thread waits on
-//! all its watches at once (the client offers one channel per watch, nothing that
-//! gathers them), so each wake-up costs time in proportion to the number of watches:
-//! about 2 ms with 4,000 watches armed on that machine, against well under 0.1 ms for a
-//! small cache. Caches are meant for trees of up to some thousands of nodes.
+//! nodes takes about a second on a loaded two-core machine. The cache task looks at all
+//! its watches when it wakes up (the client offers one future per watch, nothing that
+//! gathers them), so each wake-up costs time in proportion to the number of watches it
+//! holds, and delays the other tasks of the driver by as much. Caches are meant for
+//! trees of up to some thousands of nodes.
 
 mod buffer;
 mod children;
@@ -93,14 +94,13 @@ pub use tree::{TreeCache, TreeCacheBuilder};
 
 use crate::error::LossReason;
 use crate::events::{receiving_methods, EventQueue};
+use crate::runtime::Task;
 use crate::{RecipeError, Result};
 use buffer::CacheBuffer;
-use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 use zookeeper::Stat;
 
@@ -201,7 +201,7 @@ impl CacheEvents {
     receiving_methods!(CacheEvent);
 }
 
-/// What the cache thread shares with the cache's owner.
+/// What the cache task shares with the cache's owner.
 #[derive(Default)]
 struct Shared {
     /// Every cached node by full path.
@@ -235,12 +235,11 @@ impl Shared {
     }
 }
 
-/// What every cache is: its thread, its view and its events.
+/// What every cache is: its task, its view and its events.
 struct Core {
     shared: Arc<Shared>,
     events: CacheEvents,
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    task: Option<Task>,
     root: String,
 }
 
@@ -260,32 +259,23 @@ impl Core {
         let shared = Arc::new(Shared::default());
         shared.status.lock().running = true;
         let queue = EventQueue::new(CacheBuffer::default());
-        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let root = config.root.clone();
-        let worker = engine::Worker::new(
-            client,
-            config,
-            Arc::clone(&queue),
-            Arc::clone(&shared),
-            stop_rx,
-        );
+        let worker = engine::Worker::new(client, config, Arc::clone(&queue), Arc::clone(&shared));
         let (guard_shared, guard_queue) = (Arc::clone(&shared), Arc::clone(&queue));
-        let thread = std::thread::Builder::new()
-            .name(format!("zk-cache {root}"))
-            .spawn(move || {
-                // A bug must not leave the cache looking alive: report it as the end.
-                let run = std::panic::AssertUnwindSafe(move || worker.run());
-                if std::panic::catch_unwind(run).is_err() {
-                    guard_shared.set_ended(Some(RecipeError::Lost(LossReason::WorkerFailed)));
-                    guard_queue.close();
-                }
-            })
-            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
+        let task = crate::runtime::spawn(
+            format!("zk-cache {root}"),
+            move |stop| worker.run(stop),
+            // A bug must not leave the cache looking alive: report it as the end.
+            move || {
+                guard_shared.set_ended(Some(RecipeError::Lost(LossReason::WorkerFailed)));
+                guard_queue.close();
+            },
+        )
+        .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(Core {
             shared,
             events: CacheEvents { queue },
-            stop: Some(stop),
-            thread: Some(thread),
+            task: Some(task),
             root,
         })
     }
@@ -319,10 +309,9 @@ impl Core {
     }
 
     fn shutdown(&mut self) {
-        // Dropping the sender wakes the thread, which removes its watches and ends.
-        self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        // The task removes its watches and ends.
+        if let Some(task) = self.task.take() {
+            task.stop_and_join();
         }
     }
 }
@@ -360,7 +349,7 @@ macro_rules! cache_methods {
             self.core.shared.status.lock().initialized
         }
 
-        /// Whether the cache thread still runs (it stops when closed, or when the session
+        /// Whether the cache task still runs (it stops when closed, or when the session
         /// of a plain handle ends).
         pub fn is_running(&self) -> bool {
             self.core.shared.status.lock().running
@@ -386,7 +375,7 @@ macro_rules! cache_methods {
             &self.core.root
         }
 
-        /// Stops the cache: its thread ends and every watch it armed is removed. Events
+        /// Stops the cache: its task ends and every watch it armed is removed. Events
         /// already queued stay readable; the stream then ends. Dropping the cache does
         /// the same.
         pub fn close(mut self) {

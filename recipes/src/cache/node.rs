@@ -38,7 +38,7 @@ pub struct NodeCache {
 
 impl NodeCache {
     /// Starts following `path` with a plain handle or a managed client (`&zk`,
-    /// `&managed`). Returns at once; the first read happens on the cache's thread
+    /// `&managed`). Returns at once; the first read happens in the cache's task
     /// (see [`wait_initialized`](Self::wait_initialized)). Fails on an invalid path.
     pub fn start(client: impl Into<Client>, path: &str) -> Result<NodeCache> {
         let config = Config {

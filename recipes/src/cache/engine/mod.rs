@@ -1,18 +1,22 @@
-//! The cache thread: loads a subtree, follows it with one-shot watches, re-reads after
+//! The cache task: loads a subtree, follows it with one-shot watches, re-reads after
 //! reconnection and new sessions, and reports the differences (see the
-//! [cache docs](super)).
+//! [cache docs](super)). It runs on the recipes' driver and never blocks: it awaits its
+//! reads, its watches and the connection states.
 
 use super::buffer::CacheBuffer;
 use super::{count_armed, CacheEvent, NodeData, Shared};
 use crate::events::EventQueue;
-use crate::lifecycle::{Client, ConnectionEvent, ConnectionState, StateFeed};
-use crate::support::session_error;
+use crate::lifecycle::following::{Change, Following};
+use crate::lifecycle::Client;
+use crate::runtime::StopSignal;
 use crate::RecipeError;
-use crossbeam_channel::{Receiver, Select, TryRecvError};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
-use zookeeper::{Error, EventType, Stat, Watch, WatchedEvent, ZkFuture, ZooKeeper};
+use zookeeper::{Error, EventType, Stat, Watch, WatchedEvent, ZkFuture};
 
 mod reading;
 
@@ -95,69 +99,56 @@ enum Reply {
     Children(Vec<String>, Option<Watch>),
     Data(Vec<u8>, Stat, Option<Watch>),
 }
+
 /// Longest pause between retries of a read that failed with a connection loss.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 pub(crate) struct Worker {
     config: Config,
-    client: Client,
-    feed: StateFeed,
-    zk: ZooKeeper,
-    generation: u64,
+    /// The session followed, whether reads can be made now, and the retry pause.
+    following: Following,
     nodes: HashMap<String, Node>,
     work: VecDeque<String>,
+    /// Watches that fired (taken out of their node, no longer counted as armed), for
+    /// [`collect_fired`](Self::collect_fired).
+    fired: Vec<(String, Kind, zookeeper::Result<WatchedEvent>)>,
     out: Arc<EventQueue<CacheBuffer>>,
     shared: Arc<Shared>,
-    stop: Receiver<()>,
-    /// Whether requests can be made now.
-    connected: bool,
-    /// `sync` before the next reads (recovery reads after a reconnection).
-    sync_first: bool,
-    /// Don't retry before this (after a connection loss the state did not show yet).
-    retry_at: Option<Instant>,
-    backoff: Duration,
     initialized: bool,
 }
 
-/// How the thread ends: `None` for a requested stop, else why it stopped by itself.
+/// How the task ends: `None` for a requested stop, else why it stopped by itself.
 type End = Option<RecipeError>;
 
 impl Worker {
+    /// Called on the starting thread: subscribes to the connection states before the
+    /// first read, so no change is missed.
     pub(crate) fn new(
         client: Client,
         config: Config,
         out: Arc<EventQueue<CacheBuffer>>,
         shared: Arc<Shared>,
-        stop: Receiver<()>,
     ) -> Worker {
-        // Subscribe before the first read, so no state change is missed.
-        let feed = client.feed();
-        let session = client.session();
+        // A cache only reads: a read-only server serves it.
+        let following = Following::new(client, true, MAX_BACKOFF);
         let mut nodes = HashMap::new();
         nodes.insert(config.root.clone(), Node::new(0));
         Worker {
             config,
-            client,
-            feed,
-            zk: session.zk,
-            generation: session.generation,
+            following,
             nodes,
             work: VecDeque::new(),
+            fired: Vec::new(),
             out,
             shared,
-            stop,
-            connected: false,
-            sync_first: false,
-            retry_at: None,
-            backoff: Duration::from_millis(10),
             initialized: false,
         }
     }
 
-    pub(crate) fn run(mut self) {
+    pub(crate) async fn run(mut self, stop: StopSignal) {
         let root = self.config.root.clone();
         self.enqueue(&root);
-        let end = self.follow();
+        let end = self.follow(&stop).await;
         self.remove_all_watches();
         if let Some(reason) = &end {
             log::debug!("recipes: cache on {root} stopped: {reason}");
@@ -167,38 +158,23 @@ impl Worker {
         self.out.close();
     }
 
-    fn stop_requested(&self) -> bool {
-        matches!(self.stop.try_recv(), Err(TryRecvError::Disconnected))
-    }
-
     /// The main loop; returns when stopped or the session of a plain handle is over.
-    fn follow(&mut self) -> End {
+    async fn follow(&mut self, stop: &StopSignal) -> End {
         loop {
-            if self.stop_requested() {
+            if stop.is_stopped() {
                 return None;
             }
-            let (states, ended) = self.feed.drain();
-            for event in states {
-                if let Some(end) = self.on_state(event) {
-                    return end;
-                }
-            }
-            if ended {
-                // A managed client closed (it reported `Lost` first, unless between
-                // sessions, when that was reported already).
-                return Some(RecipeError::ZooKeeper(Error::Closed));
+            if let Some(end) = self.on_changes() {
+                return end;
             }
             self.collect_fired();
-            if self.connected && self.retry_at.map_or(true, |at| Instant::now() >= at) {
-                self.retry_at = None;
-                if let Some(end) = self.process() {
-                    return end;
-                }
+            if self.following.due() && self.process(stop).await {
+                return None;
             }
-            if self.connected
-                && self.work.is_empty()
-                && !self.sync_first
-                && self.retry_at.is_none()
+            let idle = self.work.is_empty() && !self.following.sync_first;
+            if self.following.connected
+                && idle
+                && !self.following.retry_pending()
                 && !self.initialized
             {
                 self.initialized = true;
@@ -206,86 +182,107 @@ impl Worker {
                 self.shared.set_initialized();
                 self.signal(CacheEvent::Initialized);
             }
-            if !self.work.is_empty() && self.connected && self.retry_at.is_none() {
-                continue; // a stop request interrupted a long load: checked at the top
-            }
-            self.wait();
+            // Work left means a retry pause (or no connection): wait for its end.
+            let deadline = if idle {
+                None
+            } else {
+                self.following.work_deadline()
+            };
+            self.wait(stop, deadline).await;
         }
     }
 
-    /// Blocks until a watch fires, the connection state changes, a stop is requested,
-    /// or a retry is due.
-    fn wait(&self) {
-        let mut select = Select::new();
-        select.recv(&self.stop);
-        self.feed.add_to(&mut select);
-        for node in self.nodes.values() {
-            for watch in [&node.data_watch, &node.child_watch].into_iter().flatten() {
-                select.recv(watch.receiver());
-            }
-        }
-        match self.retry_at.filter(|_| self.connected) {
-            Some(at) => {
-                let _ = select.ready_deadline(at);
-            }
-            None => {
-                select.ready();
-            }
-        }
+    /// Waits until a watch fires, the connection state changes, a stop is requested,
+    /// or `deadline` (a retry) is due. Fired watches are taken out of their nodes and
+    /// kept in `fired`.
+    async fn wait(&mut self, stop: &StopSignal, deadline: Option<Instant>) {
+        let Worker {
+            following,
+            nodes,
+            fired,
+            shared,
+            ..
+        } = self;
+        following
+            .wait(stop, deadline, |cx| {
+                let before = fired.len();
+                for (path, node) in nodes.iter_mut() {
+                    for (slot, kind) in [
+                        (&mut node.data_watch, Kind::Data),
+                        (&mut node.child_watch, Kind::Children),
+                    ] {
+                        let Some(watch) = slot else { continue };
+                        if let Poll::Ready(outcome) = Pin::new(watch).poll(cx) {
+                            *slot = None;
+                            fired.push((path.clone(), kind, outcome));
+                        }
+                    }
+                }
+                let taken = fired.len() - before;
+                if taken == 0 {
+                    return Poll::Pending;
+                }
+                count_armed(shared, -(taken as isize));
+                Poll::Ready(())
+            })
+            .await
     }
 
     // -----------------------------------------------------------------------------------
     // Connection states.
     // -----------------------------------------------------------------------------------
 
-    fn on_state(&mut self, event: ConnectionEvent) -> Option<End> {
-        if event.generation < self.generation {
-            return None; // about a session already replaced
-        }
-        match event.state {
-            ConnectionState::Connected => self.connected = true,
-            ConnectionState::Suspended => {
-                self.connected = false;
-                self.signal(CacheEvent::Suspended);
-            }
-            ConnectionState::Reconnected | ConnectionState::ReadOnly => {
-                let was_connected = self.connected;
-                self.connected = true;
-                if event.state == ConnectionState::Reconnected {
-                    self.signal(CacheEvent::Reconnected);
+    /// Reacts to the connection changes since the last call; `Some` ends the task.
+    fn on_changes(&mut self) -> Option<End> {
+        // Whether reads could be made before each change (a read-only server after a
+        // lost connection calls for a re-read; one the cache was reading from already
+        // does not).
+        let mut connected = self.following.connected;
+        let changes = match self.following.changes() {
+            Ok(changes) => changes,
+            // A managed client closed between sessions (its `Lost` was reported).
+            Err(end) => return Some(Some(end)),
+        };
+        for change in changes {
+            let was_connected = std::mem::replace(
+                &mut connected,
+                !matches!(
+                    change,
+                    Change::Suspended { read_only: false } | Change::Lost { .. }
+                ),
+            );
+            match change {
+                Change::Connected => {}
+                Change::Suspended { read_only: false } => self.signal(CacheEvent::Suspended),
+                Change::Suspended { read_only: true } => {
+                    if !was_connected {
+                        // Watches survived; re-read everything to catch what changed.
+                        self.resync();
+                    }
                 }
-                if !was_connected || event.state == ConnectionState::Reconnected {
-                    // Watches survived; re-read everything to catch what changed.
+                Change::Reconnected => {
+                    self.signal(CacheEvent::Reconnected);
                     self.resync();
                 }
-            }
-            ConnectionState::Lost => {
-                self.connected = false;
-                self.signal(CacheEvent::Lost);
-                // The client swept every watch of the ended session.
-                self.forget_all_watches();
-                if !self.client.renews_sessions() {
-                    let state = self.zk.state();
-                    return Some(Some(if state.is_terminal() {
-                        session_error(state)
-                    } else {
-                        RecipeError::ZooKeeper(Error::Closed)
-                    }));
+                // A managed client closed right after reporting its `Lost`.
+                Change::Lost { end: Some(end) } if self.following.client.renews_sessions() => {
+                    return Some(Some(end));
                 }
-            }
-            ConnectionState::NewSession => {
-                let session = self.client.session();
-                if session.generation <= self.generation {
-                    return None;
+                Change::Lost { end } => {
+                    self.signal(CacheEvent::Lost);
+                    // The client swept every watch of the ended session.
+                    self.forget_all_watches();
+                    if end.is_some() {
+                        return Some(end);
+                    }
                 }
-                self.forget_all_watches();
-                self.zk = session.zk;
-                self.generation = session.generation;
-                self.connected = true;
-                self.signal(CacheEvent::NewSession {
-                    generation: session.generation,
-                });
-                self.resync();
+                Change::NewSession => {
+                    self.forget_all_watches();
+                    self.signal(CacheEvent::NewSession {
+                        generation: self.following.generation,
+                    });
+                    self.resync();
+                }
             }
         }
         None
@@ -307,42 +304,19 @@ impl Worker {
             }
             self.enqueue(&path);
         }
-        self.sync_first = true;
-        self.retry_at = None;
-        self.backoff = Duration::from_millis(10);
+        self.following.sync_first = true;
+        self.following.retry_now();
     }
 
     // -----------------------------------------------------------------------------------
     // Watches.
     // -----------------------------------------------------------------------------------
 
-    /// Takes every fired watch and marks what must be re-read.
+    /// Marks what the fired watches (taken by [`wait`](Self::wait)) ask to re-read.
     fn collect_fired(&mut self) {
-        let mut fired: Vec<(String, Kind, WatchedEvent)> = Vec::new();
-        let mut gone = 0isize;
-        for (path, node) in self.nodes.iter_mut() {
-            for (slot, kind) in [
-                (&mut node.data_watch, Kind::Data),
-                (&mut node.child_watch, Kind::Children),
-            ] {
-                let Some(watch) = slot else { continue };
-                match watch.try_get() {
-                    Ok(None) => {}
-                    Ok(Some(event)) => {
-                        *slot = None;
-                        gone += 1;
-                        fired.push((path.clone(), kind, event));
-                    }
-                    // The handle closed: the state feed reports it.
-                    Err(_) => {
-                        *slot = None;
-                        gone += 1;
-                    }
-                }
-            }
-        }
-        count_armed(&self.shared, -gone);
-        for (path, kind, event) in fired {
+        for (path, kind, outcome) in std::mem::take(&mut self.fired) {
+            // An error: the handle closed (the state feed reports it).
+            let Ok(event) = outcome else { continue };
             if !matches!(
                 event.event_type,
                 EventType::NodeCreated
@@ -371,14 +345,14 @@ impl Worker {
     /// Removes a watch this cache no longer wants (locally: the server's copy fires
     /// into nothing).
     fn unwatch(&self, watch: Watch) {
-        let _ = self.zk.remove_watch(&watch);
+        let _ = self.following.zk.remove_watch(&watch);
         count_armed(&self.shared, -1);
     }
 
     fn arm(&mut self, path: &str, kind: Kind, watch: Watch) {
         let Some(node) = self.nodes.get_mut(path) else {
             // Not followed any more: take it off again.
-            let _ = self.zk.remove_watch(&watch);
+            let _ = self.following.zk.remove_watch(&watch);
             return;
         };
         let slot = match kind {
@@ -388,7 +362,7 @@ impl Worker {
         // A slot is normally empty here; it is not when the root came back between two
         // reads of one batch (an exists watch armed by the first). Keep one watch.
         if let Some(old) = slot.replace(watch) {
-            let _ = self.zk.remove_watch(&old);
+            let _ = self.following.zk.remove_watch(&old);
         } else {
             count_armed(&self.shared, 1);
         }

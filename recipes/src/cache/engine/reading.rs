@@ -17,13 +17,17 @@ impl Worker {
         }
     }
 
-    /// Works through the queue while connected, in batches of pipelined reads. `Some`
-    /// ends the thread.
-    pub(super) fn process(&mut self) -> Option<End> {
-        if self.sync_first {
-            match self.zk.sync(&self.config.root) {
-                Ok(_) => self.sync_first = false,
-                Err(error) => return self.failed(error),
+    /// Works through the queue while connected, in batches of pipelined reads; after
+    /// a failure, [`Following::failed`] decides when to go on. True when a stop request
+    /// interrupted a long load.
+    pub(super) async fn process(&mut self, stop: &StopSignal) -> bool {
+        if self.following.sync_first {
+            match self.following.zk.sync_async(&self.config.root).await {
+                Ok(_) => self.following.sync_first = false,
+                Err(error) => {
+                    self.following.failed(&error);
+                    return false;
+                }
             }
         }
         let mut done = 0;
@@ -39,7 +43,7 @@ impl Worker {
                 if let Some(node) = self.nodes.get_mut(&path) {
                     node.queued = false;
                 }
-                match self.check_absent_root(&path) {
+                match self.check_absent_root(&path).await {
                     Ok(true) => {}
                     Ok(false) => continue,
                     Err(error) => {
@@ -58,23 +62,24 @@ impl Worker {
             }
             done += reads.len();
             for (path, read) in reads {
-                if let Err(error) = self.finish(&path, read) {
+                if let Err(error) = self.finish(&path, read).await {
                     let error = self.read_failed(&path, error);
                     failure = failure.or(error);
                 }
             }
             if let Some(error) = failure {
-                return self.failed(error);
+                self.following.failed(&error);
+                return false;
             }
             if done >= STOP_CHECK_EVERY {
                 done = 0;
-                if self.stop_requested() {
-                    return Some(None);
+                if stop.is_stopped() {
+                    return true;
                 }
             }
         }
-        self.backoff = Duration::from_millis(10);
-        None
+        self.following.succeeded();
+        false
     }
 
     /// A read of `path` failed: a connection or session error is returned (the node
@@ -93,23 +98,9 @@ impl Worker {
         None
     }
 
-    /// After a failed request: wait for the connection (or for the state feed to
-    /// report the session's end).
-    pub(super) fn failed(&mut self, error: Error) -> Option<End> {
-        if error.is_retryable() {
-            // The state feed may not show the loss yet: retry after a pause.
-            self.retry_at = Some(Instant::now() + self.backoff);
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-        } else {
-            // Expired, auth failed or closed: `Lost` is on its way.
-            self.connected = false;
-        }
-        None
-    }
-
     /// For an absent root with its exists watch armed: whether to read it now (only
     /// a forced re-read checks again, with a plain `exists`). `true` for other nodes.
-    pub(super) fn check_absent_root(&mut self, path: &str) -> zookeeper::Result<bool> {
+    pub(super) async fn check_absent_root(&mut self, path: &str) -> zookeeper::Result<bool> {
         if path != self.config.root {
             return Ok(true);
         }
@@ -122,7 +113,11 @@ impl Worker {
         if !node.dirty_data && !node.dirty_children {
             return Ok(false);
         }
-        match self.zk.exists(path)? {
+        let exists = self.following.zk.exists_async(path).await?;
+        let Some(node) = self.nodes.get_mut(path) else {
+            return Ok(false);
+        };
+        match exists {
             None => {
                 node.dirty_data = false;
                 node.dirty_children = false;
@@ -146,9 +141,9 @@ impl Worker {
             return None;
         }
         Some(if node.child_watch.is_none() {
-            Read::ChildrenWatch(self.zk.get_children_watch_async(path))
+            Read::ChildrenWatch(self.following.zk.get_children_watch_async(path))
         } else {
-            Read::Children(self.zk.get_children_async(path))
+            Read::Children(self.following.zk.get_children_async(path))
         })
     }
 
@@ -163,36 +158,36 @@ impl Worker {
             return None;
         }
         Some(if node.data_watch.is_none() {
-            Read::DataWatch(self.zk.get_watch_async(path))
+            Read::DataWatch(self.following.zk.get_watch_async(path))
         } else {
-            Read::Data(self.zk.get_async(path))
+            Read::Data(self.following.zk.get_async(path))
         })
     }
 
     /// Takes a read's reply and applies it. On an error other than "no node" the
     /// node is marked dirty again.
-    pub(super) fn finish(&mut self, path: &str, read: Read) -> zookeeper::Result<()> {
+    pub(super) async fn finish(&mut self, path: &str, read: Read) -> zookeeper::Result<()> {
         let (kind, result) = match read {
             Read::ChildrenWatch(reply) => (
                 Kind::Children,
                 reply
-                    .wait()
+                    .await
                     .map(|(names, watch)| Reply::Children(names, Some(watch))),
             ),
             Read::Children(reply) => (
                 Kind::Children,
-                reply.wait().map(|names| Reply::Children(names, None)),
+                reply.await.map(|names| Reply::Children(names, None)),
             ),
             Read::DataWatch(reply) => (
                 Kind::Data,
                 reply
-                    .wait()
+                    .await
                     .map(|(data, stat, watch)| Reply::Data(data, stat, Some(watch))),
             ),
             Read::Data(reply) => (
                 Kind::Data,
                 reply
-                    .wait()
+                    .await
                     .map(|(data, stat)| Reply::Data(data, stat, None)),
             ),
         };
@@ -214,7 +209,7 @@ impl Worker {
                 self.apply_data(path, data, stat);
                 Ok(())
             }
-            Err(Error::NoNode) => self.gone(path),
+            Err(Error::NoNode) => self.gone(path).await,
             Err(error) => {
                 if let Some(node) = self.nodes.get_mut(path) {
                     match kind {
@@ -283,7 +278,7 @@ impl Worker {
     }
 
     /// The node at `path` does not exist (any more).
-    pub(super) fn gone(&mut self, path: &str) -> zookeeper::Result<()> {
+    pub(super) async fn gone(&mut self, path: &str) -> zookeeper::Result<()> {
         if path != self.config.root {
             self.remove_subtree(path);
             if let Some((parent, name)) = parent_and_name(path) {
@@ -315,13 +310,13 @@ impl Worker {
             self.unwatch(watch);
         }
         // The exists watch first, so a reader told of the removal finds it armed.
-        let result = match self.zk.exists_watch(path) {
+        let result = match self.following.zk.exists_watch_async(path).await {
             Ok((stat, watch)) => {
                 if stat.is_some() && !self.config.root_data {
                     // Created again meanwhile, and its data is not followed: on a present
                     // node this watch is a data watch, which only the listing's child
                     // watch (it sees the deletion too) makes redundant. Keep one watch.
-                    let _ = self.zk.remove_watch(&watch);
+                    let _ = self.following.zk.remove_watch(&watch);
                 } else {
                     self.arm(path, Kind::Data, watch);
                 }
