@@ -26,22 +26,23 @@
 //! ```
 //!
 //! # Persistent node
-//! A [`PersistentNode`] runs one thread of its own that creates an ephemeral node and
-//! keeps it: when the node is deleted it is created again (with the latest data), after
-//! a reconnection the thread `sync`s and checks it is still there, and with a
+//! A [`PersistentNode`] runs a background task (on the recipes' one driver thread, so a
+//! node costs no thread of its own) that creates an ephemeral node and keeps it: when
+//! the node is deleted it is created again (with the latest data), after a reconnection
+//! the task `sync`s and checks it is still there, and with a
 //! [`ManagedZooKeeper`](crate::lifecycle::ManagedZooKeeper) it is created again in each
 //! new session. On a plain handle it ends with the session. One watch (a `get` watch on
 //! the node) follows it.
 //!
 //! Two modes ([`NodeMode`]):
 //! - [`Ephemeral`](NodeMode::Ephemeral): a fixed path. If the create's reply is lost, the
-//!   thread `sync`s and finds the node by its owner: a node owned by this session is
+//!   task `sync`s and finds the node by its owner: a node owned by this session is
 //!   ours and is adopted. A node at the path owned by *another* session is not taken
 //!   over (Curator overwrites its data): the status is [`NodeStatus::Conflict`] and the
-//!   thread waits for that node to go (one `exists` watch), then creates its own.
+//!   task waits for that node to go (one `exists` watch), then creates its own.
 //! - [`ProtectedSequential`](NodeMode::ProtectedSequential): an ephemeral sequential
 //!   node named with Curator's protected prefix, `<parent>/_c_<uuid>-<name><seq>`, a
-//!   fresh uuid per creation. If the create's reply is lost, the thread `sync`s the
+//!   fresh uuid per creation. If the create's reply is lost, the task `sync`s the
 //!   parent and finds the node by its uuid: a create that applied is adopted, never
 //!   created a second time. The name changes with each creation
 //!   ([`actual_path`](PersistentNode::actual_path)). Nothing orders these nodes by
@@ -69,7 +70,7 @@
 //! # Guarantees
 //! - A persistent node exists whenever its session is connected and the node is not in
 //!   conflict, except for the moments between a deletion and the re-creation; its data
-//!   is the latest given to [`set_data`](PersistentNode::set_data) once the thread has
+//!   is the latest given to [`set_data`](PersistentNode::set_data) once the task has
 //!   written it.
 //! - Never two nodes for one persistent node, also when create replies are lost
 //!   (`sync`, then a search by owner or uuid, before any new create).
@@ -86,32 +87,33 @@
 //!   the cache may not be reported).
 
 mod group;
-mod node_thread;
+mod node_task;
 mod persistent_node;
 
 pub use group::*;
-use node_thread::*;
+use node_task::*;
 pub use persistent_node::*;
 
 use crate::cache::{CacheEvent, CacheEvents, ChildrenCache, NodeData};
 use crate::error::LossReason;
 use crate::events::Next;
 use crate::leader_latch::curator_protected_prefix;
-use crate::lifecycle::{Client, ConnectionEvent, ConnectionState, StateFeed};
-use crate::support::{create_dir, finish_in_background, session_error};
+use crate::lifecycle::following::{Change, Following};
+use crate::lifecycle::Client;
+use crate::runtime::{block_on, StopSignal, Task};
+use crate::support::finish_in_background;
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::thread::JoinHandle;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use zookeeper::{CreateMode, Error, EventType, Timeout, Watch, ZooKeeper};
+use zookeeper::{CreateMode, Error, EventType, Timeout, Watch, WatchedEvent, ZooKeeper};
 
 #[cfg(test)]
 mod tests {

@@ -22,7 +22,7 @@ pub enum NodeMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum NodeStatus {
-    /// The node does not exist (yet, or again): it is being created, or the thread waits
+    /// The node does not exist (yet, or again): it is being created, or its task waits
     /// for the connection or a new session to do so.
     Creating,
     /// The node exists ([`actual_path`](PersistentNode::actual_path)).
@@ -75,13 +75,15 @@ pub(super) struct NodeShared {
     pub(super) changed: Condvar,
     pub(super) creations: AtomicU64,
     pub(super) armed: AtomicUsize,
+    /// New data to write.
+    pub(super) nudge: Nudge,
 }
 
 pub(super) struct NodeState {
     pub(super) status: NodeStatus,
     pub(super) path: Option<String>,
     pub(super) data: Vec<u8>,
-    /// Bumped by each `set_data`: the thread writes data newer than it wrote last.
+    /// Bumped by each `set_data`: the task writes data newer than it wrote last.
     pub(super) data_serial: u64,
     pub(super) end: Option<RecipeError>,
 }
@@ -94,14 +96,12 @@ pub(super) struct NodeConfig {
     pub(super) nodes: NodeOptions,
 }
 
-/// An ephemeral node kept in place by a thread of its own (see the
+/// An ephemeral node kept in place by a background task (see the
 /// [module docs](super#persistent-node)). Dropping it (or [`close`](Self::close)) deletes
 /// the node. `Send + Sync`.
 pub struct PersistentNode {
     pub(super) shared: Arc<NodeShared>,
-    pub(super) wake: Sender<()>,
-    pub(super) stop: Option<Sender<()>>,
-    pub(super) thread: Option<JoinHandle<()>>,
+    pub(super) task: Task,
     pub(super) config: Arc<NodeConfig>,
 }
 
@@ -172,35 +172,25 @@ impl PersistentNode {
             changed: Condvar::new(),
             creations: AtomicU64::new(0),
             armed: AtomicUsize::new(0),
+            nudge: Nudge::default(),
         });
-        let (wake, wake_rx) = crossbeam_channel::bounded(1);
-        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
-        let worker = NodeWorker::new(
-            client,
-            Arc::clone(&config),
-            Arc::clone(&shared),
-            wake_rx,
-            stop_rx,
-        );
+        let worker = NodeWorker::new(client, Arc::clone(&config), Arc::clone(&shared));
         let panic_shared = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(format!("zk-node {}", config.path))
-            .spawn(move || {
-                let run = std::panic::AssertUnwindSafe(move || worker.run());
-                if std::panic::catch_unwind(run).is_err() {
-                    let mut state = panic_shared.state.lock();
-                    state.status = NodeStatus::Ended;
-                    state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));
-                    drop(state);
-                    panic_shared.changed.notify_all();
-                }
-            })
-            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
+        let task = crate::runtime::spawn(
+            format!("zk-node {}", config.path),
+            move |stop| worker.run(stop),
+            move || {
+                let mut state = panic_shared.state.lock();
+                state.status = NodeStatus::Ended;
+                state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));
+                drop(state);
+                panic_shared.changed.notify_all();
+            },
+        )
+        .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(PersistentNode {
             shared,
-            wake,
-            stop: Some(stop),
-            thread: Some(thread),
+            task,
             config,
         })
     }
@@ -221,7 +211,7 @@ impl PersistentNode {
         self.shared.state.lock().path.clone()
     }
 
-    /// What the node's thread is doing.
+    /// What the node's task is doing.
     pub fn status(&self) -> NodeStatus {
         self.shared.state.lock().status
     }
@@ -261,7 +251,7 @@ impl PersistentNode {
         self.shared.state.lock().data.clone()
     }
 
-    /// Replaces the node's data: the thread writes it to the node (at once when
+    /// Replaces the node's data: the task writes it to the node (at once when
     /// connected, else once it can) and uses it for every later creation. Returns
     /// without waiting for the write; fails at once on data over the node data limit.
     pub fn set_data(&self, data: &[u8]) -> Result<()> {
@@ -271,7 +261,7 @@ impl PersistentNode {
             state.data = data.to_vec();
             state.data_serial += 1;
         }
-        let _ = self.wake.try_send(());
+        self.shared.nudge.nudge();
         Ok(())
     }
 
@@ -280,7 +270,7 @@ impl PersistentNode {
         self.shared.creations.load(Ordering::Relaxed)
     }
 
-    /// Watches the node's thread holds armed now: at most one.
+    /// Watches the node's task holds armed now: at most one.
     pub fn armed_watches(&self) -> usize {
         self.shared.armed.load(Ordering::Relaxed)
     }
@@ -298,10 +288,7 @@ impl PersistentNode {
     }
 
     pub(super) fn shutdown(&mut self) {
-        self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.task.stop_and_join();
     }
 }
 
