@@ -113,7 +113,7 @@ pub enum LossReason {
     Relinquished,
     /// The recipe object was closed.
     Closed,
-    /// The recipe's background thread could not start or stopped abnormally.
+    /// The recipe's background task could not start or stopped abnormally.
     WorkerFailed,
 }
 
@@ -134,7 +134,7 @@ impl fmt::Display for LossReason {
             LossReason::Resigned => f.write_str("this candidate has resigned"),
             LossReason::Relinquished => f.write_str("leadership relinquished"),
             LossReason::Closed => f.write_str("closed"),
-            LossReason::WorkerFailed => f.write_str("the background thread failed"),
+            LossReason::WorkerFailed => f.write_str("the background task failed"),
         }
     }
 }

@@ -512,12 +512,12 @@ impl NodeWorker {
         });
         match leftovers.remove(&zk).await {
             Ok(()) => {}
-            Err(error) if error.is_retryable() => finish_in_background(
-                zk,
-                format!("deleting {}", self.config.path),
-                // The cleanup worker is a thread of its own: it may block.
-                move |zk| block_on(leftovers.remove(zk)),
-            ),
+            Err(error) if error.is_retryable() => {
+                finish_later(&zk, format!("deleting {}", self.config.path), move |zk| {
+                    let leftovers = Arc::clone(&leftovers);
+                    Box::pin(async move { leftovers.remove(&zk).await })
+                })
+            }
             Err(error) => log::debug!("recipes: deleting {}: {error}", self.config.path),
         }
     }
@@ -570,36 +570,4 @@ async fn delete(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
         Ok(()) | Err(Error::NoNode) => Ok(()),
         Err(error) => Err(error),
     }
-}
-
-/// The support layer's `create_dir`, awaited: the directory (with `nodes`' ACL, as a
-/// container if asked) and missing parents; an existing one is fine.
-async fn create_dir_async(
-    zk: &ZooKeeper,
-    path: &str,
-    nodes: &NodeOptions,
-) -> zookeeper::Result<()> {
-    // `exists` first: creating a node that exists under a parent we may not create in
-    // would fail with NoAuth rather than NodeExists.
-    if path == "/" || zk.exists_async(path).await?.is_some() {
-        return Ok(());
-    }
-    // The nodes still to create, deepest last: the path, then each missing parent.
-    let mut missing = vec![(path, nodes.dir_mode())];
-    while let Some(&(path, mode)) = missing.last() {
-        let options = zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list());
-        match zk.create_async(path, b"", options).await {
-            Ok(_) | Err(Error::NodeExists) => {
-                missing.pop();
-            }
-            Err(Error::NoNode) => match path.rsplit_once('/') {
-                Some((parent, _)) if !parent.is_empty() => {
-                    missing.push((parent, CreateMode::Persistent))
-                }
-                _ => return Err(Error::NoNode),
-            },
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
 }

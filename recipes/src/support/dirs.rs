@@ -26,12 +26,21 @@ pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
 /// Creates the recipe directory `path` (with `nodes`' ACL, as a container if asked) and
 /// any missing parents (persistent, same ACL); an existing node is fine.
 pub(crate) fn create_dir(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> zookeeper::Result<()> {
+    block_on(create_dir_async(zk, path, nodes))
+}
+
+/// [`create_dir`], async.
+pub(crate) async fn create_dir_async(
+    zk: &ZooKeeper,
+    path: &str,
+    nodes: &NodeOptions,
+) -> zookeeper::Result<()> {
     // `exists` first: creating a node that exists under a parent we may not create in
     // would fail with NoAuth rather than NodeExists.
-    if path == "/" || zk.exists(path)?.is_some() {
+    if path == "/" || zk.exists_async(path).await?.is_some() {
         return Ok(());
     }
-    make_dir(zk, path, b"", nodes.dir_mode(), nodes)
+    make_dir_async(zk, path, b"", nodes.dir_mode(), nodes).await
 }
 
 /// Creates `path` holding `data` with `mode`; on NoNode its parents first (persistent,
@@ -61,17 +70,6 @@ pub(super) async fn make_dir_async(
         }
     }
     Ok(())
-}
-
-/// [`make_dir_async`], blocking.
-pub(super) fn make_dir(
-    zk: &ZooKeeper,
-    path: &str,
-    data: &[u8],
-    mode: CreateMode,
-    nodes: &NodeOptions,
-) -> zookeeper::Result<()> {
-    block_on(make_dir_async(zk, path, data, mode, nodes))
 }
 
 /// [`create_dir`] within `patience`.
