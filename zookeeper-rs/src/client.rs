@@ -11,7 +11,7 @@ use crate::session::{Session, SessionEvents};
 use crate::timeout::Timeout;
 use crate::types::{ClientId, SessionState, WatchedEvent};
 use crate::watch_table::WatchTable;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +61,10 @@ struct Inner {
     security: Arc<crate::security::Keepalive>,
     /// The bound on requests in flight (see `in_flight.rs`).
     in_flight: Arc<InFlight>,
+    /// How this session was made (without a session to resume), for [`ZooKeeper::new_session`].
+    options: ZooKeeperBuilder,
+    /// Credentials handed to C with `add_auth`, in order (C resends them on reconnect).
+    auths: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 // SAFETY: `session_context` is only dereferenced by C callbacks and reclaimed once, after
@@ -222,6 +226,10 @@ impl ZooKeeperBuilder {
         unsafe { sys::zoo_set_servers_resolution_delay(zh.as_ptr(), delay_ms) };
 
         let handle: HandleSlot = Arc::new(RwLock::new(Some(RawHandle(zh))));
+        let options = ZooKeeperBuilder {
+            client_id: None,
+            ..self.clone()
+        };
         let watches = WatchTable::new(client, Arc::clone(&session), Arc::clone(&handle));
         let zk = ZooKeeper {
             inner: Arc::new(Inner {
@@ -232,6 +240,8 @@ impl ZooKeeperBuilder {
                 client,
                 security: Arc::new(keepalive),
                 in_flight: InFlight::new(MAX_IN_FLIGHT),
+                options,
+                auths: Mutex::new(Vec::new()),
             }),
         };
         let deadline = deadline_after(self.connect_timeout.unwrap_or(self.session_timeout));
@@ -359,6 +369,32 @@ impl ZooKeeper {
 
     /// The session id and password, to resume the session elsewhere.
     ///
+    /// Connects a *new* session like this one: the same connect string and options
+    /// (timeouts, read-only, TLS, SASL) and the credentials added with
+    /// [`add_auth`](Self::add_auth), added again in the same order. For work that must
+    /// go on after this session is over (expired, closed): a managed client's next
+    /// session, or putting back what an ended session held. It never resumes this
+    /// session (a resumed handle would share its ephemeral nodes).
+    ///
+    /// Errors are [`connect`](ZooKeeperBuilder::connect)'s and
+    /// [`add_auth`](Self::add_auth)'s; a failed `add_auth` closes the new handle.
+    pub fn new_session(&self) -> Result<ZooKeeper> {
+        let zk = self.inner.options.clone().connect()?;
+        let auths = self.inner.auths.lock().clone();
+        for (scheme, credentials) in auths {
+            zk.add_auth(&scheme, &credentials)?;
+        }
+        Ok(zk)
+    }
+
+    /// Records credentials C has accepted, for [`new_session`](Self::new_session).
+    pub(crate) fn record_auth(&self, scheme: &str, credentials: &[u8]) {
+        self.inner
+            .auths
+            .lock()
+            .push((scheme.to_string(), credentials.to_vec()));
+    }
+
     /// Read from a copy taken when the session (re)connected, never from the C handle:
     /// its IO thread rewrites that struct on every reconnect, unsynchronized.
     pub fn client_id(&self) -> Result<ClientId> {

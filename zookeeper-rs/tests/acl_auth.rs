@@ -243,3 +243,31 @@ fn oversized_credentials_are_refused_before_sending() {
     zk.exists("/").unwrap();
     assert!(zk.state().is_connected());
 }
+
+#[test]
+fn a_new_session_is_made_like_the_old_one_with_its_credentials() {
+    let zk = connect();
+    zk.add_auth("digest", b"renewed:secret").unwrap();
+    let path = unique("new-session");
+    let acl = vec![Acl::new(
+        Perms::ALL,
+        "digest",
+        &digest_id("renewed", "secret"),
+    )];
+    zk.create(
+        &path,
+        b"mine",
+        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl),
+    )
+    .unwrap();
+    let old_id = zk.client_id().unwrap().session_id;
+    zk.close().unwrap();
+
+    // The old handle is closed; a session made like it carries its credentials.
+    let fresh = zk.new_session().unwrap();
+    assert_ne!(fresh.client_id().unwrap().session_id, old_id);
+    assert_eq!(fresh.get(&path).unwrap().0, b"mine");
+    // A plain new connection does not.
+    assert_eq!(connect().get(&path).unwrap_err(), Error::NoAuth);
+    fresh.delete(&path, None).unwrap();
+}

@@ -134,6 +134,9 @@ impl ZooKeeper {
         if let Some(Err(error)) = early {
             return ZkFuture::failed(error);
         }
+        // C has the credentials now and sends them with every reconnect: so does a new
+        // session made like this one.
+        self.record_auth(&scheme.to_string_lossy(), credentials);
         // C queues the credentials in front of every request not yet sent, and the server
         // answers in order: this reply comes after the auth's, on the completion thread.
         self.request().send(
