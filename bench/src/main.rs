@@ -11,6 +11,7 @@
 //! zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
 //! zookeeper-bench memcheck --per-watch 20000 [--batch 4000] [--hosts H]
 //! zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
+//! zookeeper-bench threads [--quick] [--hosts H] [--check]
 //! zookeeper-bench serve [--fsync off|on]                    (a server for bench/profile)
 //! zookeeper-bench client --hosts H --scenario S [...]      (the Rust client process)
 //! ```
@@ -28,6 +29,7 @@ mod rust_client;
 mod scale_client;
 mod scaling;
 mod serve;
+mod threads;
 mod usage;
 
 use flags::Flags;
@@ -36,13 +38,16 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = match args.first().map(String::as_str) {
-        Some(c @ ("run" | "client" | "memcheck" | "compare" | "serve" | "help")) => (c, &args[1..]),
+        Some(c @ ("run" | "client" | "memcheck" | "compare" | "threads" | "serve" | "help")) => {
+            (c, &args[1..])
+        }
         Some("--help" | "-h") => ("help", &args[1..]),
         _ => ("run", &args[..]),
     };
     let switches: &[&str] = match cmd {
         "run" => &["quick", "no-zkpython-build"],
         "compare" => &["inject-difference", "no-zkpython-build"],
+        "threads" => &["quick", "check"],
         _ => &[],
     };
     let flags = match Flags::parse(rest, switches) {
@@ -56,6 +61,7 @@ fn main() -> ExitCode {
             .and_then(|p| rust_client::run(&p)),
         "memcheck" => memcheck::main(&flags),
         "compare" => compare::main(&flags),
+        "threads" => threads::main(&flags),
         "serve" => serve::main(&flags),
         _ => {
             print!("{}", USAGE);
@@ -100,6 +106,12 @@ usage:
   zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
       Runs the behaviour script (basic ops, error kinds, watches, the classic queue recipe)
       through zkpython and through our crates; fails on any difference.
+  zookeeper-bench threads [--quick] [--hosts H] [--check]
+      Threads, live contexts and background tasks of one session holding 1,000 pending
+      async lock acquires, 1,000 pending async queue takes and 200 each of node caches,
+      leader latches, persistent nodes and config watches (--quick: 100 and 20); then
+      whether dropping them all gives everything back. --check: exit non-zero if a
+      target fails.
   zookeeper-bench serve [--fsync off|on]
       Starts one standalone server, prints HOSTS <connect string>, stops it when stdin
       closes (bench/profile/profile.py uses it).

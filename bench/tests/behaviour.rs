@@ -120,3 +120,117 @@ fn memcheck_small_run_is_flat() {
     assert!(succeeded, "{stdout}");
     assert!(stdout.contains("memcheck: flat"), "{stdout}");
 }
+
+/// The cells of the Markdown table whose header starts with `header`, row by row.
+fn table_rows(stdout: &str, header: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .skip_while(|line| !line.starts_with(header))
+        .skip(2) // the header and the separator
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            line.trim_matches('|')
+                .split(" | ")
+                .map(|cell| cell.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn threads_quick_run_prints_every_row() {
+    // the figures only: whether the targets pass is for `threads --check`
+    let server = server();
+    let hosts = server.connect_string();
+    let (succeeded, stdout) = run_bench(&["threads", "--quick", "--hosts", &hosts]);
+    assert!(succeeded, "{stdout}");
+
+    let started = table_rows(&stdout, "| what was started |");
+    let what: Vec<&str> = started.iter().map(|row| row[0].as_str()).collect();
+    for needle in [
+        "baseline: both sessions connected",
+        "1 lock held by another session",
+        "100 pending async lock acquires",
+        "100 pending async queue takes",
+        "20 node caches (",
+        "20 node caches, async API",
+        "20 leader latches (",
+        "20 leader latches, async API",
+        "20 persistent nodes (",
+        "20 persistent nodes, async API",
+        "20 config watches (",
+        "20 config watches, async API",
+        "**total, all of the above**",
+    ] {
+        assert!(
+            what.iter().any(|w| w.starts_with(needle)),
+            "no row {needle:?} in:\n{stdout}"
+        );
+    }
+    for row in &started[1..] {
+        assert_eq!(row.len(), 5, "{row:?} in:\n{stdout}");
+        for count in &row[1..4] {
+            assert!(
+                count == "n/a" || count.parse::<i64>().is_ok(),
+                "{count:?} in {row:?}"
+            );
+        }
+        let target = &row[4];
+        assert!(
+            target == "-"
+                || target.ends_with(": PASS")
+                || target.ends_with(": FAIL")
+                || target.starts_with("not measured: "),
+            "{target:?} in {row:?}"
+        );
+    }
+
+    let checks = table_rows(&stdout, "| check |");
+    let what: Vec<&str> = checks.iter().map(|row| row[0].as_str()).collect();
+    assert_eq!(
+        what,
+        [
+            "threads of the process vs the baseline",
+            "live contexts vs the baseline",
+            "background tasks vs the baseline",
+            "nodes left under the lock dir",
+            "nodes left under the latch dir",
+            "nodes left under the persistent nodes dir",
+            "queue items still there (the originals, by name)",
+            "a dropped acquire took the lock",
+        ],
+        "{stdout}"
+    );
+    for row in &checks {
+        assert_eq!(row.len(), 4, "{row:?} in:\n{stdout}");
+        assert!(row[3] == "PASS" || row[3] == "FAIL", "{row:?}");
+    }
+    for row in &checks[..6] {
+        row[1].parse::<u64>().unwrap();
+        row[2].trim_start_matches("<= ").parse::<u64>().unwrap();
+    }
+    let queue = &checks[6][1];
+    let (kept, rest) = queue.split_once(" of ").expect(queue);
+    kept.parse::<u64>().unwrap();
+    assert!(rest.starts_with("10 (+"), "{queue:?}");
+    assert!(
+        ["yes", "no"].contains(&checks[7][1].as_str()),
+        "{:?}",
+        checks[7]
+    );
+
+    assert!(stdout.contains("dropping took "), "{stdout}");
+    assert!(
+        stdout.contains(" s (polled every 50 ms, deadline 30 s)"),
+        "{stdout}"
+    );
+    let summary = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("targets: "))
+        .unwrap_or_else(|| panic!("no summary in:\n{stdout}"));
+    let (passed, total) = summary
+        .trim_end_matches(" PASS")
+        .split_once(" of ")
+        .unwrap();
+    assert!(passed.parse::<u32>().unwrap() <= total.parse::<u32>().unwrap());
+}
