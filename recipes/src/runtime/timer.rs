@@ -70,8 +70,12 @@ fn arm(id: Option<u64>, at: Instant, waker: &Waker) -> u64 {
 }
 
 fn disarm(id: u64) {
-    if let Some(timers) = TIMERS.lock().as_mut() {
-        timers.wakers.remove(&id);
+    let mut guard = TIMERS.lock();
+    let Some(timers) = guard.as_mut() else { return };
+    if timers.wakers.remove(&id).is_some() && timers.wakers.is_empty() {
+        // Nothing left to wait for: let the thread see it and end after its linger.
+        timers.queue.clear();
+        CHANGED.notify_one();
     }
 }
 
@@ -83,12 +87,18 @@ fn run() {
         let now = Instant::now();
         let mut due = Vec::new();
         while let Some(Reverse((at, id))) = timers.queue.peek().copied() {
-            if at > now {
+            // A dropped or re-armed timer's entry goes at once: the thread must not stay
+            // for a deadline nobody waits for.
+            let live = timers
+                .wakers
+                .get(&id)
+                .is_some_and(|(armed_at, _)| *armed_at == at);
+            if live && at > now {
                 break;
             }
             timers.queue.pop();
-            if let Some((armed_at, waker)) = timers.wakers.remove(&id) {
-                if armed_at == at {
+            if live {
+                if let Some((_, waker)) = timers.wakers.remove(&id) {
                     due.push(waker);
                 }
             }
