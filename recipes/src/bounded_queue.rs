@@ -56,6 +56,10 @@
 //!   directory, so each change wakes all of them (one per value), as in the queue.
 //! - Writers that do not use the gate (a plain [`Queue`] on
 //!   `<path>/items`) are not bounded.
+//! - An item taken for an async take whose future was dropped is put back without the
+//!   gate, at once: it was in the queue, and must not wait outside it for room while
+//!   producers fill the slot it freed. The queue may then hold up to `max` plus the
+//!   number of such takes for a moment.
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -131,8 +131,10 @@ fn take_dropped_mid_claim(after_the_client_noticed: bool) {
     let consumer = Queue::new(&zk, &path).unwrap();
 
     // The claim (a multi) reaches the server, which applies it; the connection is cut
-    // before its reply.
+    // before its reply, and reconnecting is refused until the take is dropped (else it
+    // could find out and complete before the test sees the client disconnected).
     proxy.cut_after_matching(1, |request| request.op == OpCode::MULTI);
+    proxy.block();
     {
         let mut take = std::pin::pin!(consumer.take_async(Timeout::Never));
         let reached = zk_harness::executor::block_on_timeout(
@@ -155,9 +157,67 @@ fn take_dropped_mid_claim(after_the_client_noticed: bool) {
             "the take was still unsettled when dropped"
         );
     } // dropped here
+    proxy.unblock();
 
     // Settled in the background: if the claim applied (the item left the queue), the
     // item is put back.
+    wait_until("the item back in the queue", || {
+        producer.len().unwrap_or(0) == 1
+    });
+    assert_eq!(producer.take(Duration::from_secs(20)).unwrap(), b"precious");
+    assert_eq!(producer.len().unwrap(), 0, "put back once, not twice");
+}
+
+#[test]
+fn a_dropped_take_whose_session_expires_still_puts_the_item_back() {
+    // The claim applies, its reply is lost, the take is dropped, and the client stays
+    // cut off until the server has expired its session: the item, gone from the queue,
+    // is held only by the settling of the dropped take, which puts it back on a new
+    // session made like the old one.
+    let hosts = zk_harness::shared_test_connect_string();
+    let proxy = FaultProxy::start(&hosts).unwrap();
+    let zk = ZooKeeper::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .unwrap();
+    let admin = connect();
+    let path = unique_path("async-queue-expiry");
+    let producer = Queue::new(&admin, &path).unwrap();
+    producer.put(b"precious").unwrap();
+    let consumer = Queue::new(&zk, &path).unwrap();
+
+    proxy.cut_after_matching(1, |request| request.op == OpCode::MULTI);
+    {
+        let mut take = std::pin::pin!(consumer.take_async(Timeout::Never));
+        let cut = zk_harness::executor::block_on_timeout(
+            std::future::poll_fn(|cx| {
+                if !proxy.fired().is_empty() {
+                    return Poll::Ready(true);
+                }
+                if take.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }),
+            Duration::from_secs(60),
+        );
+        assert_eq!(cut, Some(true), "the take was still unsettled when dropped");
+        proxy.block();
+    } // dropped here, its claim applied and unanswered
+
+    // The item left the queue with the claim; the session's take marker goes when the
+    // server expires the session.
+    assert_eq!(producer.len().unwrap(), 0);
+    let receipts = format!("{path}/receipts");
+    wait_until("the consumer's session expired on the server", || {
+        admin
+            .get_children(&receipts)
+            .map(|names| !names.iter().any(|n| n.starts_with("took-")))
+            .unwrap_or(false)
+    });
+    proxy.unblock();
+
     wait_until("the item back in the queue", || {
         producer.len().unwrap_or(0) == 1
     });

@@ -1,9 +1,6 @@
 //! The async form of each blocking recipe call (see the [module docs](super)).
 
-use std::future::Future;
 use std::ops::Range;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use zookeeper::{Stat, Timeout, ZooKeeper};
@@ -258,81 +255,7 @@ async_forms!(Group {
 
 // Queues: a taken item whose future was dropped is put back, never lost.
 
-/// A taken item with its name (to put it back with its ordering tag).
-type Named = Option<(String, Vec<u8>)>;
-
-/// The future of an async queue take: completes with the item (`T`: the item, or
-/// `Option` of it for a `try_take`). If dropped before, the item is put back.
-#[must_use = "futures do nothing unless awaited; the take runs anyway"]
-#[derive(Debug)]
-pub struct Take<T> {
-    taking: Unblock<Result<Named>>,
-    item: fn(Named) -> T,
-}
-
-impl<T> Future for Take<T> {
-    type Output = Result<T>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
-        let item = self.item;
-        Pin::new(&mut self.taking)
-            .poll(cx)
-            .map(|taken| taken.map(item))
-    }
-}
-
-/// Puts a taken item whose receiver is gone back with `put_back`.
-fn put_back<R>(
-    recipe: &R,
-    item: Result<Named>,
-    put_back: fn(&R, &str, &[u8]) -> Result<()>,
-    path: &str,
-) {
-    if let Ok(Some((name, data))) = item {
-        if let Err(error) = put_back(recipe, &name, &data) {
-            log::error!(
-                "an item taken for a dropped future could not be put back into {path}: {error}"
-            );
-        }
-    }
-}
-
-/// The async take forms of a queue type: `$queue` gives its inner [`Queue`],
-/// `$put_back` puts an item taken for a dropped future back.
-macro_rules! queue_take_forms {
-    ($recipe:ident, $queue:path, $put_back:expr) => {
-        impl Async<$recipe> {
-            #[doc = concat!("Async form of [`", stringify!($recipe), "::take`]; an item taken for a dropped future is put back (see the [module docs](crate::asynchronous)).")]
-            pub fn take(&self, timeout: impl Into<Timeout>) -> Take<Vec<u8>> {
-                let timeout = timeout.into();
-                Take {
-                    taking: self.run_or_return(
-                        move |recipe| $queue(recipe).take_named(timeout).map(Some),
-                        |recipe, item| put_back(recipe, item, $put_back, $queue(recipe).path()),
-                    ),
-                    item: |item| item.map_or_else(Vec::new, |(_, data)| data),
-                }
-            }
-
-            #[doc = concat!("Async form of [`", stringify!($recipe), "::try_take`]; an item taken for a dropped future is put back.")]
-            pub fn try_take(&self) -> Take<Option<Vec<u8>>> {
-                Take {
-                    taking: self.run_or_return(
-                        move |recipe| $queue(recipe).try_take_named(),
-                        |recipe, item| put_back(recipe, item, $put_back, $queue(recipe).path()),
-                    ),
-                    item: |item| item.map(|(_, data)| data),
-                }
-            }
-        }
-        async_forms!($recipe {
-            fn len() -> Result<usize>;
-            fn is_empty() -> Result<bool>;
-        });
-    };
-}
-
-/// The queue itself (for [`queue_take_forms`]).
+/// The queue itself (for [`native_take_forms`]).
 fn itself(queue: &Queue) -> &Queue {
     queue
 }
@@ -371,10 +294,7 @@ macro_rules! native_take_forms {
 native_take_forms!(Queue, itself);
 native_take_forms!(PriorityQueue, PriorityQueue::queue);
 native_take_forms!(DelayedQueue, DelayedQueue::queue);
-// Through the gate: an item put back must count against the bound like any put.
-queue_take_forms!(BoundedQueue, BoundedQueue::queue, |queue, _name, data| {
-    queue.put(data, Timeout::Never)
-});
+native_take_forms!(BoundedQueue, BoundedQueue::queue);
 
 impl Async<Queue> {
     /// Async form of [`Queue::put`].

@@ -38,14 +38,16 @@
 //!
 //! # Cancellation
 //! A [`RecipeFuture`] is cancelled by dropping it: what it started is withdrawn (a lock
-//! request's node and watch), and a queue take dropped with its claim in flight has the
-//! claim settled in the background, a taken item put back at the tail. An [`Unblock`]
-//! future is not cancelled: dropping it does not stop its call: the call runs until it returns (each
-//! waiting call has its own timeout) and its result is disposed of as dropping it
-//! would: a guard releases its lock, a work item goes back to its queue. The exception
-//! is a queue item taken for a dropped future: it is never dropped but put back into
-//! its queue (at the tail; with its priority or due time for the priority and delayed
-//! queues). So `select!`-ing a take against a shutdown signal loses nothing.
+//! request's node and watch, an election candidate's node), and a queue take dropped
+//! with its claim in flight has the claim settled in the background: an item it took
+//! is put back at the tail (with its priority or due time for the priority and delayed
+//! queues), on a new session made like the old one if the taking session ended
+//! meanwhile. So `select!`-ing a take against a shutdown signal loses nothing.
+//!
+//! An [`Unblock`] future (the calls not yet written as async code, and [`unblock`]
+//! itself) is not cancelled: dropping it does not stop its call, which runs until it
+//! returns (each waiting call has its own timeout), and its result is disposed of as
+//! dropping it would: a guard releases its lock, a work item goes back to its queue.
 //!
 //! # Not covered
 //! [`ReentrantLock`](crate::reentrant_lock::ReentrantLock) has no async form: its
@@ -58,8 +60,6 @@ mod unblock;
 
 use std::sync::Arc;
 
-pub use forms::Take;
-pub(crate) use unblock::unblock_or_return;
 pub use unblock::{unblock, Unblock};
 
 /// The future of a recipe call written as async code (no thread waits for it; dropping
@@ -118,19 +118,6 @@ impl<R: Send + Sync + 'static> Async<R> {
     {
         let recipe = Arc::clone(&self.recipe);
         unblock(move || call(&recipe))
-    }
-
-    /// [`run`](Self::run), putting a result its future's owner never received back
-    /// with `abandoned` (on a worker thread).
-    pub(crate) fn run_or_return<T, F, A>(&self, call: F, abandoned: A) -> Unblock<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&R) -> T + Send + 'static,
-        A: FnOnce(&R, T) + Send + 'static,
-    {
-        let recipe = Arc::clone(&self.recipe);
-        let keep = Arc::clone(&self.recipe);
-        unblock_or_return(move || call(&recipe), move |value| abandoned(&keep, value))
     }
 }
 

@@ -94,8 +94,6 @@ enum State<T> {
 /// What a worker and its future share.
 struct Shared<T> {
     state: State<T>,
-    /// Takes a result nobody will receive (`None`: just drop it).
-    abandoned: Option<Box<dyn FnOnce(T) + Send>>,
 }
 
 /// The future of a blocking recipe call run on a worker thread: completes with the
@@ -103,8 +101,9 @@ struct Shared<T> {
 ///
 /// **Dropping it does not stop the call**: the call runs to its end (its own timeout
 /// bounds it) and its result is then disposed of as its type's `Drop` does (a guard
-/// releases, a work item goes back to the queue). A taken queue item is never dropped:
-/// it is put back into its queue (see [`Async`](super::Async)).
+/// releases, a work item goes back to the queue). The recipes' own async forms do not
+/// use it: their futures are the recipe's protocol itself, and dropping them withdraws
+/// what they started.
 #[must_use = "futures do nothing unless awaited; the call runs anyway"]
 pub struct Unblock<T: Send + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
@@ -137,28 +136,16 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    spawn(call, None)
+    spawn(call)
 }
 
-/// [`unblock`], with `abandoned` given the result if the future is dropped before its
-/// owner received it (run on a worker thread: it may block).
-pub(crate) fn unblock_or_return<T, F, A>(call: F, abandoned: A) -> Unblock<T>
-where
-    T: Send + 'static,
-    F: FnOnce() -> T + Send + 'static,
-    A: FnOnce(T) + Send + 'static,
-{
-    spawn(call, Some(Box::new(abandoned)))
-}
-
-fn spawn<T, F>(call: F, abandoned: Option<Box<dyn FnOnce(T) + Send>>) -> Unblock<T>
+fn spawn<T, F>(call: F) -> Unblock<T>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
     let shared = Arc::new(Mutex::new(Shared {
         state: State::Running(None),
-        abandoned,
     }));
     let worker_side = Arc::clone(&shared);
     pool().submit(Box::new(move || {
@@ -172,10 +159,11 @@ where
                     waker.wake();
                 }
             }
+            // Nobody receives it: dropped here, on the worker (a guard's drop may wait
+            // for the server).
             State::Abandoned => {
-                let abandoned = shared.abandoned.take();
                 drop(shared);
-                dispose(result, abandoned);
+                dispose(result);
             }
             State::Done(_) | State::Taken => unreachable!("a call completes once"),
         }
@@ -183,12 +171,10 @@ where
     Unblock { shared }
 }
 
-/// Hands a result nobody receives to its disposal (no lock held).
-fn dispose<T>(result: std::thread::Result<T>, abandoned: Option<Box<dyn FnOnce(T) + Send>>) {
-    if let (Ok(value), Some(abandoned)) = (result, abandoned) {
-        if catch_unwind(AssertUnwindSafe(|| abandoned(value))).is_err() {
-            log::error!("disposing of an abandoned result panicked");
-        }
+/// Drops a result nobody receives (no lock held).
+fn dispose<T>(result: std::thread::Result<T>) {
+    if catch_unwind(AssertUnwindSafe(move || drop(result))).is_err() {
+        log::error!("dropping an abandoned result panicked");
     }
 }
 
@@ -221,13 +207,8 @@ impl<T: Send + 'static> Drop for Unblock<T> {
             State::Done(result) => {
                 // Done but never received: dispose of it on a worker, never here (a
                 // guard's drop may wait for the server; this may be an executor thread).
-                let abandoned = shared.abandoned.take();
                 drop(shared);
-                pool().submit(Box::new(move || {
-                    if abandoned.is_some() {
-                        dispose(result, abandoned);
-                    }
-                }));
+                pool().submit(Box::new(move || dispose(result)));
             }
             State::Taken | State::Abandoned => shared.state = State::Taken,
         }

@@ -116,9 +116,11 @@
 mod batch;
 mod child_watcher;
 mod items;
+mod settle;
 
 use child_watcher::*;
 pub(crate) use items::*;
+use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 
 use crate::recovery::{
     children_or_none, children_or_none_async, name_in_range, restart_dir, Restart,
@@ -638,125 +640,6 @@ impl Queue {
                 Err(error) => return Err(error.into()),
             }
         }
-    }
-}
-
-/// What became of a take (delete + marker) whose reply was lost.
-enum LostTake {
-    /// The item is still there: the take did not apply.
-    NotApplied,
-    /// Our marker is there: the take applied, the item is ours.
-    Ours,
-    /// Neither: another consumer took the item.
-    Others,
-    /// Cannot be found out (reconnect timeout, or the session ended and the marker with
-    /// it): the item may be ours and gone from the queue.
-    Unknown,
-}
-
-/// Our take of `path` (delete + `marker`) was sent and its reply lost: after a `sync` (so
-/// a server we reconnected to has applied everything the old connection sent), the item
-/// still there means the take did not apply; our marker there means it did; neither
-/// means another consumer took it. The call's deadline does not apply here (the item may
-/// be ours already); the reconnect timeout does. An item whose outcome is `Ours` or
-/// `Unknown` is delivered (or put back) rather than lost: at least once, in the unknown
-/// case only.
-async fn lost_take(zk: &ZooKeeper, patience: Patience, path: &str, marker: &str) -> LostTake {
-    let look = async {
-        reconnected(zk, patience, 1).await?;
-        retry_async(zk, patience, || zk.sync_async(path)).await?;
-        if retry_async(zk, patience, || zk.exists_async(path))
-            .await?
-            .is_some()
-        {
-            return Ok(LostTake::NotApplied);
-        }
-        if retry_async(zk, patience, || zk.exists_async(marker))
-            .await?
-            .is_some()
-        {
-            drop(zk.delete_async(marker, Version::Any));
-            return Ok(LostTake::Ours);
-        }
-        Ok::<_, RecipeError>(LostTake::Others)
-    };
-    match look.await {
-        Ok(outcome) => outcome,
-        Err(error) => {
-            log::debug!("queue: outcome of taking {path} unknown ({error})");
-            LostTake::Unknown
-        }
-    }
-}
-
-/// How far an unsettled claim got.
-enum ClaimStage {
-    /// Sent, not answered yet.
-    Sent(zookeeper::ZkFuture<Vec<OpResult>>),
-    /// Its reply was lost: whether it applied is being found out.
-    ReplyLost,
-}
-
-/// A claim (delete + marker) whose outcome the take has not settled yet. If the take's
-/// future is dropped meanwhile, the claim is settled on a worker thread: an item it took
-/// is put back at the tail with its ordering tag, so a dropped take never loses an item
-/// while the session lives.
-struct PendingClaim<'a> {
-    queue: &'a Queue,
-    stage: Option<ClaimStage>,
-    name: &'a str,
-    path: &'a str,
-    marker: &'a str,
-    data: &'a [u8],
-}
-
-impl Drop for PendingClaim<'_> {
-    fn drop(&mut self) {
-        let Some(stage) = self.stage.take() else {
-            return;
-        };
-        let zk = self.queue.zk.clone();
-        let store = self.queue.store.clone();
-        let patience = self.queue.patience;
-        let (name, path, marker) = (
-            self.name.to_string(),
-            self.path.to_string(),
-            self.marker.to_string(),
-        );
-        let data = self.data.to_vec();
-        // Detached: the settling runs to its end whatever happens to this future.
-        drop(crate::asynchronous::unblock(move || {
-            block_on(async {
-                let reply_lost = match stage {
-                    ClaimStage::Sent(claim) => match claim.await {
-                        Ok(_) => Some(false),
-                        Err(error) if error.is_connection_loss() => Some(true),
-                        // Not applied (a failed multi), or the session is over (its marker
-                        // went with it; nothing can be put back on it).
-                        Err(_) => None,
-                    },
-                    ClaimStage::ReplyLost => Some(true),
-                };
-                let taken = match reply_lost {
-                    Some(false) => true,
-                    Some(true) => !matches!(
-                        lost_take(&zk, patience, &path, &marker).await,
-                        LostTake::NotApplied | LostTake::Others
-                    ),
-                    None => false,
-                };
-                if taken {
-                    drop(zk.delete_async(&marker, Version::Any));
-                    let tag = tag_of(&name).unwrap_or("");
-                    if let Err(error) = store.put_with(&zk, &data, tag, &[], patience) {
-                        log::error!(
-                            "queue: an item taken for a dropped take could not be put back \
-                             ({path}): {error}"
-                        );
-                    }
-                }
-            })
-        }));
     }
 }
 
