@@ -317,3 +317,64 @@ pub(super) fn blocking_relinquish(commands: &Commands, term: Option<u64>) -> Res
     refuse_on_driver()?;
     block_on(relinquish(commands, term))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits until `commands` holds a command.
+    fn queued(commands: &Commands) {
+        block_on(poll_fn(|cx| commands.poll_ready(cx)));
+    }
+
+    #[test]
+    fn a_command_is_answered_or_dropped_unanswered_at_the_tasks_end() {
+        let commands = Arc::new(Commands::default());
+        let caller = {
+            let commands = Arc::clone(&commands);
+            std::thread::spawn(move || blocking_relinquish(&commands, Some(3)))
+        };
+        queued(&commands);
+        let mut taken = commands.take();
+        let Some(Command::Relinquish { term, done }) = taken.pop_front() else {
+            panic!("no command");
+        };
+        assert_eq!(term, Some(3));
+        done.send(true);
+        assert!(caller.join().unwrap().unwrap());
+
+        // The task ends with a command still queued: its caller hears "no term".
+        let caller = {
+            let commands = Arc::clone(&commands);
+            std::thread::spawn(move || blocking_relinquish(&commands, None))
+        };
+        queued(&commands);
+        commands.close();
+        assert!(!caller.join().unwrap().unwrap());
+        // And later ones are refused at once.
+        assert!(!blocking_relinquish(&commands, None).unwrap());
+    }
+
+    #[test]
+    fn a_blocking_call_on_the_driver_fails_instead_of_waiting_for_itself() {
+        let commands = Arc::new(Commands::default());
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let on_task = Arc::clone(&commands);
+        let task = crate::runtime::spawn(
+            "latch-test",
+            move |_stop| async move {
+                let blocking = blocking_relinquish(&on_task, None);
+                // The async form awaits instead (answered here by the queue's end).
+                on_task.close();
+                let awaited = relinquish(&on_task, None).await;
+                sender.send((blocking, awaited)).unwrap();
+            },
+            || {},
+        )
+        .unwrap();
+        let (blocking, awaited) = receiver.recv().unwrap();
+        assert!(matches!(blocking, Err(RecipeError::InvalidArgument(_))));
+        assert!(matches!(awaited, Ok(false)));
+        task.join();
+    }
+}
