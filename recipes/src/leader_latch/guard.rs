@@ -6,7 +6,7 @@ use super::*;
 // Terms and guards.
 // ---------------------------------------------------------------------------------------
 
-/// One term of leadership, shared by its guards and the latch thread.
+/// One term of leadership, shared by its guards and the latch's task.
 pub(super) struct Term {
     pub(super) number: u64,
     pub(super) token: i64,
@@ -46,14 +46,144 @@ impl Term {
     }
 }
 
-/// Requests to the latch thread.
+/// Requests to the latch's task.
 pub(super) enum Command {
     /// End the term numbered so (any term if `None`) and join again at the back; then
     /// answer whether a term ended.
     Relinquish {
         term: Option<u64>,
-        done: Sender<bool>,
+        done: Replier<bool>,
     },
+}
+
+/// The latch's commands: queued by its owner and the guards, taken by its task (which
+/// polls [`poll_ready`](Self::poll_ready) among its other sources).
+#[derive(Default)]
+pub(super) struct Commands {
+    inner: Mutex<CommandQueue>,
+}
+
+#[derive(Default)]
+struct CommandQueue {
+    queue: VecDeque<Command>,
+    /// The task, to wake when a command arrives.
+    waker: Option<Waker>,
+    /// The task has ended: nothing is taken any more.
+    closed: bool,
+}
+
+impl Commands {
+    /// Queues `command` for the task and wakes it; gives it back if the task has ended.
+    pub(super) fn send(&self, command: Command) -> std::result::Result<(), Command> {
+        let mut inner = self.inner.lock();
+        if inner.closed {
+            return Err(command);
+        }
+        inner.queue.push_back(command);
+        let waker = inner.waker.take();
+        drop(inner);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// Ready when a command is queued; else `cx` is woken by the next one.
+    pub(super) fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut inner = self.inner.lock();
+        if !inner.queue.is_empty() {
+            return Poll::Ready(());
+        }
+        if !inner
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            inner.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// The queued commands.
+    pub(super) fn take(&self) -> VecDeque<Command> {
+        std::mem::take(&mut self.inner.lock().queue)
+    }
+
+    /// At the task's end: refuses further commands; those still queued are dropped
+    /// unanswered (their callers hear "no term").
+    pub(super) fn close(&self) {
+        let (queue, waker) = {
+            let mut inner = self.inner.lock();
+            inner.closed = true;
+            (std::mem::take(&mut inner.queue), inner.waker.take())
+        };
+        // Outside the lock: dropping a reply wakes its caller.
+        drop(queue);
+        drop(waker);
+    }
+}
+
+/// A reply to a command: set once by the task ([`Replier`]), awaited by the caller.
+pub(super) struct Reply<T> {
+    slot: Mutex<ReplySlot<T>>,
+}
+
+struct ReplySlot<T> {
+    value: Option<T>,
+    /// The replier is gone: no value comes if none is there.
+    done: bool,
+    waker: Option<Waker>,
+}
+
+/// The task's side of a [`Reply`]; dropping it unanswered ends the wait with `None`.
+pub(super) struct Replier<T>(Arc<Reply<T>>);
+
+impl<T> Reply<T> {
+    pub(super) fn new() -> (Replier<T>, Arc<Reply<T>>) {
+        let reply = Arc::new(Reply {
+            slot: Mutex::new(ReplySlot {
+                value: None,
+                done: false,
+                waker: None,
+            }),
+        });
+        (Replier(Arc::clone(&reply)), reply)
+    }
+
+    /// The answer once given; `None` if the replier was dropped without one.
+    pub(super) fn poll_answer(&self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let mut slot = self.slot.lock();
+        if let Some(value) = slot.value.take() {
+            return Poll::Ready(Some(value));
+        }
+        if slot.done {
+            return Poll::Ready(None);
+        }
+        if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            slot.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+impl<T> Replier<T> {
+    pub(super) fn send(self, value: T) {
+        self.0.slot.lock().value = Some(value);
+        // Drop wakes the caller.
+    }
+}
+
+impl<T> Drop for Replier<T> {
+    fn drop(&mut self) {
+        let waker = {
+            let mut slot = self.0.slot.lock();
+            slot.done = true;
+            slot.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
 }
 
 /// One term of leadership (see the [module docs](super)): a cheap handle, cloned freely.
@@ -62,7 +192,7 @@ pub(super) enum Command {
 #[derive(Clone)]
 pub struct LeadershipGuard {
     pub(super) term: Arc<Term>,
-    pub(super) commands: Sender<Command>,
+    pub(super) commands: Arc<Commands>,
 }
 
 impl fmt::Debug for LeadershipGuard {
@@ -158,16 +288,93 @@ impl LeadershipGuard {
 
     /// Ends this term if it still lasts: the latch deletes the term's node (the next
     /// participant leads) and joins again at the back. Returns whether the term was
-    /// still current. Waits for the latch thread to do it.
+    /// still current. Waits for the latch's task to do it, so it fails with
+    /// `InvalidArgument` on the recipes' driver thread (use
+    /// [`relinquish_async`](Self::relinquish_async) there).
     pub fn relinquish(&self) -> Result<bool> {
-        relinquish(&self.commands, Some(self.term.number))
+        blocking_relinquish(&self.commands, Some(self.term.number))
+    }
+
+    /// Async [`relinquish`](Self::relinquish), for any executor; no thread waits for it.
+    /// Once polled, the request stands: dropping the future does not take it back.
+    pub async fn relinquish_async(&self) -> Result<bool> {
+        relinquish(&self.commands, Some(self.term.number)).await
     }
 }
 
-pub(super) fn relinquish(commands: &Sender<Command>, term: Option<u64>) -> Result<bool> {
-    let (done, answer) = crossbeam_channel::bounded(1);
+/// Asks the task to end term `term` (any if `None`); whether a term ended.
+pub(super) async fn relinquish(commands: &Commands, term: Option<u64>) -> Result<bool> {
+    let (done, answer) = Reply::new();
     if commands.send(Command::Relinquish { term, done }).is_err() {
         return Ok(false); // the latch has stopped: no term left
     }
-    Ok(answer.recv().unwrap_or(false))
+    Ok(poll_fn(|cx| answer.poll_answer(cx)).await.unwrap_or(false))
+}
+
+/// [`relinquish`], blocking; refused on the driver thread, where the task that answers
+/// runs.
+pub(super) fn blocking_relinquish(commands: &Commands, term: Option<u64>) -> Result<bool> {
+    refuse_on_driver()?;
+    block_on(relinquish(commands, term))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits until `commands` holds a command.
+    fn queued(commands: &Commands) {
+        block_on(poll_fn(|cx| commands.poll_ready(cx)));
+    }
+
+    #[test]
+    fn a_command_is_answered_or_dropped_unanswered_at_the_tasks_end() {
+        let commands = Arc::new(Commands::default());
+        let caller = {
+            let commands = Arc::clone(&commands);
+            std::thread::spawn(move || blocking_relinquish(&commands, Some(3)))
+        };
+        queued(&commands);
+        let mut taken = commands.take();
+        let Some(Command::Relinquish { term, done }) = taken.pop_front() else {
+            panic!("no command");
+        };
+        assert_eq!(term, Some(3));
+        done.send(true);
+        assert!(caller.join().unwrap().unwrap());
+
+        // The task ends with a command still queued: its caller hears "no term".
+        let caller = {
+            let commands = Arc::clone(&commands);
+            std::thread::spawn(move || blocking_relinquish(&commands, None))
+        };
+        queued(&commands);
+        commands.close();
+        assert!(!caller.join().unwrap().unwrap());
+        // And later ones are refused at once.
+        assert!(!blocking_relinquish(&commands, None).unwrap());
+    }
+
+    #[test]
+    fn a_blocking_call_on_the_driver_fails_instead_of_waiting_for_itself() {
+        let commands = Arc::new(Commands::default());
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let on_task = Arc::clone(&commands);
+        let task = crate::runtime::spawn(
+            "latch-test",
+            move |_stop| async move {
+                let blocking = blocking_relinquish(&on_task, None);
+                // The async form awaits instead (answered here by the queue's end).
+                on_task.close();
+                let awaited = relinquish(&on_task, None).await;
+                sender.send((blocking, awaited)).unwrap();
+            },
+            || {},
+        )
+        .unwrap();
+        let (blocking, awaited) = receiver.recv().unwrap();
+        assert!(matches!(blocking, Err(RecipeError::InvalidArgument(_))));
+        assert!(matches!(awaited, Ok(false)));
+        task.join();
+    }
 }

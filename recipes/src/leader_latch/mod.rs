@@ -27,7 +27,8 @@
 //! ```
 //!
 //! # Protocol
-//! The latch runs one thread of its own. It creates an ephemeral sequential node in the
+//! The latch runs as a task on the recipes' driver (no thread of its own: a thousand
+//! latches cost a thousand small tasks). It creates an ephemeral sequential node in the
 //! election directory, lists the children and orders them as its [`LatchLayout`] says.
 //! First in line: it leads (a new *term*). Otherwise it watches only the node right
 //! before its own (with `get`, which registers nothing on a node already gone) and looks
@@ -138,26 +139,33 @@
 mod events;
 mod guard;
 mod layout;
+mod shared;
 mod worker;
 
 pub use events::*;
 pub use guard::*;
 pub use layout::*;
+use shared::*;
 use worker::*;
 
 use crate::error::LossReason;
 use crate::events::{receiving_methods, Buffer, EventQueue};
-use crate::lifecycle::{Client, ConnectionEvent, ConnectionState, StateFeed};
-use crate::support::{check_base_path, create_dir, finish_in_background, members, session_error};
+use crate::lifecycle::following::{Change, Following};
+use crate::lifecycle::Client;
+use crate::runtime::driver::on_driver_thread;
+use crate::runtime::{block_on, until, StopSignal, Task};
+use crate::support::{check_base_path, finish_in_background, members};
 use crate::util::{guid, sequence_in_range, sequence_of};
 use crate::{NodeOptions, RecipeError, Result};
-use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
-use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use zookeeper::{CreateMode, Error, EventType, SessionState, Timeout, Watch, ZooKeeper};
 
@@ -183,21 +191,6 @@ pub enum LatchStatus {
     /// Stopped: closed, or the session of a plain handle ended (see
     /// [`LeaderLatch::end_reason`]).
     Ended,
-}
-
-/// What the latch thread shares with the latch's owner.
-struct Shared {
-    state: Mutex<SharedState>,
-    changed: Condvar,
-    wakeups: AtomicU64,
-    armed: AtomicUsize,
-}
-
-struct SharedState {
-    status: LatchStatus,
-    term: Option<Arc<Term>>,
-    node: Option<String>,
-    end: Option<RecipeError>,
 }
 
 /// A latch's fixed settings.
@@ -276,9 +269,8 @@ impl LatchBuilder {
 pub struct LeaderLatch {
     shared: Arc<Shared>,
     events: LeadershipEvents,
-    commands: Sender<Command>,
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    commands: Arc<Commands>,
+    task: Option<Task>,
     config: Arc<Config>,
     client: Client,
 }
@@ -331,53 +323,40 @@ impl LeaderLatch {
             grace: builder.grace,
             nodes: builder.nodes,
         });
-        let shared = Arc::new(Shared {
-            state: Mutex::new(SharedState {
-                status: LatchStatus::Joining,
-                term: None,
-                node: None,
-                end: None,
-            }),
-            changed: Condvar::new(),
-            wakeups: AtomicU64::new(0),
-            armed: AtomicUsize::new(0),
-        });
+        let shared = Arc::new(Shared::new());
         let queue = EventQueue::new(LeadershipBuffer::default());
-        let (commands, command_rx) = crossbeam_channel::unbounded();
-        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let commands = Arc::new(Commands::default());
         let worker = Worker::new(
             client.clone(),
             Arc::clone(&config),
             Arc::clone(&shared),
             Arc::clone(&queue),
-            command_rx,
-            stop_rx,
+            Arc::clone(&commands),
         );
-        let (guard_shared, guard_queue) = (Arc::clone(&shared), Arc::clone(&queue));
-        let thread = std::thread::Builder::new()
-            .name(format!("zk-latch {}", config.dir))
-            .spawn(move || {
-                // A bug must not leave the latch looking alive: report it as the end.
-                let run = std::panic::AssertUnwindSafe(move || worker.run());
-                if std::panic::catch_unwind(run).is_err() {
-                    let mut state = guard_shared.state.lock();
-                    if let Some(term) = state.term.take() {
-                        term.finish(TermEnd::Lost(LeadershipLost::Closed));
-                    }
-                    state.status = LatchStatus::Ended;
-                    state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));
-                    drop(state);
-                    guard_shared.changed.notify_all();
-                    guard_queue.close();
+        let (panic_shared, panic_queue) = (Arc::clone(&shared), Arc::clone(&queue));
+        let task = crate::runtime::spawn(
+            format!("latch {}", config.dir),
+            move |stop| worker.run(stop),
+            move || {
+                // A bug must not leave the latch looking alive: report it as the end. (The
+                // dropped worker has refused further commands.)
+                let mut state = panic_shared.state.lock();
+                if let Some(term) = state.term.take() {
+                    term.finish(TermEnd::Lost(LeadershipLost::Closed));
                 }
-            })
-            .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
+                state.status = LatchStatus::Ended;
+                state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));
+                drop(state);
+                panic_shared.notify();
+                panic_queue.close();
+            },
+        )
+        .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(LeaderLatch {
             shared,
             events: LeadershipEvents { queue },
             commands,
-            stop: Some(stop),
-            thread: Some(thread),
+            task: Some(task),
             config,
             client,
         })
@@ -408,40 +387,49 @@ impl LeaderLatch {
         let term = self.shared.state.lock().term.clone()?;
         Some(LeadershipGuard {
             term,
-            commands: self.commands.clone(),
+            commands: Arc::clone(&self.commands),
         })
     }
 
     /// Waits until the latch leads and returns the term's guard: `Err(Timeout)` after
     /// `timeout` (the latch stays in line; the wait itself registers nothing), or the
-    /// reason the latch stopped (`Lost(LossReason::Closed)`, a session error).
+    /// reason the latch stopped (`Lost(LossReason::Closed)`, a session error). Fails
+    /// with `InvalidArgument` on the recipes' driver thread, where the latch's task runs
+    /// (use [`await_leadership_async`](Self::await_leadership_async) there).
     pub fn await_leadership(&self, timeout: impl Into<Timeout>) -> Result<LeadershipGuard> {
-        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
-        let deadline = crate::events::deadline_after(timeout);
-        let mut state = self.shared.state.lock();
-        loop {
+        refuse_on_driver()?;
+        block_on(self.await_leadership_async(timeout))
+    }
+
+    /// Async [`await_leadership`](Self::await_leadership), for any executor; no thread
+    /// waits for it. Dropping the future leaves the latch in line, as a timed-out wait
+    /// does.
+    pub async fn await_leadership_async(
+        &self,
+        timeout: impl Into<Timeout>,
+    ) -> Result<LeadershipGuard> {
+        let deadline = timeout.into().deadline();
+        let waiter = StateWaiter::new(&self.shared);
+        let leading = poll_fn(|cx| {
+            let mut state = self.shared.state.lock();
             if let Some(term) = state.term.clone() {
-                return Ok(LeadershipGuard {
+                return Poll::Ready(Ok(LeadershipGuard {
                     term,
-                    commands: self.commands.clone(),
-                });
+                    commands: Arc::clone(&self.commands),
+                }));
             }
             if state.status == LatchStatus::Ended {
-                return Err(state
+                return Poll::Ready(Err(state
                     .end
                     .clone()
-                    .unwrap_or(RecipeError::Lost(LossReason::Closed)));
+                    .unwrap_or(RecipeError::Lost(LossReason::Closed))));
             }
-            if self
-                .shared
-                .changed
-                .wait_until(&mut state, deadline)
-                .timed_out()
-                && state.term.is_none()
-            {
-                return Err(RecipeError::Timeout);
-            }
-        }
+            waiter.register(&mut state, cx);
+            Poll::Pending
+        });
+        until(deadline, leading)
+            .await
+            .unwrap_or(Err(RecipeError::Timeout))
     }
 
     /// Waits up to `timeout` for leadership, runs `work` with the term's guard, then
@@ -461,9 +449,16 @@ impl LeaderLatch {
     }
 
     /// Ends the current term if the latch leads (see [`LeadershipGuard::relinquish`]);
-    /// returns whether it led.
+    /// returns whether it led. Fails with `InvalidArgument` on the recipes' driver
+    /// thread (use [`relinquish_async`](Self::relinquish_async) there).
     pub fn relinquish(&self) -> Result<bool> {
-        relinquish(&self.commands, None)
+        blocking_relinquish(&self.commands, None)
+    }
+
+    /// Async [`relinquish`](Self::relinquish), for any executor; no thread waits for it.
+    /// Once polled, the request stands: dropping the future does not take it back.
+    pub async fn relinquish_async(&self) -> Result<bool> {
+        relinquish(&self.commands, None).await
     }
 
     /// What the latch is doing now.
@@ -483,9 +478,18 @@ impl LeaderLatch {
 
     /// The participants in the layout's order (the first leads, as the layout's peers
     /// see it), with their ids; read from the server (one listing, one read per node).
+    /// Fails with `InvalidArgument` on the recipes' driver thread (use
+    /// [`participants_async`](Self::participants_async) there).
     pub fn participants(&self) -> Result<Vec<Participant>> {
+        refuse_on_driver()?;
+        block_on(self.participants_async())
+    }
+
+    /// Async [`participants`](Self::participants), for any executor; no thread waits
+    /// for it.
+    pub async fn participants_async(&self) -> Result<Vec<Participant>> {
         let zk = self.client.session().zk;
-        let children = match zk.get_children(&self.config.dir) {
+        let children = match zk.get_children_async(&self.config.dir).await {
             Ok(children) => children,
             Err(Error::NoNode) => return Ok(Vec::new()),
             Err(error) => return Err(error.into()),
@@ -493,7 +497,7 @@ impl LeaderLatch {
         let mut out = Vec::new();
         for name in self.config.layout.order(children) {
             let path = format!("{}/{name}", self.config.dir);
-            match zk.get(&path) {
+            match zk.get_async(&path).await {
                 Ok((data, _)) => out.push(Participant {
                     id: String::from_utf8_lossy(&data).into_owned(),
                     node: path,
@@ -531,9 +535,8 @@ impl LeaderLatch {
     }
 
     fn shutdown(&mut self) {
-        self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        if let Some(task) = self.task.take() {
+            task.stop_and_join();
         }
     }
 }

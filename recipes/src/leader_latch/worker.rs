@@ -1,11 +1,11 @@
-//! The latch thread: joins, watches its predecessor, leads, rejoins after a loss.
+//! The latch's task: joins, watches its predecessor, leads, rejoins after a loss.
 
 use super::*;
 
 mod protocol;
 
 // ---------------------------------------------------------------------------------------
-// The latch thread.
+// The latch's task.
 // ---------------------------------------------------------------------------------------
 
 /// The longest pause between retries after a failed request.
@@ -23,6 +23,8 @@ pub(super) enum Target {
 pub(super) struct Armed {
     pub(super) watch: Watch,
     pub(super) target: Target,
+    /// What polling the watch returned (it is taken by that poll).
+    pub(super) fired: Option<zookeeper::Result<zookeeper::WatchedEvent>>,
 }
 
 /// Our node in the directory.
@@ -31,7 +33,7 @@ pub(super) struct OwnNode {
     pub(super) token: i64,
 }
 
-/// Whether the thread goes on, or stops for good with an error.
+/// Whether the task goes on, or stops for good with an error.
 pub(super) enum Flow {
     Go,
     Stop(RecipeError),
@@ -39,22 +41,13 @@ pub(super) enum Flow {
 
 pub(super) struct Worker {
     pub(super) config: Arc<Config>,
-    pub(super) client: Client,
-    pub(super) feed: StateFeed,
-    pub(super) zk: ZooKeeper,
-    pub(super) generation: u64,
+    /// The session worked on, and the retry pause.
+    pub(super) following: Following,
     pub(super) shared: Arc<Shared>,
     pub(super) out: Arc<EventQueue<LeadershipBuffer>>,
-    pub(super) commands: Receiver<Command>,
-    pub(super) stop: Receiver<()>,
-    /// Whether requests can be made now.
-    pub(super) connected: bool,
+    pub(super) commands: Arc<Commands>,
     /// Since when the connection is down (for the grace).
     pub(super) disconnected_since: Option<Instant>,
-    /// `sync` before the next listing (a recovery read after a reconnection).
-    pub(super) sync_first: bool,
-    pub(super) retry_at: Option<Instant>,
-    pub(super) backoff: Duration,
     /// Work to do once connected.
     pub(super) dirty: bool,
     pub(super) node: Option<OwnNode>,
@@ -69,33 +62,30 @@ pub(super) struct Worker {
     pub(super) terms: u64,
 }
 
+impl Drop for Worker {
+    /// However the task ends (a panic included), no command waits for it any more.
+    fn drop(&mut self) {
+        self.commands.close();
+    }
+}
+
 impl Worker {
     pub(super) fn new(
         client: Client,
         config: Arc<Config>,
         shared: Arc<Shared>,
         out: Arc<EventQueue<LeadershipBuffer>>,
-        commands: Receiver<Command>,
-        stop: Receiver<()>,
+        commands: Arc<Commands>,
     ) -> Worker {
-        // Subscribe before the first request, so no state change is missed.
-        let feed = client.feed();
-        let session = client.session();
         Worker {
             config,
-            client,
-            feed,
-            zk: session.zk,
-            generation: session.generation,
+            // Subscribes before the first request, so no state change is missed. A
+            // read-only server cannot take the latch's writes.
+            following: Following::new(client, false, MAX_BACKOFF),
             shared,
             out,
             commands,
-            stop,
-            connected: false,
             disconnected_since: None,
-            sync_first: false,
-            retry_at: None,
-            backoff: Duration::from_millis(10),
             dirty: true,
             node: None,
             creating: None,
@@ -107,8 +97,13 @@ impl Worker {
         }
     }
 
-    pub(super) fn run(mut self) {
-        let end = self.follow();
+    /// The session's handle.
+    pub(super) fn zk(&self) -> &ZooKeeper {
+        &self.following.zk
+    }
+
+    pub(super) async fn run(mut self, stop: StopSignal) {
+        let end = self.follow(&stop).await;
         // Leave: end the term, take the watch off, delete our nodes.
         let term_end = match &end {
             None => TermEnd::LatchClosed,
@@ -116,7 +111,7 @@ impl Worker {
         };
         self.end_term(term_end, true);
         self.unwatch();
-        self.leave();
+        self.leave().await;
         if let Some(reason) = &end {
             log::debug!("recipes: latch on {} stopped: {reason}", self.config.dir);
         }
@@ -126,154 +121,140 @@ impl Worker {
             state.node = None;
             state.end = end;
         }
-        self.shared.changed.notify_all();
+        self.shared.notify();
         self.out.close();
     }
 
-    pub(super) fn stop_requested(&self) -> bool {
-        matches!(self.stop.try_recv(), Err(TryRecvError::Disconnected))
-    }
-
     /// The main loop: `None` when asked to stop, else why the latch stopped by itself.
-    pub(super) fn follow(&mut self) -> Option<RecipeError> {
+    pub(super) async fn follow(&mut self, stop: &StopSignal) -> Option<RecipeError> {
         loop {
-            if self.stop_requested() {
+            if stop.is_stopped() {
                 return None;
             }
-            let (states, ended) = self.feed.drain();
-            for event in states {
-                if let Flow::Stop(error) = self.on_state(event) {
+            match self.following.changes() {
+                Ok(changes) => {
+                    for change in changes {
+                        if let Flow::Stop(error) = self.on_change(change) {
+                            return Some(error);
+                        }
+                    }
+                }
+                Err(error) => {
+                    // The client was closed.
+                    self.lose(LeadershipLost::Closed, false);
                     return Some(error);
                 }
-            }
-            if ended {
-                self.lose(LeadershipLost::Closed, false);
-                return Some(RecipeError::ZooKeeper(Error::Closed));
             }
             self.collect_fired();
             self.check_grace();
-            while let Ok(command) = self.commands.try_recv() {
-                self.on_command(command);
+            for command in self.commands.take() {
+                self.on_command(command).await;
             }
-            if self.connected && self.dirty && self.retry_at.map_or(true, |at| Instant::now() >= at)
-            {
-                self.retry_at = None;
-                if let Flow::Stop(error) = self.step() {
+            if self.dirty && self.following.due() {
+                if let Flow::Stop(error) = self.step().await {
                     return Some(error);
                 }
                 self.publish_status();
-                if self.dirty && self.retry_at.is_none() {
+                // (A pause that has passed counts as pending until a step succeeds: the
+                // wait below then returns at once.)
+                if self.dirty && !self.following.retry_pending() {
                     continue; // more to do at once (a stop request is checked first)
                 }
             }
             self.publish_status();
-            self.wait();
+            self.wait(stop).await;
         }
     }
 
-    /// Blocks until something to handle: a stop, a state change, a command, the watch,
-    /// the grace deadline or a retry.
-    pub(super) fn wait(&self) {
-        let mut select = Select::new();
-        select.recv(&self.stop);
-        self.feed.add_to(&mut select);
-        select.recv(&self.commands);
-        if let Some(armed) = &self.watch {
-            select.recv(armed.watch.receiver());
-        }
+    /// Waits for something to handle: a stop, a state change, a command, the watch, the
+    /// grace deadline or a retry.
+    pub(super) async fn wait(&mut self, stop: &StopSignal) {
         let grace = match (&self.term, self.disconnected_since) {
             (Some(_), Some(since)) => Some(since + self.config.grace),
             _ => None,
         };
-        let retry = match (self.connected && self.dirty, self.retry_at) {
-            (true, Some(at)) => Some(at),
-            (true, None) => Some(Instant::now()),
-            _ => None,
+        let retry = if self.dirty {
+            self.following.work_deadline()
+        } else {
+            None
         };
         let deadline = match (grace, retry) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match deadline {
-            Some(at) => {
-                let _ = select.ready_deadline(at);
-            }
-            None => {
-                select.ready();
-            }
-        }
+        let (commands, watch) = (&self.commands, &mut self.watch);
+        self.following
+            .wait(stop, deadline, |cx| {
+                let mut ready = commands.poll_ready(cx).is_ready();
+                if let Some(armed) = watch {
+                    if armed.fired.is_none() {
+                        if let Poll::Ready(outcome) = Pin::new(&mut armed.watch).poll(cx) {
+                            armed.fired = Some(outcome);
+                        }
+                    }
+                    ready |= armed.fired.is_some();
+                }
+                if ready {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await
     }
 
     // -----------------------------------------------------------------------------------
     // Connection states, commands, the watch.
     // -----------------------------------------------------------------------------------
 
-    pub(super) fn on_state(&mut self, event: ConnectionEvent) -> Flow {
-        if event.generation < self.generation {
-            return Flow::Go; // about a session already replaced
-        }
-        match event.state {
-            ConnectionState::Connected => {
-                self.connected = true;
+    /// Acts on a connection change (the common rules were applied by `following`).
+    pub(super) fn on_change(&mut self, change: Change) -> Flow {
+        match change {
+            Change::Connected => {
                 self.disconnected_since = None;
             }
-            ConnectionState::Suspended | ConnectionState::ReadOnly => {
-                // A read-only server cannot take our writes: as good as disconnected.
-                self.connected = false;
+            Change::Suspended { .. } => {
+                // Read-only counts as disconnected: a read-only server cannot take our
+                // writes.
                 self.disconnected_since.get_or_insert_with(Instant::now);
                 self.check_grace();
             }
-            ConnectionState::Reconnected => {
-                self.connected = true;
+            Change::Reconnected => {
                 self.disconnected_since = None;
-                // Watches survived; look again (after catching up) at what changed.
-                self.sync_first = true;
+                // Watches survived; look again (after catching up: `sync_first`) at
+                // what changed.
                 self.dirty = true;
-                self.retry_at = None;
             }
-            ConnectionState::Lost => {
-                self.connected = false;
+            Change::Lost { end } => {
                 self.disconnected_since = None;
-                let state = self.zk.state();
-                let reason = match state {
-                    SessionState::Expired => LeadershipLost::SessionExpired,
+                let reason = match self.following.lost_state {
+                    Some(SessionState::Expired) => LeadershipLost::SessionExpired,
                     _ => LeadershipLost::Closed,
                 };
                 // The session's nodes and watches went with it.
                 self.lose(reason, false);
-                self.forget_watch();
-                self.node = None;
-                self.creating = None;
-                self.stale.clear();
-                if !self.client.renews_sessions() {
-                    return Flow::Stop(if state.is_terminal() {
-                        session_error(state)
-                    } else {
-                        RecipeError::ZooKeeper(Error::Closed)
-                    });
+                self.forget_session();
+                if let Some(end) = end {
+                    return Flow::Stop(end);
                 }
             }
-            ConnectionState::NewSession => {
-                let session = self.client.session();
-                if session.generation <= self.generation {
-                    return Flow::Go;
-                }
+            Change::NewSession => {
                 // Normally done on `Lost` already: the old session's nodes are gone.
                 self.lose(LeadershipLost::SessionExpired, false);
-                self.node = None;
-                self.creating = None;
-                self.stale.clear();
-                self.forget_watch();
-                self.zk = session.zk;
-                self.generation = session.generation;
-                self.connected = true;
+                self.forget_session();
                 self.disconnected_since = None;
-                self.sync_first = false;
                 self.dirty = true;
-                self.retry_at = None;
             }
         }
         Flow::Go
+    }
+
+    /// Forgets what the ended session held: its nodes and watch went with it.
+    fn forget_session(&mut self) {
+        self.forget_watch();
+        self.node = None;
+        self.creating = None;
+        self.stale.clear();
     }
 
     /// Reports a disconnection that outlasted the grace.
@@ -285,39 +266,42 @@ impl Worker {
         }
     }
 
-    pub(super) fn on_command(&mut self, command: Command) {
+    pub(super) async fn on_command(&mut self, command: Command) {
         match command {
             Command::Relinquish { term, done } => {
                 let current = self.term.as_ref().map(|t| t.number);
                 let ended = current.is_some() && (term.is_none() || term == current);
                 if ended {
                     self.end_term(TermEnd::Relinquished, true);
-                    if self.connected {
+                    if self.following.connected {
                         // Hand over now; the next step joins again at the back.
-                        self.delete_stale();
+                        self.delete_stale().await;
                     }
                     self.dirty = true;
                     self.publish_status();
                 }
-                let _ = done.send(ended);
+                done.send(ended);
             }
         }
     }
 
     /// Takes the watch's event if it fired.
     pub(super) fn collect_fired(&mut self) {
-        let Some(armed) = &self.watch else {
+        let Some(armed) = &mut self.watch else {
             return;
         };
-        let event = match armed.watch.try_get() {
-            Ok(None) => return,
-            Ok(Some(event)) => Some(event),
-            Err(_) => None, // the handle closed: the state feed reports it
+        let outcome = match armed.fired.take() {
+            Some(outcome) => outcome,
+            None => match armed.watch.try_get() {
+                Ok(None) => return,
+                Ok(Some(event)) => Ok(event),
+                Err(error) => Err(error),
+            },
         };
         let armed = self.watch.take();
         self.shared.armed.fetch_sub(1, Ordering::Relaxed);
-        let Some(event) = event else {
-            return;
+        let Ok(event) = outcome else {
+            return; // the handle closed: the state feed reports it
         };
         if event.event_type == EventType::Session {
             return; // the session ended: the state feed reports it
@@ -337,14 +321,18 @@ impl Worker {
     /// Replaces the watch (the old one is taken off).
     pub(super) fn set_watch(&mut self, watch: Watch, target: Target) {
         self.unwatch();
-        self.watch = Some(Armed { watch, target });
+        self.watch = Some(Armed {
+            watch,
+            target,
+            fired: None,
+        });
         self.shared.armed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Takes the watch off (locally: the server's copy fires into nothing).
     pub(super) fn unwatch(&mut self) {
         if let Some(armed) = self.watch.take() {
-            let _ = self.zk.remove_watch(&armed.watch);
+            let _ = self.zk().remove_watch(&armed.watch);
             self.shared.armed.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -366,7 +354,7 @@ impl Worker {
             number: self.terms,
             token,
             node,
-            generation: self.generation,
+            generation: self.following.generation,
             inner: Mutex::default(),
         });
         self.term = Some(Arc::clone(&term));
@@ -375,7 +363,7 @@ impl Worker {
             b.push(LeadershipEvent::BecameLeader {
                 term: self.terms,
                 token,
-                generation: self.generation,
+                generation: self.following.generation,
             })
         });
         self.publish_status();
@@ -411,7 +399,7 @@ impl Worker {
         ) {
             self.unwatch();
         }
-        self.shared.changed.notify_all();
+        self.shared.notify();
     }
 
     /// Reports a loss of leadership (if leading). `node_may_live`: the session may still
@@ -444,7 +432,7 @@ impl Worker {
             state.status = status;
             state.node = node;
             drop(state);
-            self.shared.changed.notify_all();
+            self.shared.notify();
         }
     }
 
@@ -456,14 +444,10 @@ impl Worker {
     /// cure.
     pub(super) fn failed(&mut self, error: Error) -> Flow {
         self.dirty = true;
-        if error.is_retryable() {
-            // The state feed may not show the loss yet: retry after a pause.
-            self.retry_at = Some(Instant::now() + self.backoff);
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-            Flow::Go
-        } else if error.is_session_terminal() {
-            // `Lost` is on its way through the state feed.
-            self.connected = false;
+        if error.is_retryable() || error.is_session_terminal() {
+            // Retryable: the state feed may not show the loss yet, retry after a pause.
+            // Terminal: `Lost` is on its way through the state feed.
+            self.following.failed(&error);
             Flow::Go
         } else {
             Flow::Stop(error.into())

@@ -58,6 +58,10 @@ pub(crate) struct Following {
     retry_at: Option<Instant>,
     backoff: Duration,
     max_backoff: Duration,
+    /// The state of the session last reported `Lost` (expired, closed, authentication
+    /// failed), read when the change was applied: by the time a follower handles the
+    /// change, `zk` may be the next session's handle already.
+    pub(crate) lost_state: Option<SessionState>,
 }
 
 impl Following {
@@ -77,6 +81,7 @@ impl Following {
             retry_at: None,
             backoff: FIRST_BACKOFF,
             max_backoff,
+            lost_state: None,
         }
     }
 
@@ -131,8 +136,9 @@ impl Following {
             }
             ConnectionState::Lost => {
                 self.connected = false;
+                let state = self.zk.state();
+                self.lost_state = Some(state);
                 let end = (!self.client.renews_sessions()).then(|| {
-                    let state = self.zk.state();
                     if state.is_terminal() {
                         session_error(state)
                     } else {

@@ -312,7 +312,7 @@ fn a_disconnection_within_the_grace_keeps_the_term() {
             break;
         }
     }
-    // The latch thread handles connection states before commands: a relinquish that
+    // The latch task handles connection states before commands: a relinquish that
     // ends the term proves the term survived the reconnection.
     assert!(
         guard.relinquish().unwrap(),

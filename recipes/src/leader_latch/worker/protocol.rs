@@ -6,16 +6,16 @@ use super::*;
 
 impl Worker {
     /// One round of work while connected: delete old nodes, join, find our place.
-    pub(super) fn step(&mut self) -> Flow {
+    pub(super) async fn step(&mut self) -> Flow {
         self.dirty = false;
-        if !self.delete_stale() {
+        if !self.delete_stale().await {
             return self.failed(Error::ConnectionLoss);
         }
         if self.node.is_none() {
             if self.exhausted {
-                return self.restart_counter();
+                return self.restart_counter().await;
             }
-            match self.join() {
+            match self.join().await {
                 Flow::Go => {}
                 stop => return stop,
             }
@@ -23,17 +23,17 @@ impl Worker {
                 return Flow::Go; // try again later (dirty is set)
             }
         }
-        let flow = self.decide();
+        let flow = self.decide().await;
         if matches!(flow, Flow::Go) && !self.dirty {
-            self.backoff = Duration::from_millis(10);
+            self.following.succeeded();
         }
         flow
     }
 
     /// Deletes our nodes of ended terms; `false` if the connection failed meanwhile.
-    pub(super) fn delete_stale(&mut self) -> bool {
+    pub(super) async fn delete_stale(&mut self) -> bool {
         while let Some(path) = self.stale.last() {
-            match self.zk.delete(path, None) {
+            match self.zk().delete_async(path, None).await {
                 Ok(()) | Err(Error::NoNode) => {
                     self.stale.pop();
                 }
@@ -50,16 +50,16 @@ impl Worker {
     }
 
     /// Creates our node (or adopts the one a create with a lost reply made).
-    pub(super) fn join(&mut self) -> Flow {
+    pub(super) async fn join(&mut self) -> Flow {
         let dir = self.config.dir.clone();
         if let Some(tag) = self.creating.take() {
             // The last create's outcome is unknown: catch up with the leader, then look
             // for its tag. Found: it applied (adopt it). Not found: it did not.
-            if let Err(error) = self.zk.sync(&dir) {
+            if let Err(error) = self.zk().sync_async(&dir).await {
                 self.creating = Some(tag);
                 return self.failed(error);
             }
-            let children = match self.zk.get_children(&dir) {
+            let children = match self.zk().get_children_async(&dir).await {
                 Ok(children) => children,
                 Err(Error::NoNode) => Vec::new(),
                 Err(error) => {
@@ -69,7 +69,7 @@ impl Worker {
             };
             if let Some(name) = children.into_iter().find(|c| c.starts_with(&tag)) {
                 let path = format!("{dir}/{name}");
-                match self.zk.exists(&path) {
+                match self.zk().exists_async(&path).await {
                     Ok(Some(stat)) => return self.adopt(name, stat.czxid),
                     Ok(None) => {} // gone again (deleted): create anew
                     Err(error) => {
@@ -80,18 +80,19 @@ impl Worker {
             }
         }
         let tag = self.config.layout.new_tag();
-        match self.zk.create2(
+        let create = self.zk().create2_async(
             &format!("{dir}/{tag}"),
             self.config.id.as_bytes(),
             zookeeper::CreateOptions::new(CreateMode::EphemeralSequential)
                 .with_acl(self.config.nodes.acl_list()),
-        ) {
+        );
+        match create.await {
             Ok((path, stat)) => {
                 let name = path.rsplit('/').next().unwrap_or_default().to_string();
                 self.adopt(name, stat.czxid)
             }
             Err(Error::NoNode) => {
-                if let Err(error) = create_dir(&self.zk, &dir, &self.config.nodes) {
+                if let Err(error) = create_dir(self.zk(), &dir, &self.config.nodes).await {
                     return self.failed(error);
                 }
                 self.dirty = true;
@@ -132,13 +133,13 @@ impl Worker {
 
     /// Restarts the directory's sequence counter by deleting the directory (only
     /// possible while it is empty), or waits for it to drain.
-    pub(super) fn restart_counter(&mut self) -> Flow {
+    pub(super) async fn restart_counter(&mut self) -> Flow {
         let dir = self.config.dir.clone();
-        match self.zk.delete(&dir, None) {
+        match self.zk().delete_async(&dir, None).await {
             Ok(()) | Err(Error::NoNode) => {
                 log::info!("recipes: latch restarted the sequence counter of {dir}");
                 self.exhausted = false;
-                if let Err(error) = create_dir(&self.zk, &dir, &self.config.nodes) {
+                if let Err(error) = create_dir(self.zk(), &dir, &self.config.nodes).await {
                     return self.failed(error);
                 }
                 self.dirty = true;
@@ -154,7 +155,7 @@ impl Worker {
                 ) {
                     return Flow::Go; // still waiting for a change
                 }
-                match self.zk.get_children_watch(&dir) {
+                match self.zk().get_children_watch_async(&dir).await {
                     Ok((children, watch)) => {
                         self.set_watch(watch, Target::Children);
                         if children.is_empty() {
@@ -174,17 +175,17 @@ impl Worker {
     }
 
     /// Lists the participants and acts on our place: lead, or watch the node before ours.
-    pub(super) fn decide(&mut self) -> Flow {
+    pub(super) async fn decide(&mut self) -> Flow {
         let dir = self.config.dir.clone();
         loop {
             let Some(own) = self.node.as_ref().map(|n| n.name.clone()) else {
                 return Flow::Go;
             };
-            if self.sync_first {
-                if let Err(error) = self.zk.sync(&dir) {
+            if self.following.sync_first {
+                if let Err(error) = self.zk().sync_async(&dir).await {
                     return self.failed(error);
                 }
-                self.sync_first = false;
+                self.following.sync_first = false;
             }
             // The leader keeps a child watch on the directory; the others list without.
             let leader_watch = self.term.is_some()
@@ -196,11 +197,15 @@ impl Worker {
                     })
                 );
             let listing = if leader_watch {
-                self.zk
-                    .get_children_watch(&dir)
+                self.zk()
+                    .get_children_watch_async(&dir)
+                    .await
                     .map(|(children, watch)| (children, Some(watch)))
             } else {
-                self.zk.get_children(&dir).map(|children| (children, None))
+                self.zk()
+                    .get_children_async(&dir)
+                    .await
+                    .map(|children| (children, None))
             };
             let children = match listing {
                 Ok((children, watch)) => {
@@ -244,7 +249,8 @@ impl Worker {
                     {
                         return Flow::Go; // already watching it
                     }
-                    match self.zk.get_watch(&format!("{dir}/{predecessor}")) {
+                    let get = self.zk().get_watch_async(&format!("{dir}/{predecessor}"));
+                    match get.await {
                         Ok((_, _, watch)) => {
                             self.set_watch(watch, Target::Predecessor(predecessor));
                             return Flow::Go;
@@ -258,20 +264,20 @@ impl Worker {
     }
 
     /// At the end: deletes our nodes (in the background if the connection is down now).
-    pub(super) fn leave(&mut self) {
+    pub(super) async fn leave(&mut self) {
         if let Some(node) = self.node.take() {
             self.stale
                 .push(format!("{}/{}", self.config.dir, node.name));
         }
-        if self.zk.state().is_terminal() {
+        if self.zk().state().is_terminal() {
             return; // the session's nodes are gone with it
         }
-        if self.connected {
-            self.delete_stale();
+        if self.following.connected {
+            self.delete_stale().await;
         }
-        for path in self.stale.drain(..) {
+        for path in std::mem::take(&mut self.stale) {
             let what = format!("deleting {path}");
-            finish_in_background(self.zk.clone(), what, move |zk| {
+            finish_in_background(self.zk().clone(), what, move |zk| {
                 match zk.delete(&path, None) {
                     Ok(()) | Err(Error::NoNode) => Ok(()),
                     Err(error) => Err(error),
@@ -281,7 +287,7 @@ impl Worker {
         if let Some(tag) = self.creating.take() {
             // A create whose outcome is unknown: find its node by the tag and delete it.
             let dir = self.config.dir.clone();
-            finish_in_background(self.zk.clone(), format!("withdrawing {tag}"), move |zk| {
+            finish_in_background(self.zk().clone(), format!("withdrawing {tag}"), move |zk| {
                 zk.sync(&dir)?;
                 let children = match zk.get_children(&dir) {
                     Ok(children) => children,
@@ -298,4 +304,33 @@ impl Worker {
             });
         }
     }
+}
+
+/// `support::create_dir`, awaited: creates the directory `path` (with `nodes`' ACL, as a
+/// container if asked) and any missing parents (persistent, same ACL); an existing node
+/// is fine.
+async fn create_dir(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> zookeeper::Result<()> {
+    // `exists` first: creating a node that exists under a parent we may not create in
+    // would fail with NoAuth rather than NodeExists.
+    if path == "/" || zk.exists_async(path).await?.is_some() {
+        return Ok(());
+    }
+    // The nodes still to create, deepest last: the directory, then each missing parent.
+    let mut missing: Vec<(&str, CreateMode)> = vec![(path, nodes.dir_mode())];
+    while let Some(&(path, mode)) = missing.last() {
+        let options = zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list());
+        match zk.create_async(path, b"", options).await {
+            Ok(_) | Err(Error::NodeExists) => {
+                missing.pop();
+            }
+            Err(Error::NoNode) => match path.rsplit_once('/') {
+                Some((parent, _)) if !parent.is_empty() => {
+                    missing.push((parent, CreateMode::Persistent))
+                }
+                _ => return Err(Error::NoNode),
+            },
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
