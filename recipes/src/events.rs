@@ -4,13 +4,13 @@
 //!
 //! Threads (or tasks) reading one stream share it: each event goes to one of them.
 //!
-//! Every stream is a queue with one producer (a recipe's own thread) whose memory is
+//! Every stream is a queue with one producer (a recipe's own task) whose memory is
 //! bounded by the recipe's coalescing rule (see each stream's docs), never by how far a
 //! slow reader is behind. A stream ends once its recipe has stopped and every queued
 //! event was received: receiving then fails with `Disconnected` (blocking forms) or
 //! yields `None` ([`Next`]).
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 use std::future::Future;
 use std::pin::Pin;
@@ -34,19 +34,15 @@ struct State<B> {
     wakers: Vec<Waker>,
 }
 
-/// A queue fed by one recipe thread and read by any number of threads or tasks (each
-/// item goes to one of them). The producer also rings a doorbell channel, so a recipe
-/// thread can wait on the queue inside a `crossbeam_channel::Select`.
+/// A queue fed by one recipe task and read by any number of threads or tasks (each
+/// item goes to one of them).
 pub(crate) struct EventQueue<B> {
     state: Mutex<State<B>>,
     ready: Condvar,
-    doorbell: Sender<()>,
-    doorbell_rx: Receiver<()>,
 }
 
 impl<B: Buffer> EventQueue<B> {
     pub(crate) fn new(buffer: B) -> Arc<EventQueue<B>> {
-        let (doorbell, doorbell_rx) = crossbeam_channel::bounded(1);
         Arc::new(EventQueue {
             state: Mutex::new(State {
                 buffer,
@@ -54,8 +50,6 @@ impl<B: Buffer> EventQueue<B> {
                 wakers: Vec::new(),
             }),
             ready: Condvar::new(),
-            doorbell,
-            doorbell_rx,
         })
     }
 
@@ -74,7 +68,6 @@ impl<B: Buffer> EventQueue<B> {
         for waker in wakers {
             waker.wake();
         }
-        let _ = self.doorbell.try_send(());
     }
 
     /// Ends the stream: readers get what is queued, then the end.
@@ -88,13 +81,6 @@ impl<B: Buffer> EventQueue<B> {
         for waker in wakers {
             waker.wake();
         }
-        let _ = self.doorbell.try_send(());
-    }
-
-    /// Rings whenever something was queued or the queue closed (a consumer drains the
-    /// doorbell before the queue, so no ring is missed).
-    pub(crate) fn doorbell(&self) -> &Receiver<()> {
-        &self.doorbell_rx
     }
 
     pub(crate) fn len(&self) -> usize {

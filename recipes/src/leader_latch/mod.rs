@@ -154,7 +154,9 @@ use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::runtime::driver::on_driver_thread;
 use crate::runtime::{block_on, until, StopSignal, Task};
-use crate::support::{check_base_path, finish_in_background, members};
+use crate::support::{
+    check_base_path, create_dir_async, delete_in_background, members, withdraw_tagged_in_background,
+};
 use crate::util::{guid, sequence_in_range, sequence_of};
 use crate::{NodeOptions, RecipeError, Result};
 use crossbeam_channel::{Receiver, Sender};

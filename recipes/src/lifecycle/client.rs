@@ -69,8 +69,8 @@ impl Client {
         }
     }
 
-    /// The connection states for a recipe's follower: drained without waiting, waited
-    /// for in a `Select` (a thread) or polled (a task on the driver).
+    /// The connection states for a recipe's follower (a task on the driver): drained
+    /// without waiting, or polled.
     pub(crate) fn feed(&self) -> StateFeed {
         let source = match self {
             Client::Plain(zk) => {
@@ -118,14 +118,6 @@ pub(crate) struct StateFeed {
 }
 
 impl StateFeed {
-    /// Adds what to wait on to `select`.
-    pub(crate) fn add_to<'a>(&'a self, select: &mut Select<'a>) -> usize {
-        match &self.source {
-            Source::Plain { events, .. } => select.recv(events.receiver()),
-            Source::Managed(states) => select.recv(states.doorbell()),
-        }
-    }
-
     /// Moves what has arrived into `pending`; `cx` (if any) is woken by the next arrival.
     fn receive(&mut self, cx: Option<&mut Context<'_>>) {
         let StateFeed {
@@ -158,7 +150,6 @@ impl StateFeed {
                 }
             }
             Source::Managed(states) => {
-                while states.doorbell().try_recv().is_ok() {}
                 let mut noop = Context::from_waker(crate::runtime::noop_waker());
                 let cx = cx.unwrap_or(&mut noop);
                 while !*ended {
@@ -173,7 +164,6 @@ impl StateFeed {
     }
 
     /// Ready when [`drain`](Self::drain) has something to report (an event, or the end).
-    #[allow(dead_code)] // the followers' tasks use it, one family per commit
     pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.receive(Some(cx));
         if self.pending.is_empty() && !self.ended {

@@ -68,8 +68,6 @@
 //! ```
 
 mod client;
-// Adopted by the followers one family per commit.
-#[allow(dead_code)]
 pub(crate) mod following;
 mod managed;
 mod states;
@@ -81,7 +79,6 @@ pub use states::*;
 use crate::error::LossReason;
 use crate::events::{receiving_methods, Buffer, EventQueue};
 use crate::{RecipeError, Result};
-use crossbeam_channel::{Receiver, Select};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};

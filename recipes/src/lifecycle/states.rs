@@ -186,12 +186,6 @@ impl ConnectionStates {
     }
 
     receiving_methods!(ConnectionEvent);
-
-    /// Rings when an event was queued or the stream ended (for a recipe thread's
-    /// `Select`; drain it before the queue).
-    pub(crate) fn doorbell(&self) -> &Receiver<()> {
-        self.queue.doorbell()
-    }
 }
 
 /// Forwards session events as connection states until `Lost` or a stop request.

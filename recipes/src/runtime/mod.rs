@@ -12,14 +12,10 @@
 //! dropped future (a node, a claim) withdraws it in its `Drop` (see the recipes).
 
 mod block;
-// The followers move onto the driver one family per commit; until the last, parts
-// of it have no caller yet.
-#[allow(dead_code, unused_imports)]
 pub(crate) mod driver;
 pub(crate) mod timer;
 
 pub(crate) use block::block_on;
-#[allow(unused_imports)]
 pub(crate) use driver::{spawn, spawn_detached, StopSignal, Task};
 pub(crate) use timer::{sleep_for, until};
 

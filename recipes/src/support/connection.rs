@@ -80,29 +80,14 @@ pub(crate) fn retry<T>(
     }))
 }
 
-/// The request of a background cleanup: run again until it succeeds.
-pub(super) type CleanupRequest = Box<dyn FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send>;
-
-/// A cleanup handed to the background worker by [`finish_in_background`].
-pub(super) struct Cleanup {
-    /// Weak: the worker never keeps a handle open that the user has let go of.
-    pub(super) zk: WeakZooKeeper,
-    pub(super) what: String,
-    pub(super) request: CleanupRequest,
-    /// Not tried again before then.
-    pub(super) next_try: Instant,
-}
-
-/// The cleanup worker's queue; `None` while no worker runs.
-pub(super) static CLEANUPS: Mutex<Option<Sender<Cleanup>>> = Mutex::new(None);
-
-/// How long the cleanup worker stays after its last cleanup, for the next one.
-pub(super) const CLEANUP_LINGER: Duration = Duration::from_secs(1);
-
 /// How often a cleanup whose client is disconnected checks for the connection.
 pub(super) const CLEANUP_POLL: Duration = Duration::from_millis(100);
 
-/// Runs `request` in the background until it succeeds or fails for good: for cleanups
+/// A request of [`finish_later`], made afresh for each try.
+pub(crate) type CleanupFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = zookeeper::Result<()>> + Send>>;
+
+/// Runs `request` (made afresh for each try) in the background until it succeeds or fails for good: for cleanups
 /// (deleting a lock node, releasing a work item) that must happen even though the
 /// connection did not come back in time. `what` names the cleanup in the log.
 ///
@@ -113,47 +98,7 @@ pub(super) const CLEANUP_POLL: Duration = Duration::from_millis(100);
 /// its session timeout can come back with the same session and its nodes, and a lock
 /// node left behind then would block every later acquirer while that session lives. The
 /// worker holds the handle weakly, so it never keeps a session open that the user is
-/// done with, and never loops on after that. One worker thread serves the whole process
-/// and ends when it has had nothing to do for a second.
-pub(crate) fn finish_in_background(
-    zk: ZooKeeper,
-    what: String,
-    request: impl FnMut(&ZooKeeper) -> zookeeper::Result<()> + Send + 'static,
-) {
-    let cleanup = Cleanup {
-        next_try: Instant::now(),
-        zk: zk.downgrade(),
-        what,
-        request: Box::new(request),
-    };
-    let mut queue = CLEANUPS.lock();
-    if let Some(sender) = queue.as_ref() {
-        // The worker drops its receiver only after taking the sender out under this
-        // lock, so the send cannot fail here.
-        let _ = sender.send(cleanup);
-        return;
-    }
-    let (sender, receiver) = crossbeam_channel::unbounded();
-    let spawned = std::thread::Builder::new()
-        .name("zk-recipe-cleanup".into())
-        .spawn(move || cleanup_worker(receiver));
-    match spawned {
-        Ok(_) => {
-            let _ = sender.send(cleanup);
-            *queue = Some(sender);
-        }
-        Err(error) => log::warn!("recipes: cannot start the cleanup thread: {error}"),
-    }
-}
-
-/// A request of [`finish_later`], made afresh for each try.
-pub(crate) type CleanupFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = zookeeper::Result<()>> + Send>>;
-
-/// [`finish_in_background`] for an async request: a task on the driver tries it until
-/// it succeeds or fails for good, with the same rules (dropped only once its session is
-/// over or every clone of the handle was let go; held weakly between tries; never
-/// dropped for a long outage alone).
+/// done with, and never loops on after that. Each cleanup is a task on the recipes' driver.
 pub(crate) fn finish_later(
     zk: &ZooKeeper,
     what: String,
@@ -187,63 +132,4 @@ pub(crate) fn finish_later(
             sleep_for(CLEANUP_POLL).await;
         }
     });
-}
-
-/// The body of the cleanup thread: tries each cleanup when due, drops it when done, when
-/// its session is over, or when its time is up; ends when idle.
-pub(super) fn cleanup_worker(receiver: Receiver<Cleanup>) {
-    let mut pending: Vec<Cleanup> = Vec::new();
-    loop {
-        let wait = match pending.iter().map(|c| c.next_try).min() {
-            Some(at) => at.saturating_duration_since(Instant::now()),
-            None => CLEANUP_LINGER,
-        };
-        match receiver.recv_timeout(wait) {
-            Ok(cleanup) => {
-                pending.push(cleanup);
-                pending.extend(receiver.try_iter());
-            }
-            Err(_) if pending.is_empty() => {
-                let mut queue = CLEANUPS.lock();
-                match receiver.try_recv() {
-                    Ok(cleanup) => pending.push(cleanup),
-                    Err(_) => {
-                        *queue = None;
-                        return;
-                    }
-                }
-            }
-            Err(_) => {}
-        }
-        let now = Instant::now();
-        pending.retain_mut(|cleanup| {
-            if cleanup.next_try > now {
-                return true;
-            }
-            let Some(zk) = cleanup.zk.upgrade() else {
-                log::debug!("recipes: {} dropped: the handle was let go", cleanup.what);
-                return false;
-            };
-            let state = zk.state();
-            if state.is_terminal() {
-                log::debug!("recipes: {} dropped: the session is over", cleanup.what);
-                return false;
-            }
-            if !state.is_connected() {
-                cleanup.next_try = now + CLEANUP_POLL;
-                return true;
-            }
-            match (cleanup.request)(&zk) {
-                Ok(()) => false,
-                Err(error) if error.is_retryable() => {
-                    cleanup.next_try = Instant::now() + CLEANUP_POLL;
-                    true
-                }
-                Err(error) => {
-                    log::debug!("recipes: giving up {}: {error}", cleanup.what);
-                    false
-                }
-            }
-        });
-    }
 }

@@ -26,13 +26,9 @@ use crate::runtime::{block_on, sleep_for, until};
 use crate::util::{sequence_in_range, sequence_of};
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
-use crossbeam_channel::{Receiver, Sender};
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-use zookeeper::{
-    CreateMode, Error, EventType, SessionState, Stat, Watch, WatchedEvent, WeakZooKeeper, ZooKeeper,
-};
+use std::time::Duration;
+use zookeeper::{CreateMode, Error, EventType, SessionState, Stat, Watch, WatchedEvent, ZooKeeper};
 
 #[cfg(test)]
 mod tests {

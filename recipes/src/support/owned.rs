@@ -22,7 +22,7 @@ pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patien
 
 /// [`delete_node`] for a node that must go although its session may well survive (a lock
 /// or waiter node): if the connection does not come back in time, the delete goes on in
-/// the background ([`finish_in_background`]). Returns `delete_node`'s result.
+/// the background ([`finish_later`]). Returns `delete_node`'s result.
 pub(crate) fn delete_eventually(zk: &ZooKeeper, path: &str, patience: Patience) -> Result<()> {
     block_on(delete_eventually_async(zk, path, patience))
 }
@@ -82,7 +82,7 @@ pub(super) fn gave_up_for_connection<T>(result: &Result<T>) -> bool {
 }
 
 /// Hands the delete of `path` to the background worker.
-pub(super) fn delete_in_background(zk: &ZooKeeper, path: &str) {
+pub(crate) fn delete_in_background(zk: &ZooKeeper, path: &str) {
     let path = path.to_string();
     let what = format!("deleting {path}");
     finish_later(zk, what, move |zk| {

@@ -32,7 +32,7 @@ impl SeqDir<'_> {
 /// orphan node would block everyone behind it until the session ends). The search syncs
 /// first: after a reconnection to another member that has not applied the create yet,
 /// a plain read would miss the node. If the call gives up after such a loss, a
-/// background step ([`finish_in_background`]) removes the node should the create have
+/// background step ([`finish_later`]) removes the node should the create have
 /// applied.
 ///
 /// This does not check the sequence number: recipes that order by it use
@@ -158,7 +158,7 @@ pub(super) async fn find_tagged(
 
 /// After giving up on a create whose reply was lost: removes the node should it exist
 /// (found by its tag, after a sync), in the background.
-pub(super) fn withdraw_tagged_in_background(zk: &ZooKeeper, dir: &str, tag: &str) {
+pub(crate) fn withdraw_tagged_in_background(zk: &ZooKeeper, dir: &str, tag: &str) {
     let (dir, tag) = (dir.to_string(), tag.to_string());
     let what = format!("withdrawing {dir}/{tag}*");
     finish_later(zk, what, move |zk| {

@@ -92,7 +92,7 @@ impl Worker {
                 self.adopt(name, stat.czxid)
             }
             Err(Error::NoNode) => {
-                if let Err(error) = create_dir(self.zk(), &dir, &self.config.nodes).await {
+                if let Err(error) = create_dir_async(self.zk(), &dir, &self.config.nodes).await {
                     return self.failed(error);
                 }
                 self.dirty = true;
@@ -139,7 +139,7 @@ impl Worker {
             Ok(()) | Err(Error::NoNode) => {
                 log::info!("recipes: latch restarted the sequence counter of {dir}");
                 self.exhausted = false;
-                if let Err(error) = create_dir(self.zk(), &dir, &self.config.nodes).await {
+                if let Err(error) = create_dir_async(self.zk(), &dir, &self.config.nodes).await {
                     return self.failed(error);
                 }
                 self.dirty = true;
@@ -276,61 +276,11 @@ impl Worker {
             self.delete_stale().await;
         }
         for path in std::mem::take(&mut self.stale) {
-            let what = format!("deleting {path}");
-            finish_in_background(self.zk().clone(), what, move |zk| {
-                match zk.delete(&path, None) {
-                    Ok(()) | Err(Error::NoNode) => Ok(()),
-                    Err(error) => Err(error),
-                }
-            });
+            delete_in_background(self.zk(), &path);
         }
         if let Some(tag) = self.creating.take() {
             // A create whose outcome is unknown: find its node by the tag and delete it.
-            let dir = self.config.dir.clone();
-            finish_in_background(self.zk().clone(), format!("withdrawing {tag}"), move |zk| {
-                zk.sync(&dir)?;
-                let children = match zk.get_children(&dir) {
-                    Ok(children) => children,
-                    Err(Error::NoNode) => return Ok(()),
-                    Err(error) => return Err(error),
-                };
-                for name in children.into_iter().filter(|c| c.starts_with(&tag)) {
-                    match zk.delete(&format!("{dir}/{name}"), None) {
-                        Ok(()) | Err(Error::NoNode) => {}
-                        Err(error) => return Err(error),
-                    }
-                }
-                Ok(())
-            });
+            withdraw_tagged_in_background(self.zk(), &self.config.dir, &tag);
         }
     }
-}
-
-/// `support::create_dir`, awaited: creates the directory `path` (with `nodes`' ACL, as a
-/// container if asked) and any missing parents (persistent, same ACL); an existing node
-/// is fine.
-async fn create_dir(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> zookeeper::Result<()> {
-    // `exists` first: creating a node that exists under a parent we may not create in
-    // would fail with NoAuth rather than NodeExists.
-    if path == "/" || zk.exists_async(path).await?.is_some() {
-        return Ok(());
-    }
-    // The nodes still to create, deepest last: the directory, then each missing parent.
-    let mut missing: Vec<(&str, CreateMode)> = vec![(path, nodes.dir_mode())];
-    while let Some(&(path, mode)) = missing.last() {
-        let options = zookeeper::CreateOptions::new(mode).with_acl(nodes.acl_list());
-        match zk.create_async(path, b"", options).await {
-            Ok(_) | Err(Error::NodeExists) => {
-                missing.pop();
-            }
-            Err(Error::NoNode) => match path.rsplit_once('/') {
-                Some((parent, _)) if !parent.is_empty() => {
-                    missing.push((parent, CreateMode::Persistent))
-                }
-                _ => return Err(Error::NoNode),
-            },
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
 }
