@@ -1,5 +1,6 @@
 //! Config watch against a real server: order, no duplicates, the final value under rapid
-//! updates, every value when the writer waits, deletion/re-creation, stopping.
+//! updates, every value when the writer waits, deletion/re-creation, stopping, following
+//! a managed client into a new session.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::thread;
 use std::time::Duration;
 use zookeeper::{CreateMode, Error, ZooKeeper};
 use zookeeper_recipes::config_watch::{ConfigEvent, ConfigWatch};
+use zookeeper_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 use zookeeper_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -192,6 +194,53 @@ fn stops_when_the_session_expires() {
         watch.end_reason(),
         Some(RecipeError::ZooKeeper(Error::SessionExpired))
     );
+}
+
+/// On a managed client the watch outlives an expired session: it reads the node again,
+/// with a fresh watch, in the new session (a write made while no session watched is
+/// delivered), follows later writes there, and stops when the client is closed.
+#[test]
+fn follows_a_managed_client_into_a_new_session() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let managed = ManagedZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+    let writer = connect();
+    let path = unique_path("managed");
+    create(&writer, &path, b"v0");
+    let states = managed.states();
+    let watch = ConfigWatch::start(&managed, &path).unwrap();
+    assert_eq!(value_of(&next(&watch)), ("v0".to_string(), 0));
+
+    let old = managed.current();
+    expire(&old, &hosts);
+    // Written while no session of the client watches the node.
+    writer.set(&path, b"v1", None).unwrap();
+    loop {
+        let event = states.recv_timeout(WAIT).expect("a new session in time");
+        if event.state == ConnectionState::NewSession {
+            break;
+        }
+    }
+    assert_eq!(value_of(&next(&watch)), ("v1".to_string(), 1));
+    // The new session's watch is armed: later writes arrive too.
+    writer.set(&path, b"v2", None).unwrap();
+    assert_eq!(value_of(&next(&watch)), ("v2".to_string(), 2));
+    assert!(watch.is_running());
+    assert_eq!(watch.end_reason(), None);
+    assert_eq!(old.live_contexts(), 0, "nothing left on the old session");
+
+    let current = managed.current();
+    managed.close();
+    assert!(matches!(
+        watch.next(WAIT),
+        Err(RecipeError::ZooKeeper(Error::Closed))
+    ));
+    assert_eq!(
+        watch.end_reason(),
+        Some(RecipeError::ZooKeeper(Error::Closed))
+    );
+    assert!(!watch.is_running());
+    assert_eq!(current.live_contexts(), 0);
+    writer.delete(&path, None).unwrap();
 }
 
 #[test]

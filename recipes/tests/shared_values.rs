@@ -1,6 +1,7 @@
 //! Shared values against a real server: layouts, versioned CAS, concurrent increments
-//! (each counted once), corrupt data as typed errors, the latest-value watch, and
-//! lost replies under connection cuts.
+//! (each counted once), corrupt data as typed errors, the latest-value watch, lost
+//! replies under connection cuts, the async forms on a plain executor, and a managed
+//! client's new session.
 
 mod common;
 
@@ -10,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, Error, Perms};
+use zookeeper::{Acl, Error, Perms, ZooKeeper};
+use zookeeper_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 use zookeeper_recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
 use zookeeper_recipes::{NodeOptions, RecipeError};
 
@@ -248,6 +250,115 @@ fn a_slow_watcher_gets_the_latest_and_the_final_value() {
     drop(watch);
     drop(ended);
     common::assert_no_leftover_contexts(&zk);
+}
+
+/// The async forms on a plain executor give what the blocking calls give; a
+/// `next_async` dropped while it waits loses nothing; nothing is left registered.
+#[test]
+fn async_forms_on_a_plain_executor() {
+    use zk_harness::executor::{block_on, poll_once};
+    let zk = connect();
+    let long = AtomicLong::new(&zk, &unique_path("async-long")).unwrap();
+    let count = SharedCount::new(&zk, &unique_path("async-count"), 3).unwrap();
+    let kazoo = KazooCounter::new(&zk, &unique_path("async-kazoo")).unwrap();
+    block_on(async {
+        assert_eq!(long.increment_async().await.unwrap().post, 1);
+        assert_eq!(long.add_async(4).await.unwrap().post, 5);
+        assert_eq!(long.subtract_async(2).await.unwrap().post, 3);
+        assert_eq!(long.decrement_async().await.unwrap().post, 2);
+        assert!(long.compare_and_set_async(2, 7).await.unwrap().succeeded);
+        let refused = long.compare_and_set_async(2, 9).await.unwrap();
+        assert!(!refused.succeeded && refused.pre == 7);
+        assert!(long.try_set_async(8).await.unwrap().succeeded);
+        assert_eq!(long.get_async().await.unwrap(), 8);
+
+        let mut watch = long.watch_async().await.unwrap();
+        assert_eq!(watch.next_async(WAIT).await.unwrap().value, 8);
+        assert!(matches!(
+            watch.next_async(Duration::from_millis(50)).await,
+            Err(RecipeError::Timeout)
+        ));
+        {
+            let mut pending = Box::pin(watch.next_async(WAIT));
+            assert!(poll_once(&mut pending).is_pending());
+        }
+        long.force_set_async(11).await.unwrap();
+        assert_eq!(watch.next_async(WAIT).await.unwrap().value, 11);
+        assert_eq!(long.get_versioned_async().await.unwrap().value, 11);
+
+        let seen = count.get_async().await.unwrap();
+        assert_eq!(seen.value, 3);
+        assert!(count.try_set_async(4, seen.version).await.unwrap());
+        assert!(!count.try_set_async(5, seen.version).await.unwrap());
+        assert_eq!(count.add_async(-1).await.unwrap().post, 3);
+        count.set_async(10).await.unwrap();
+        assert_eq!(count.count_async().await.unwrap(), 10);
+        let mut counted = count.watch_async().await.unwrap();
+        assert_eq!(counted.next_async(WAIT).await.unwrap().value, 10);
+
+        assert_eq!(kazoo.add_async(6).await.unwrap().post, 6);
+        assert_eq!(kazoo.subtract_async(2).await.unwrap().post, 4);
+        assert_eq!(kazoo.value_async().await.unwrap(), 4);
+        let mut text = kazoo.watch_async().await.unwrap();
+        assert_eq!(text.next_async(WAIT).await.unwrap().value, 4);
+    });
+    common::assert_no_leftover_contexts(&zk);
+}
+
+/// Expires `zk`'s session: a second handle resumes it and closes it. The two handles
+/// can steal the connection from each other (a resumed session closes the other
+/// connection), so the close may not get through: repeat until `zk` sees the expiry.
+fn expire(zk: &ZooKeeper, hosts: &str) {
+    let events = zk.session_events();
+    let id = zk.client_id().unwrap();
+    for _ in 0..10 {
+        match ZooKeeper::builder(hosts).session(id).connect() {
+            Ok(twin) => twin.close().unwrap(),
+            Err(Error::SessionExpired) => {}
+            Err(error) => panic!("resuming the session: {error}"),
+        }
+        while let Ok(event) = events.recv_timeout(Duration::from_secs(3)) {
+            if event.state.is_terminal() {
+                return;
+            }
+        }
+    }
+    panic!("could not expire the session");
+}
+
+/// On a managed client a counter works in each new session, and its watch carries on
+/// there: a change made while no session of the client watched arrives once the new
+/// session has read the node, and later changes follow.
+#[test]
+fn a_managed_counter_and_its_watch_carry_on_in_a_new_session() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let managed = ManagedZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+    let states = managed.states();
+    let path = unique_path("managed");
+    let count = SharedCount::new(&managed, &path, 1).unwrap();
+    let mut watch = count.watch().unwrap();
+    assert_eq!(watch.next(WAIT).unwrap().value, 1);
+
+    let old = managed.current();
+    expire(&old, &hosts);
+    let other = SharedCount::new(connect(), &path, 0).unwrap();
+    assert_eq!(other.add(1).unwrap().post, 2);
+    loop {
+        let event = states.recv_timeout(WAIT).expect("a new session in time");
+        if event.state == ConnectionState::NewSession {
+            break;
+        }
+    }
+    assert_eq!(watch.next(WAIT).unwrap().value, 2);
+    assert_eq!(count.add(3).unwrap().post, 5, "a change on the new session");
+    assert_eq!(watch.next(WAIT).unwrap().value, 5);
+    assert!(watch.is_running());
+    assert_eq!(old.live_contexts(), 0, "nothing left on the old session");
+
+    let current = managed.current();
+    drop(watch);
+    common::assert_no_leftover_contexts(&current);
+    managed.close();
 }
 
 /// A tiny xorshift generator: the fault schedule comes from the printed seed.

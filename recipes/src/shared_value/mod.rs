@@ -16,6 +16,18 @@
 //! (as Curator's `SharedCount.start`), 0 for an `AtomicLong`, empty data for a
 //! `KazooCounter` (as kazoo's `ensure_path`); also when it is deleted later.
 //!
+//! Each type works on a plain handle or a
+//! [`ManagedZooKeeper`](crate::lifecycle::ManagedZooKeeper): there, each call runs on
+//! the session of the moment it starts (a call under way when its session expires fails
+//! with `SessionExpired`, its outcome unknown), and a [`ValueWatch`] carries on in each
+//! new session.
+//!
+//! Every call that waits for the server has an async form of the same name with
+//! `_async` (`add_async`, `get_async`, `watch_async`, [`ValueWatch::next_async`], ...),
+//! for any executor: no thread waits for it. The blocking call drives that same future
+//! on the caller's thread. Dropping a future before it completes is like a timeout: a
+//! change already sent may have been applied once, or not at all.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_recipes::shared_value::{AtomicLong, SharedCount};
@@ -76,28 +88,32 @@
 
 mod cas;
 mod cell;
+mod counters;
 mod layout;
 mod watching;
 
 use cas::*;
 use cell::*;
+pub use counters::*;
 use layout::*;
 pub use watching::*;
 
+use crate::config_watch::{first_read, follow, NodeReader, ReadFuture, MAX_BACKOFF};
 use crate::error::LossReason;
+use crate::lifecycle::following::Following;
+use crate::lifecycle::Client;
+use crate::runtime::{block_on, sleep_for, spawn, until, Task};
 use crate::support::{
-    await_reconnect, check_base_path, check_event, create_if_absent, retry, session_error,
-    Deadline, DeadlineExt,
+    check_base_path, reconnected, retry_async, Deadline, DeadlineExt, Patience, SeqDir,
 };
 use crate::{NodeOptions, RecipeError, Result};
-use crossbeam_channel::{select, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use zookeeper::{Error, Op, OpResult, Stat, Timeout, Watch, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, OpResult, Stat, Timeout, Watch, ZooKeeper};
 
 /// Default time one call may take, retries on conflicts and connection loss included.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -125,229 +141,6 @@ pub struct AtomicValue<T> {
     pub post: T,
 }
 
-// ---------------------------------------------------------------------------------------
-// The public types.
-// ---------------------------------------------------------------------------------------
-
-/// A shared `i32` in Curator `SharedCount`'s layout (see the [module docs](self)).
-#[derive(Debug)]
-pub struct SharedCount(Cell<Int32Be>);
-
-impl SharedCount {
-    /// A shared count at `path`, created holding `seed` if missing (as Curator's
-    /// `SharedCount.start`).
-    pub fn new(zk: &ZooKeeper, path: &str, seed: i32) -> Result<SharedCount> {
-        SharedCount::with_options(zk, path, seed, NodeOptions::default())
-    }
-
-    /// [`new`](Self::new), creating nodes with `nodes`' ACL.
-    pub fn with_options(
-        zk: &ZooKeeper,
-        path: &str,
-        seed: i32,
-        nodes: NodeOptions,
-    ) -> Result<SharedCount> {
-        Cell::new(zk, path, Int32Be::encode(seed), nodes).map(SharedCount)
-    }
-
-    /// Sets how long one call may take (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> SharedCount {
-        self.0.timeout = timeout;
-        self
-    }
-
-    /// The node's path.
-    pub fn path(&self) -> &str {
-        &self.0.path
-    }
-
-    /// The current value and its version.
-    pub fn get(&self) -> Result<Versioned<i32>> {
-        self.0.read(self.0.deadline())
-    }
-
-    /// The current value.
-    pub fn count(&self) -> Result<i32> {
-        Ok(self.get()?.value)
-    }
-
-    /// Sets the value to `new` if the node is still at `expected_version` (from
-    /// [`get`](Self::get)); `Ok(false)` if it has moved on (Curator's `trySetCount`).
-    pub fn try_set(&self, new: i32, expected_version: i32) -> Result<bool> {
-        self.0.try_set_at(new, expected_version)
-    }
-
-    /// Sets the value whatever it is (Curator's `setCount`): overwrites concurrent
-    /// changes.
-    pub fn set(&self, new: i32) -> Result<Stat> {
-        self.0.set(new)
-    }
-
-    /// Adds `delta` (negative to subtract) with a compare-and-set loop.
-    pub fn add(&self, delta: i32) -> Result<AtomicValue<i32>> {
-        self.0.add(delta)
-    }
-
-    /// Follows the value (see [`ValueWatch`]); the first value is the current one.
-    pub fn watch(&self) -> Result<ValueWatch<i32>> {
-        self.0.watch()
-    }
-}
-
-/// A shared `i64` in Curator `DistributedAtomicLong`'s layout (see the
-/// [module docs](self)); its changes are Curator's optimistic mode (versioned sets),
-/// with lost replies resolved.
-#[derive(Debug)]
-pub struct AtomicLong(Cell<Int64Be>);
-
-impl AtomicLong {
-    /// An atomic long at `path`, created holding 0 if missing.
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<AtomicLong> {
-        AtomicLong::with_options(zk, path, NodeOptions::default())
-    }
-
-    /// [`new`](Self::new), creating nodes with `nodes`' ACL.
-    pub fn with_options(zk: &ZooKeeper, path: &str, nodes: NodeOptions) -> Result<AtomicLong> {
-        Cell::new(zk, path, Int64Be::encode(0), nodes).map(AtomicLong)
-    }
-
-    /// Sets how long one call may take (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> AtomicLong {
-        self.0.timeout = timeout;
-        self
-    }
-
-    /// The node's path.
-    pub fn path(&self) -> &str {
-        &self.0.path
-    }
-
-    /// The current value.
-    pub fn get(&self) -> Result<i64> {
-        Ok(self.get_versioned()?.value)
-    }
-
-    /// The current value and its version.
-    pub fn get_versioned(&self) -> Result<Versioned<i64>> {
-        self.0.read(self.0.deadline())
-    }
-
-    /// Adds 1.
-    pub fn increment(&self) -> Result<AtomicValue<i64>> {
-        self.0.add(1)
-    }
-
-    /// Subtracts 1.
-    pub fn decrement(&self) -> Result<AtomicValue<i64>> {
-        self.0.add(-1)
-    }
-
-    /// Adds `delta` (retrying conflicts until the timeout); `succeeded` is true on `Ok`.
-    pub fn add(&self, delta: i64) -> Result<AtomicValue<i64>> {
-        self.0.add(delta)
-    }
-
-    /// Subtracts `delta`.
-    pub fn subtract(&self, delta: i64) -> Result<AtomicValue<i64>> {
-        let negated = delta.checked_neg().ok_or(RecipeError::InvalidArgument(
-            "the change overflows the value",
-        ))?;
-        self.0.add(negated)
-    }
-
-    /// Sets `new` if the value is `expected`: `succeeded` false (with `pre` the value
-    /// found) if it is not. Version conflicts that leave the value at `expected` are
-    /// retried.
-    pub fn compare_and_set(&self, expected: i64, new: i64) -> Result<AtomicValue<i64>> {
-        self.0
-            .update(|value| Ok((value == expected).then_some(new)))
-    }
-
-    /// One attempt to set `new` over the value just read: `succeeded` false if another
-    /// write came in between (Curator's `trySet`).
-    pub fn try_set(&self, new: i64) -> Result<AtomicValue<i64>> {
-        let deadline = self.0.deadline();
-        let seen = self.0.read(deadline)?;
-        let written = self
-            .0
-            .cas(
-                seen.version,
-                Some(seen.stat.czxid),
-                &Int64Be::encode(new),
-                deadline,
-            )?
-            .is_some();
-        Ok(AtomicValue {
-            succeeded: written,
-            pre: seen.value,
-            post: if written { new } else { seen.value },
-        })
-    }
-
-    /// Sets `new` whatever the value is (Curator's `forceSet`): overwrites concurrent
-    /// changes.
-    pub fn force_set(&self, new: i64) -> Result<Stat> {
-        self.0.set(new)
-    }
-
-    /// Follows the value (see [`ValueWatch`]).
-    pub fn watch(&self) -> Result<ValueWatch<i64>> {
-        self.0.watch()
-    }
-}
-
-/// A shared `i64` in kazoo `Counter`'s default layout: decimal text (see the
-/// [module docs](self)). For kazoo's `support_curator=True` layout use [`SharedCount`].
-#[derive(Debug)]
-pub struct KazooCounter(Cell<DecimalText>);
-
-impl KazooCounter {
-    /// A counter at `path`, created empty (reads as 0) if missing, as kazoo does.
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<KazooCounter> {
-        KazooCounter::with_options(zk, path, NodeOptions::default())
-    }
-
-    /// [`new`](Self::new), creating nodes with `nodes`' ACL.
-    pub fn with_options(zk: &ZooKeeper, path: &str, nodes: NodeOptions) -> Result<KazooCounter> {
-        Cell::new(zk, path, Vec::new(), nodes).map(KazooCounter)
-    }
-
-    /// Sets how long one call may take (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> KazooCounter {
-        self.0.timeout = timeout;
-        self
-    }
-
-    /// The node's path.
-    pub fn path(&self) -> &str {
-        &self.0.path
-    }
-
-    /// The current value (kazoo's `counter.value`).
-    pub fn value(&self) -> Result<i64> {
-        Ok(self.0.read(self.0.deadline())?.value)
-    }
-
-    /// Adds `delta` (kazoo's `counter += delta`); `pre` and `post` are kazoo's
-    /// `pre_value` and `post_value`.
-    pub fn add(&self, delta: i64) -> Result<AtomicValue<i64>> {
-        self.0.add(delta)
-    }
-
-    /// Subtracts `delta` (kazoo's `counter -= delta`).
-    pub fn subtract(&self, delta: i64) -> Result<AtomicValue<i64>> {
-        let negated = delta.checked_neg().ok_or(RecipeError::InvalidArgument(
-            "the change overflows the value",
-        ))?;
-        self.0.add(negated)
-    }
-
-    /// Follows the value (see [`ValueWatch`]).
-    pub fn watch(&self) -> Result<ValueWatch<i64>> {
-        self.0.watch()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +152,39 @@ mod tests {
         both::<AtomicLong>();
         both::<KazooCounter>();
         both::<ValueWatch<i64>>();
+    }
+
+    /// The async forms can be spawned on any executor (never called: only the types
+    /// are checked).
+    #[allow(dead_code)]
+    fn async_forms_are_send(
+        count: &SharedCount,
+        long: &AtomicLong,
+        kazoo: &KazooCounter,
+        watch: &mut ValueWatch<i64>,
+    ) {
+        fn send<T: Send>(_: T) {}
+        send(count.get_async());
+        send(count.count_async());
+        send(count.try_set_async(1, 0));
+        send(count.set_async(1));
+        send(count.add_async(1));
+        send(count.watch_async());
+        send(long.get_async());
+        send(long.get_versioned_async());
+        send(long.increment_async());
+        send(long.decrement_async());
+        send(long.add_async(1));
+        send(long.subtract_async(1));
+        send(long.compare_and_set_async(0, 1));
+        send(long.try_set_async(1));
+        send(long.force_set_async(1));
+        send(long.watch_async());
+        send(kazoo.value_async());
+        send(kazoo.add_async(1));
+        send(kazoo.subtract_async(1));
+        send(kazoo.watch_async());
+        send(watch.next_async(Duration::from_secs(1)));
     }
 
     #[test]
