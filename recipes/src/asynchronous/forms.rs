@@ -200,33 +200,33 @@ async_forms!(LeaderLatch {
     fn participants() -> Result<Vec<Participant>>;
 });
 
-async_forms!(SharedCount {
-    fn get() -> Result<Versioned<i32>>;
-    fn count() -> Result<i32>;
-    fn try_set(new: i32, expected_version: i32) -> Result<bool>;
-    fn set(new: i32) -> Result<Stat>;
-    fn add(delta: i32) -> Result<AtomicValue<i32>>;
-    fn watch() -> Result<ValueWatch<i32>>;
+native_forms!(SharedCount {
+    fn get => get_async() -> Result<Versioned<i32>>;
+    fn count => count_async() -> Result<i32>;
+    fn try_set => try_set_async(new: i32, expected_version: i32) -> Result<bool>;
+    fn set => set_async(new: i32) -> Result<Stat>;
+    fn add => add_async(delta: i32) -> Result<AtomicValue<i32>>;
+    fn watch => watch_async() -> Result<ValueWatch<i32>>;
 });
 
-async_forms!(AtomicLong {
-    fn get() -> Result<i64>;
-    fn get_versioned() -> Result<Versioned<i64>>;
-    fn increment() -> Result<AtomicValue<i64>>;
-    fn decrement() -> Result<AtomicValue<i64>>;
-    fn add(delta: i64) -> Result<AtomicValue<i64>>;
-    fn subtract(delta: i64) -> Result<AtomicValue<i64>>;
-    fn compare_and_set(expected: i64, new: i64) -> Result<AtomicValue<i64>>;
-    fn try_set(new: i64) -> Result<AtomicValue<i64>>;
-    fn force_set(new: i64) -> Result<Stat>;
-    fn watch() -> Result<ValueWatch<i64>>;
+native_forms!(AtomicLong {
+    fn get => get_async() -> Result<i64>;
+    fn get_versioned => get_versioned_async() -> Result<Versioned<i64>>;
+    fn increment => increment_async() -> Result<AtomicValue<i64>>;
+    fn decrement => decrement_async() -> Result<AtomicValue<i64>>;
+    fn add => add_async(delta: i64) -> Result<AtomicValue<i64>>;
+    fn subtract => subtract_async(delta: i64) -> Result<AtomicValue<i64>>;
+    fn compare_and_set => compare_and_set_async(expected: i64, new: i64) -> Result<AtomicValue<i64>>;
+    fn try_set => try_set_async(new: i64) -> Result<AtomicValue<i64>>;
+    fn force_set => force_set_async(new: i64) -> Result<Stat>;
+    fn watch => watch_async() -> Result<ValueWatch<i64>>;
 });
 
-async_forms!(KazooCounter {
-    fn value() -> Result<i64>;
-    fn add(delta: i64) -> Result<AtomicValue<i64>>;
-    fn subtract(delta: i64) -> Result<AtomicValue<i64>>;
-    fn watch() -> Result<ValueWatch<i64>>;
+native_forms!(KazooCounter {
+    fn value => value_async() -> Result<i64>;
+    fn add => add_async(delta: i64) -> Result<AtomicValue<i64>>;
+    fn subtract => subtract_async(delta: i64) -> Result<AtomicValue<i64>>;
+    fn watch => watch_async() -> Result<ValueWatch<i64>>;
 });
 
 async_forms!(PersistentNode {
