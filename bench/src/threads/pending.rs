@@ -68,19 +68,7 @@ impl<'a, T> Pending<'a, T> {
         mut done: impl FnMut() -> bool,
     ) -> bool {
         loop {
-            for slot in &mut self.slots {
-                let Some(future) = slot.future.as_mut() else {
-                    continue;
-                };
-                if !slot.flag.woken.swap(false, Ordering::AcqRel) {
-                    continue;
-                }
-                let mut cx = Context::from_waker(&slot.waker);
-                if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-                    slot.output = Some(output);
-                    slot.future = None;
-                }
-            }
+            self.poll_woken();
             if done() {
                 return true;
             }
@@ -94,6 +82,23 @@ impl<'a, T> Pending<'a, T> {
         }
     }
 
+    /// Polls each pending future whose waker fired since its last poll.
+    fn poll_woken(&mut self) {
+        for slot in &mut self.slots {
+            let Some(future) = slot.future.as_mut() else {
+                continue;
+            };
+            if !slot.flag.woken.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            let mut cx = Context::from_waker(&slot.waker);
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                slot.output = Some(output);
+                slot.future = None;
+            }
+        }
+    }
+
     fn any_woken(&self) -> bool {
         self.slots
             .iter()
@@ -103,6 +108,28 @@ impl<'a, T> Pending<'a, T> {
     /// The futures that completed, with their outputs (counted as they came).
     pub(crate) fn outputs(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().filter_map(|s| s.output.as_ref())
+    }
+
+    /// Drives every future to its end, or until `deadline`; whether all ended.
+    pub(crate) fn drive_all(&mut self, deadline: Instant) -> bool {
+        loop {
+            self.poll_woken();
+            if self.pending() == 0 {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            if !self.any_woken() {
+                thread::park_timeout((deadline - now).min(Duration::from_millis(50)));
+            }
+        }
+    }
+
+    /// The outputs of the futures that completed, in the order they were pushed.
+    pub(crate) fn into_outputs(self) -> Vec<T> {
+        self.slots.into_iter().filter_map(|s| s.output).collect()
     }
 
     /// How many futures are still pending.

@@ -128,6 +128,11 @@ impl ConfigWatch {
     /// read before this returns (errors such as an invalid path or a closed session are
     /// reported here) and is the first state every receiver sees.
     pub fn start(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
+        block_on(Self::start_async(client, path))
+    }
+
+    /// [`start`](Self::start), async: the first read is awaited, not waited for.
+    pub async fn start_async(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
         // Subscribed to the client's states before the first read: nothing is missed.
         let following = Following::new(client.into(), true, MAX_BACKOFF);
         let shared = Arc::new(Shared::default());
@@ -137,7 +142,7 @@ impl ConfigWatch {
             last: Last::Nothing,
         };
         let zk = following.zk.clone();
-        let watch = block_on(first_read(&mut reader, &zk, op_deadline(&zk).into()))?;
+        let watch = first_read(&mut reader, &zk, op_deadline(&zk).into()).await?;
         let end = Arc::new(Mutex::new(None));
         let end_slot = Arc::clone(&end);
         let (panic_end, panic_shared) = (Arc::clone(&end), Arc::clone(&shared));
