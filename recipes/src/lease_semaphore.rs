@@ -44,9 +44,10 @@
 
 use crate::error::LossReason;
 use crate::lock::{uuid_text, Lock, LockLayout};
+use crate::runtime::block_on;
 use crate::support::{
-    await_watch, check_base_path, create_member, delete_eventually, delete_on_drop, op_deadline,
-    retry, Deadline, Patience, SeqDir,
+    await_watch, check_base_path, create_member, delete_eventually, delete_eventually_async,
+    delete_on_drop, op_deadline, retry, Deadline, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
@@ -280,9 +281,15 @@ impl Lease {
 
     /// Releases the lease, reporting a failure to delete the node (if the server could
     /// not be reached, the delete goes on in the background).
-    pub fn release(mut self) -> Result<()> {
+    pub fn release(self) -> Result<()> {
+        block_on(self.release_async())
+    }
+
+    /// [`release`](Self::release), async. Dropped before the delete was answered, it
+    /// hands the delete to the background: the lease goes either way.
+    pub async fn release_async(mut self) -> Result<()> {
         let path = std::mem::take(&mut self.path);
-        delete_eventually(&self.zk, &path, op_deadline(&self.zk).into())
+        delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
     }
 }
 

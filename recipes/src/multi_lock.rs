@@ -177,10 +177,16 @@ impl MultiGuard {
 
     /// Releases every lock (in reverse order); the first error is reported after all
     /// were tried.
-    pub fn release(mut self) -> Result<()> {
+    pub fn release(self) -> Result<()> {
+        block_on(self.release_async())
+    }
+
+    /// [`release`](Self::release), async. Dropped part way, the locks not released yet
+    /// are released as their guards' drops do.
+    pub async fn release_async(mut self) -> Result<()> {
         let mut first = Ok(());
         while let Some(guard) = self.guards.pop() {
-            if let Err(error) = guard.release() {
+            if let Err(error) = guard.release_async().await {
                 if first.is_ok() {
                     first = Err(error);
                 }

@@ -271,3 +271,21 @@ fn a_dropped_semaphore_request_is_withdrawn() {
         .expect("the permit is free for the next request");
     drop(next);
 }
+
+#[test]
+fn a_dropped_release_still_releases() {
+    let zk = connect();
+    let path = unique_path("async-release-drop");
+    let lock = Lock::new(&zk, &path).unwrap();
+    for polls in 0..3 {
+        let guard = lock.acquire(Duration::from_secs(10)).unwrap();
+        let mut release = Box::pin(guard.release_async());
+        for _ in 0..polls {
+            if zk_harness::executor::poll_once(&mut release).is_ready() {
+                break;
+            }
+        }
+        drop(release);
+        wait_until("the lock free again", || nodes(&zk, &path) == 0);
+    }
+}

@@ -194,10 +194,10 @@ impl Async<LeaderElection> {
     }
 }
 
-async_forms!(LeaderLatch {
-    fn await_leadership(timeout: impl Into<Timeout> + Send + 'static) -> Result<LeadershipGuard>;
-    fn relinquish() -> Result<bool>;
-    fn participants() -> Result<Vec<Participant>>;
+native_forms!(LeaderLatch {
+    fn await_leadership => await_leadership_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<LeadershipGuard>;
+    fn relinquish => relinquish_async() -> Result<bool>;
+    fn participants => participants_async() -> Result<Vec<Participant>>;
 });
 
 native_forms!(SharedCount {
@@ -370,12 +370,6 @@ impl Async<BoundedQueue> {
 
 // Guards.
 
-consuming_forms!(LockGuard { fn release_async => release -> Result<()>; });
-consuming_forms!(MultiGuard { fn release_async => release -> Result<()>; });
-consuming_forms!(ReadGuard { fn release_async => release -> Result<()>; });
-consuming_forms!(WriteGuard { fn release_async => release -> Result<()>; });
-consuming_forms!(semaphore::Lease { fn release_async => release -> Result<()>; });
-consuming_forms!(lease_semaphore::Lease { fn release_async => release -> Result<()>; });
 consuming_forms!(WorkItem {
     fn complete_async => complete -> Result<()>;
     fn release_async => release -> Result<()>;

@@ -126,25 +126,17 @@ impl LockGuard {
     /// had been lost before (the critical section was not protected to the end). If the
     /// server cannot be reached within the reconnect timeout, the error is reported and
     /// the delete goes on in the background.
-    pub fn release(mut self) -> Result<()> {
-        self.release_inner(false)
+    pub fn release(self) -> Result<()> {
+        block_on(self.release_async())
     }
 
-    /// The release; `on_drop`: from `Drop`, which must not block long and reports nothing.
-    pub(super) fn release_inner(&mut self, on_drop: bool) -> Result<()> {
-        if std::mem::replace(&mut self.released, true) {
+    /// [`release`](Self::release), async. Dropped before the delete was answered, it
+    /// hands the delete to the background: the lock is released either way.
+    pub async fn release_async(mut self) -> Result<()> {
+        let Some(lost) = self.begin_release() else {
             return Ok(());
-        }
-        // Judge the guard on every event so far; from then on no loss is recorded, so
-        // our own delete is not reported.
-        self.shared.refresh();
-        let lost = self.state.finish();
-        self.shared.forget(&self.state);
-        if on_drop {
-            delete_on_drop(&self.zk, &self.node);
-            return Ok(());
-        }
-        match delete_eventually(&self.zk, &self.node, self.patience) {
+        };
+        match delete_eventually_async(&self.zk, &self.node, self.patience).await {
             Ok(()) => {}
             // Left to the background: report that the release is not done yet.
             Err(RecipeError::ZooKeeper(e)) if e.is_retryable() => {
@@ -158,10 +150,26 @@ impl LockGuard {
             None => Ok(()),
         }
     }
+
+    /// Marks the guard released and returns the loss recorded before, if any; `None`
+    /// if it was released already. Every event so far judges the guard first; from then
+    /// on no loss is recorded, so our own delete is not reported.
+    fn begin_release(&mut self) -> Option<Option<LockLost>> {
+        if std::mem::replace(&mut self.released, true) {
+            return None;
+        }
+        self.shared.refresh();
+        let lost = self.state.finish();
+        self.shared.forget(&self.state);
+        Some(lost)
+    }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let _ = self.release_inner(true);
+        // Must not block long and reports nothing.
+        if self.begin_release().is_some() {
+            delete_on_drop(&self.zk, &self.node);
+        }
     }
 }

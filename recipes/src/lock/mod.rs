@@ -157,9 +157,9 @@ use loss::*;
 use crate::error::LossReason;
 use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, create_member_async, default_reconnect_timeout, delete_eventually,
-    delete_eventually_async, delete_on_drop, ordered_members, retry, retry_async,
-    wait_for_change_async, Deadline, DeleteOnDrop, Member, NodeWait, Patience, SeqDir, ANY_NAME,
+    check_base_path, create_member_async, default_reconnect_timeout, delete_eventually_async,
+    delete_on_drop, ordered_members, retry, retry_async, wait_for_change_async, Deadline,
+    DeleteOnDrop, Member, NodeWait, Patience, SeqDir, ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;

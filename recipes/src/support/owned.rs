@@ -149,20 +149,21 @@ impl OwnedNode {
 
     /// Deletes the node (once); a failure is reported. If the server could not be
     /// reached, the delete goes on in the background.
-    pub(crate) fn release(&mut self) -> Result<()> {
+    pub(crate) async fn release(&mut self) -> Result<()> {
         if self.path.is_empty() {
             return Ok(());
         }
         let path = std::mem::take(&mut self.path);
-        delete_eventually(&self.zk, &path, op_deadline(&self.zk).into())
+        delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
     }
 
     /// Whether the node still exists (false after session expiry).
-    pub(crate) fn exists(&self) -> Result<bool> {
-        Ok(retry(&self.zk, op_deadline(&self.zk), || {
-            self.zk.exists(&self.path)
-        })?
-        .is_some())
+    pub(crate) async fn exists(&self) -> Result<bool> {
+        let found = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
+            self.zk.exists_async(&self.path)
+        })
+        .await?;
+        Ok(found.is_some())
     }
 }
 
@@ -181,14 +182,25 @@ macro_rules! owned_node_guard {
         impl $guard {
             #[doc = concat!("Releases the ", $what, ", reporting a failure to delete the node")]
             /// (if the server could not be reached, the delete goes on in the background).
-            pub fn release(mut self) -> $crate::Result<()> {
-                self.node.release()
+            pub fn release(self) -> $crate::Result<()> {
+                $crate::runtime::block_on(self.release_async())
+            }
+
+            /// [`release`](Self::release), async. Dropped before the delete was answered,
+            /// it hands the delete to the background: the node goes either way.
+            pub async fn release_async(mut self) -> $crate::Result<()> {
+                self.node.release().await
             }
 
             #[doc = concat!("Whether the ", $what, " node still exists (false after session")]
             /// expiry).
             pub fn is_held(&self) -> $crate::Result<bool> {
-                self.node.exists()
+                $crate::runtime::block_on(self.node.exists())
+            }
+
+            /// [`is_held`](Self::is_held), async.
+            pub async fn is_held_async(&self) -> $crate::Result<bool> {
+                self.node.exists().await
             }
 
             #[doc = concat!("The ", $what, " node's name.")]
