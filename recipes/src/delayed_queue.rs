@@ -102,26 +102,38 @@ impl DelayedQueue {
     /// Enqueues `data`, due `delay` from now by this machine's clock (exactly once on
     /// `Ok`, see [`Queue::put`]). Returns the due time.
     pub fn put_after(&self, data: &[u8], delay: Duration) -> Result<SystemTime> {
+        crate::runtime::block_on(self.put_after_async(data, delay))
+    }
+
+    /// [`put_after`](Self::put_after), async (see [`Queue::put_async`]).
+    pub async fn put_after_async(&self, data: &[u8], delay: Duration) -> Result<SystemTime> {
         let delay = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.put_millis(data, now_millis().saturating_add(delay))
+            .await
     }
 
     /// Enqueues `data`, due at `due` (a time before the Unix epoch is due at once).
     /// Returns the due time, rounded up to the millisecond.
     pub fn put_at(&self, data: &[u8], due: SystemTime) -> Result<SystemTime> {
+        crate::runtime::block_on(self.put_at_async(data, due))
+    }
+
+    /// [`put_at`](Self::put_at), async (see [`Queue::put_async`]).
+    pub async fn put_at_async(&self, data: &[u8], due: SystemTime) -> Result<SystemTime> {
         let since = due.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
         // Round up, so the item is never due before `due`.
         let millis = since.as_nanos().div_ceil(1_000_000);
         let millis = u64::try_from(millis)
             .map_err(|_| RecipeError::InvalidArgument("due time too far in the future"))?;
-        self.put_millis(data, millis)
+        self.put_millis(data, millis).await
     }
 
-    fn put_millis(&self, data: &[u8], due: u64) -> Result<SystemTime> {
+    async fn put_millis(&self, data: &[u8], due: u64) -> Result<SystemTime> {
         let tag = format!("d{due:020}");
         self.queue
             .store()
-            .put_with(self.queue.zk(), data, &tag, &[], self.queue.patience())?;
+            .put_with_async(self.queue.zk(), data, &tag, &[], self.queue.patience())
+            .await?;
         Ok(UNIX_EPOCH + Duration::from_millis(due))
     }
 

@@ -102,10 +102,16 @@ impl PriorityQueue {
     /// Enqueues `data` with `priority` (smaller is taken first), exactly once on `Ok`,
     /// also across connection loss (see [`Queue::put`]).
     pub fn put(&self, data: &[u8], priority: u32) -> Result<()> {
+        crate::runtime::block_on(self.put_async(data, priority))
+    }
+
+    /// [`put`](Self::put), async (see [`Queue::put_async`]).
+    pub async fn put_async(&self, data: &[u8], priority: u32) -> Result<()> {
         let tag = format!("p{priority:010}");
         let store = self.queue.store();
         store
-            .put_with(self.queue.zk(), data, &tag, &[], self.queue.patience())
+            .put_with_async(self.queue.zk(), data, &tag, &[], self.queue.patience())
+            .await
             .map(drop)
     }
 

@@ -224,3 +224,33 @@ fn a_dropped_take_whose_session_expires_still_puts_the_item_back() {
     assert_eq!(producer.take(Duration::from_secs(20)).unwrap(), b"precious");
     assert_eq!(producer.len().unwrap(), 0, "put back once, not twice");
 }
+
+#[test]
+fn a_dropped_put_leaves_no_receipt_and_never_two_items() {
+    let zk = connect();
+    let path = unique_path("async-queue-put-drop");
+    let queue = Queue::new(&zk, &path).unwrap();
+    queue.put(b"first").unwrap(); // the directories exist
+    for polls in 0..4 {
+        let mut put = Box::pin(queue.put_async(b"dropped"));
+        for _ in 0..polls {
+            if zk_harness::executor::poll_once(&mut put).is_ready() {
+                break;
+            }
+        }
+        drop(put);
+    }
+    let receipts = format!("{path}/receipts");
+    wait_until("no receipt left by a dropped put", || {
+        zk.get_children(&receipts)
+            .map(|names| names.is_empty())
+            .unwrap_or(false)
+    });
+    // Each dropped put enqueued its item once or not at all.
+    let mut taken = Vec::new();
+    while let Some(item) = queue.try_take().unwrap() {
+        taken.push(item);
+    }
+    assert_eq!(taken[0], b"first");
+    assert!(taken.len() <= 5, "{} items from 4 dropped puts", taken.len() - 1);
+}

@@ -297,10 +297,10 @@ native_take_forms!(DelayedQueue, DelayedQueue::queue);
 native_take_forms!(BoundedQueue, BoundedQueue::queue);
 
 impl Async<Queue> {
-    /// Async form of [`Queue::put`].
-    pub fn put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
-        let data = data.into();
-        self.run(move |queue| queue.put(&data))
+    /// Async form of [`Queue::put`]: [`Queue::put_async`] on the shared value.
+    pub fn put(&self, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<()>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.put_async(&data).await })
     }
 
     /// Async form of [`Queue::put_all`].
@@ -315,10 +315,10 @@ impl Async<Queue> {
 }
 
 impl Async<PriorityQueue> {
-    /// Async form of [`PriorityQueue::put`].
-    pub fn put(&self, data: impl Into<Vec<u8>>, priority: u32) -> Unblock<Result<()>> {
-        let data = data.into();
-        self.run(move |queue| queue.put(&data, priority))
+    /// Async form of [`PriorityQueue::put`]: [`PriorityQueue::put_async`].
+    pub fn put(&self, data: impl Into<Vec<u8>>, priority: u32) -> RecipeFuture<Result<()>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.put_async(&data, priority).await })
     }
 
     /// Async form of [`PriorityQueue::put_all`].
@@ -333,10 +333,14 @@ impl Async<PriorityQueue> {
 }
 
 impl Async<DelayedQueue> {
-    /// Async form of [`DelayedQueue::put_at`].
-    pub fn put_at(&self, data: impl Into<Vec<u8>>, due: SystemTime) -> Unblock<Result<SystemTime>> {
-        let data = data.into();
-        self.run(move |queue| queue.put_at(&data, due))
+    /// Async form of [`DelayedQueue::put_at`]: [`DelayedQueue::put_at_async`].
+    pub fn put_at(
+        &self,
+        data: impl Into<Vec<u8>>,
+        due: SystemTime,
+    ) -> RecipeFuture<Result<SystemTime>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.put_at_async(&data, due).await })
     }
 
     /// Async form of [`DelayedQueue::put_after`].
@@ -344,9 +348,9 @@ impl Async<DelayedQueue> {
         &self,
         data: impl Into<Vec<u8>>,
         delay: std::time::Duration,
-    ) -> Unblock<Result<SystemTime>> {
-        let data = data.into();
-        self.run(move |queue| queue.put_after(&data, delay))
+    ) -> RecipeFuture<Result<SystemTime>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.put_after_async(&data, delay).await })
     }
 }
 

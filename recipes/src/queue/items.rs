@@ -65,8 +65,13 @@ impl ItemStore {
     /// Creates the directories if missing (also after a restart or the removal of an
     /// empty container directory).
     pub(crate) fn ensure(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
-        ensure_dir(zk, &self.items, &self.nodes, patience)?;
-        ensure_dir(zk, &self.receipts, &self.nodes, patience)
+        block_on(self.ensure_async(zk, patience))
+    }
+
+    /// [`ensure`](Self::ensure), async.
+    pub(crate) async fn ensure_async(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
+        ensure_dir_async(zk, &self.items, &self.nodes, patience).await?;
+        ensure_dir_async(zk, &self.receipts, &self.nodes, patience).await
     }
 
     /// Enqueues `data` as `<items>/item-<guid>-<seq>`, exactly once on `Ok`.
@@ -81,7 +86,19 @@ impl ItemStore {
     /// put fails with `SequenceExhausted` instead of waiting for consumers that may never
     /// come. Nothing is left behind then, and no acknowledged item is ever reordered.
     pub(crate) fn put(&self, zk: &ZooKeeper, data: &[u8], patience: Patience) -> Result<()> {
-        self.put_with(zk, data, "", &[], patience).map(drop)
+        block_on(self.put_async(zk, data, patience))
+    }
+
+    /// [`put`](Self::put), async.
+    pub(crate) async fn put_async(
+        &self,
+        zk: &ZooKeeper,
+        data: &[u8],
+        patience: Patience,
+    ) -> Result<()> {
+        self.put_with_async(zk, data, "", &[], patience)
+            .await
+            .map(drop)
     }
 
     /// [`put`](Self::put) of an item named `item-<guid>-<tag>-<seq>` (a variant's ordering
@@ -97,16 +114,39 @@ impl ItemStore {
         guard: &[Op],
         patience: Patience,
     ) -> Result<bool> {
+        block_on(self.put_with_async(zk, data, tag, guard, patience))
+    }
+
+    /// [`put_with`](Self::put_with), async. Dropped part way, a put may or may not have
+    /// been enqueued (as a put whose reply is lost for good); it is never enqueued twice.
+    pub(crate) async fn put_with_async(
+        &self,
+        zk: &ZooKeeper,
+        data: &[u8],
+        tag: &str,
+        guard: &[Op],
+        patience: Patience,
+    ) -> Result<bool> {
         let mut not_empty = 0;
         for _ in 0..PUT_RESTARTS {
             let id = guid();
-            let name = match self.put_once(zk, &id, data, tag, guard, patience)? {
-                Attempt::Refused => return Ok(false),
+            // A put given up on (dropped, failed) leaves no receipt behind: its delete
+            // follows the put's own requests on the session.
+            let receipt = self.receipt(&id);
+            let mut leftover = DeleteOnDrop::armed(zk, &receipt);
+            let name = match self.put_once(zk, &id, data, tag, guard, patience).await? {
+                Attempt::Refused => {
+                    leftover.disarm(); // nothing applied
+                    return Ok(false);
+                }
                 // Applied and already consumed: it was in range.
                 Attempt::Created(None) => return Ok(true),
                 Attempt::Created(Some(name)) => name,
             };
-            match self.settle(zk, &id, &name, patience)? {
+            let settled = self.settle_async(zk, &id, &name, patience).await?;
+            // The settling deleted the receipt (or sent its delete).
+            leftover.disarm();
+            match settled {
                 None => return Ok(true),
                 Some(Restart::Restarted) => {}
                 Some(Restart::NotEmpty) => {
@@ -128,7 +168,7 @@ impl ItemStore {
     /// done; its receipt goes). Otherwise the item must not take part: it is removed
     /// before its receipt (see [`put`](Self::put)), a restart of the counter is tried,
     /// and its outcome returned.
-    pub(super) fn settle(
+    pub(super) async fn settle_async(
         &self,
         zk: &ZooKeeper,
         id: &str,
@@ -143,26 +183,36 @@ impl ItemStore {
             return Ok(None);
         }
         log::debug!("queue: {name} in {} is past the counter's end", self.items);
-        crate::support::delete_node(zk, &format!("{}/{name}", self.items), patience)?;
-        crate::support::delete_node(zk, &receipt, patience)?;
-        self.restart(zk, patience).map(Some)
+        let item = format!("{}/{name}", self.items);
+        delete_node_async(zk, &item, patience).await?;
+        delete_node_async(zk, &receipt, patience).await?;
+        self.restart_async(zk, patience).await.map(Some)
     }
 
     /// Tries to restart the items directory's counter (with the receipts directory, if
     /// it lives inside): only an empty directory is restarted.
     pub(super) fn restart(&self, zk: &ZooKeeper, patience: Patience) -> Result<Restart> {
+        block_on(self.restart_async(zk, patience))
+    }
+
+    /// [`restart`](Self::restart), async.
+    pub(super) async fn restart_async(
+        &self,
+        zk: &ZooKeeper,
+        patience: Patience,
+    ) -> Result<Restart> {
         let inner: &[&str] = if self.receipts_inside {
             &[&self.receipts]
         } else {
             &[]
         };
-        restart_dir(zk, &self.items, inner, &self.nodes, patience)
+        restart_dir_async(zk, &self.items, inner, &self.nodes, patience).await
     }
 
     /// One put attempt (sent again after connection loss until its outcome is known):
     /// the created item's name, or `None` if it was applied but consumed before this put
     /// could look.
-    pub(super) fn put_once(
+    pub(super) async fn put_once(
         &self,
         zk: &ZooKeeper,
         id: &str,
@@ -194,7 +244,7 @@ impl ItemStore {
         ops.extend_from_slice(guard);
         let mut attempt = 0;
         loop {
-            match zk.multi(&ops) {
+            match zk.multi_async(&ops).await {
                 Ok(results) => {
                     return Ok(Attempt::Created(match results.first() {
                         Some(OpResult::Created(path)) => {
@@ -205,11 +255,13 @@ impl ItemStore {
                 }
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
-                    await_reconnect(zk, patience, attempt)?;
+                    reconnected(zk, patience, attempt).await?;
                     // Let this server catch up with everything the old connection sent.
-                    retry(zk, patience, || zk.sync(&self.items))?;
-                    match retry(zk, patience, || zk.exists(&receipt)) {
-                        Ok(Some(_)) => return self.find(zk, id, patience).map(Attempt::Created),
+                    retry_async(zk, patience, || zk.sync_async(&self.items)).await?;
+                    match retry_async(zk, patience, || zk.exists_async(&receipt)).await {
+                        Ok(Some(_)) => {
+                            return self.find(zk, id, patience).await.map(Attempt::Created)
+                        }
                         Ok(None) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
                         Err(error) => return Err(error),
                     }
@@ -219,7 +271,7 @@ impl ItemStore {
                 Err(Error::MultiFailed { index: 1, error }) if *error == Error::NodeExists => {
                     // Our receipt already exists: an earlier attempt of this very put was
                     // applied after all (the check raced it).
-                    return self.find(zk, id, patience).map(Attempt::Created);
+                    return self.find(zk, id, patience).await.map(Attempt::Created);
                 }
                 Err(Error::MultiFailed { index, .. }) if index >= 2 => {
                     // A guard operation refused it: nothing was applied.
@@ -228,7 +280,7 @@ impl ItemStore {
                 Err(Error::MultiFailed { error, .. }) if *error == Error::NoNode => {
                     // A directory is missing: not created yet, restarted by a peer, or an
                     // empty container the server removed.
-                    self.ensure(zk, patience)?;
+                    self.ensure_async(zk, patience).await?;
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -236,13 +288,13 @@ impl ItemStore {
     }
 
     /// The item of the applied put `id`, found by its guid (`None`: consumed already).
-    pub(super) fn find(
+    pub(super) async fn find(
         &self,
         zk: &ZooKeeper,
         id: &str,
         patience: Patience,
     ) -> Result<Option<String>> {
-        let children = children_or_none(zk, &self.items, patience)?;
+        let children = children_or_none_async(zk, &self.items, patience).await?;
         Ok(children.into_iter().find(|name| guid_of(name) == Some(id)))
     }
 
@@ -253,11 +305,16 @@ impl ItemStore {
     /// and reads on one server move forward, so a receipt missing after the listing that
     /// showed the item is gone for good.)
     pub(crate) fn remove_orphans(&self, zk: &ZooKeeper, past_end: &[String]) {
+        block_on(self.remove_orphans_async(zk, past_end))
+    }
+
+    /// [`remove_orphans`](Self::remove_orphans), async.
+    pub(crate) async fn remove_orphans_async(&self, zk: &ZooKeeper, past_end: &[String]) {
         for name in past_end {
             let Some(id) = guid_of(name) else { continue };
-            if let Ok(None) = zk.exists(&self.receipt(id)) {
+            if let Ok(None) = zk.exists_async(&self.receipt(id)).await {
                 let item = format!("{}/{name}", self.items);
-                match zk.delete(&item, None) {
+                match zk.delete_async(&item, None).await {
                     Ok(()) | Err(Error::NoNode) => log::debug!("queue: removed orphan {item}"),
                     Err(error) => log::debug!("queue: removing orphan {item}: {error}"),
                 }

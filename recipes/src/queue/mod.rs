@@ -123,12 +123,13 @@ pub(crate) use items::*;
 use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 
 use crate::recovery::{
-    children_or_none, children_or_none_async, name_in_range, restart_dir, Restart,
+    children_or_none, children_or_none_async, name_in_range, restart_dir_async, Restart,
 };
 use crate::runtime::block_on;
 use crate::support::{
-    await_reconnect, check_base_path, check_event, default_reconnect_timeout, ensure_dir, members,
-    reconnected, retry, retry_async, Deadline, Patience,
+    await_reconnect, check_base_path, check_event, default_reconnect_timeout, delete_node_async,
+    ensure_dir, ensure_dir_async, members, reconnected, retry, retry_async, Deadline, DeleteOnDrop,
+    Patience,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
@@ -299,7 +300,13 @@ impl Queue {
     /// node's sequence counter it restarts the counter if the queue is empty, and fails
     /// with [`RecipeError::SequenceExhausted`] (enqueuing nothing) if it is not.
     pub fn put(&self, data: &[u8]) -> Result<()> {
-        self.store.put(&self.zk, data, self.patience)
+        block_on(self.put_async(data))
+    }
+
+    /// [`put`](Self::put), async. Dropped before it returns, the item may or may not
+    /// have been enqueued (as after a reply lost for good), never twice.
+    pub async fn put_async(&self, data: &[u8]) -> Result<()> {
+        self.store.put_async(&self.zk, data, self.patience).await
     }
 
     /// Enqueues `items` as one batch: one `multi` creating every item with its own
@@ -410,7 +417,7 @@ impl Queue {
                 return Ok(Some(item));
             }
             let children = children_or_none_async(&self.zk, &self.path, self.patience).await?;
-            let (items, _) = self.ready(children);
+            let (items, _) = self.ready(children).await;
             if items.is_empty() {
                 return Ok(None);
             }
@@ -479,9 +486,9 @@ impl Queue {
     /// The items of a listing that may be taken now, in order, after removing orphans
     /// past the counter's end; and for a delayed queue the earliest due time (ms since
     /// the Unix epoch) of the items not due yet.
-    fn ready(&self, children: Vec<String>) -> (Vec<String>, Option<u64>) {
+    async fn ready(&self, children: Vec<String>) -> (Vec<String>, Option<u64>) {
         let (mut items, past_end) = split_items(children);
-        self.store.remove_orphans(&self.zk, &past_end);
+        self.store.remove_orphans_async(&self.zk, &past_end).await;
         let mut next_due = None;
         if self.order != Order::Fifo {
             // Stable: FIFO (sequence order) among equal keys.
@@ -519,7 +526,7 @@ impl Queue {
                 .watcher
                 .list_async(&self.zk, patience, deadline)
                 .await?;
-            let (items, next_due) = self.ready(children);
+            let (items, next_due) = self.ready(children).await;
             *self.cache.lock() = items.into();
             if let Some(item) = self.claim_cached(deadline).await? {
                 return Ok(Some(item));
@@ -624,7 +631,7 @@ impl Queue {
                 },
                 Err(Error::MultiFailed { index: 1, error }) => match *error {
                     // The receipts node is gone (a container the server removed).
-                    Error::NoNode => self.store.ensure(&self.zk, patience)?,
+                    Error::NoNode => self.store.ensure_async(&self.zk, patience).await?,
                     // A marker left by an earlier take of ours whose reply was lost.
                     Error::NodeExists => {
                         retry_async(&self.zk, patience, || async {

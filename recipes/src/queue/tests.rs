@@ -123,7 +123,7 @@ fn a_put_past_the_counters_end_restarts_an_empty_queue_only() {
     let id = guid();
     let name = wrapped(&id);
     assert_eq!(
-        store.settle(&zk, &id, &name, patience).unwrap(),
+        crate::runtime::block_on(store.settle_async(&zk, &id, &name, patience)).unwrap(),
         Some(Restart::NotEmpty)
     );
     assert!(zk.exists(&format!("{path}/{name}")).unwrap().is_none());
@@ -135,7 +135,7 @@ fn a_put_past_the_counters_end_restarts_an_empty_queue_only() {
     let id = guid();
     let name = wrapped(&id);
     assert_eq!(
-        store.settle(&zk, &id, &name, patience).unwrap(),
+        crate::runtime::block_on(store.settle_async(&zk, &id, &name, patience)).unwrap(),
         Some(Restart::Restarted)
     );
     assert_eq!(zk.get_children(&path).unwrap(), [RECEIPTS]);
@@ -145,15 +145,9 @@ fn a_put_past_the_counters_end_restarts_an_empty_queue_only() {
     assert_eq!(crate::util::sequence_of(&items[0]), Some(1));
     assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"fresh"[..]));
     let id = guid();
+    let in_range = format!("{ITEM_PREFIX}-{id}-0000000005");
     assert_eq!(
-        store
-            .settle(
-                &zk,
-                &id,
-                &format!("{ITEM_PREFIX}-{id}-0000000005"),
-                patience
-            )
-            .unwrap(),
+        crate::runtime::block_on(store.settle_async(&zk, &id, &in_range, patience)).unwrap(),
         None,
         "an in-range item is accepted"
     );

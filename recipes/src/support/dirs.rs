@@ -79,7 +79,17 @@ pub(crate) fn ensure_dir(
     nodes: &NodeOptions,
     patience: impl Into<Patience>,
 ) -> Result<()> {
-    retry(zk, patience, || create_dir(zk, dir, nodes))
+    block_on(ensure_dir_async(zk, dir, nodes, patience.into()))
+}
+
+/// [`ensure_dir`], async.
+pub(crate) async fn ensure_dir_async(
+    zk: &ZooKeeper,
+    dir: &str,
+    nodes: &NodeOptions,
+    patience: Patience,
+) -> Result<()> {
+    retry_async(zk, patience, || create_dir_async(zk, dir, nodes)).await
 }
 
 /// Creates the persistent node `path` holding `data` unless it exists (then it is left as

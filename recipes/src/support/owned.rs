@@ -2,12 +2,7 @@
 
 use super::*;
 
-/// One delete of `path` (any version); an absent node counts as deleted.
-pub(super) fn delete_any_version(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
-    block_on(delete_any_version_async(zk, path))
-}
-
-/// [`delete_any_version`], async.
+/// Deletes `path` whatever its version; an absent node is fine.
 pub(super) async fn delete_any_version_async(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
     match zk.delete_async(path, None).await {
         Ok(()) | Err(Error::NoNode) => Ok(()),
@@ -17,7 +12,16 @@ pub(super) async fn delete_any_version_async(zk: &ZooKeeper, path: &str) -> zook
 
 /// Deletes `path` (any version) within `patience`; an absent node is fine.
 pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patience>) -> Result<()> {
-    retry(zk, patience, || delete_any_version(zk, path))
+    block_on(delete_node_async(zk, path, patience.into()))
+}
+
+/// [`delete_node`], async.
+pub(crate) async fn delete_node_async(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+) -> Result<()> {
+    retry_async(zk, patience, || delete_any_version_async(zk, path)).await
 }
 
 /// [`delete_node`] for a node that must go although its session may well survive (a lock
