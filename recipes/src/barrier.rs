@@ -94,7 +94,7 @@ use crate::recovery::{
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, create_if_absent_async, create_sequential_async, delete_eventually_async,
-    delete_node, delete_node_async, members, op_deadline, retry_async, Deadline, DeleteOnDrop,
+    delete_node_async, delete_on_drop, members, op_deadline, retry_async, Deadline, DeleteOnDrop,
     Member,
 };
 use crate::util::{guid, sequence_in_range, sequence_of};
@@ -613,13 +613,11 @@ impl DoubleBarrier {
 }
 
 impl Drop for DoubleBarrier {
-    /// A participant dropped while entered withdraws its node (best effort).
+    /// A participant dropped while entered withdraws its node: the drop waits briefly
+    /// for the delete, then leaves it to the background.
     fn drop(&mut self) {
         if let Some(entered) = self.state.get_mut().entered.take() {
-            let path = self.child(&entered.name);
-            if let Err(error) = delete_node(&self.zk, &path, op_deadline(&self.zk)) {
-                log::debug!("recipes: double barrier: withdrawing {path}: {error}");
-            }
+            delete_on_drop(&self.zk, &self.child(&entered.name));
         }
     }
 }

@@ -638,3 +638,32 @@ fn a_dropped_leave_can_be_resumed() {
     }
     assert_no_leftover_contexts(&zk);
 }
+
+/// `Async<Barrier>` and `Async<DoubleBarrier>` return the recipes' own futures.
+#[test]
+fn async_wrapper_forms() {
+    use zookeeper_recipes::asynchronous::Async;
+    let zk = connect();
+    let gate = Async::new(Barrier::new(&zk, &unique_path("async-wrapper")));
+    let dir = unique_path("async-wrapper-double");
+    let pair = [
+        Async::new(DoubleBarrier::new(&zk, &dir, 2).unwrap()),
+        Async::new(DoubleBarrier::new(&zk, &dir, 2).unwrap()),
+    ];
+    zk_harness::executor::block_on(async {
+        gate.set().await.unwrap();
+        assert!(gate.is_set().await.unwrap());
+        let mut wait = gate.wait(WAIT);
+        assert!(zk_harness::executor::poll_once(&mut wait).is_pending());
+        gate.remove().await.unwrap();
+        wait.await.unwrap();
+        assert!(!gate.is_set().await.unwrap());
+    });
+    let entered = join_all(vec![pair[0].enter(WAIT), pair[1].enter(WAIT)]);
+    assert!(entered.iter().all(Result::is_ok), "{entered:?}");
+    let left = join_all(vec![pair[0].leave(WAIT), pair[1].leave(WAIT)]);
+    assert!(left.iter().all(Result::is_ok), "{left:?}");
+    assert!(zk.get_children(&dir).unwrap().is_empty());
+    drop(pair);
+    assert_no_leftover_contexts(&zk);
+}

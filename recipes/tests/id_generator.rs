@@ -586,3 +586,22 @@ fn a_dropped_refill_hands_the_turn_on() {
     assert!(handed.windows(2).all(|w| w[0] < w[1]), "{handed:?}");
     settle(&zk, contexts);
 }
+
+/// `Async<IdGenerator>` returns the generator's own futures.
+#[test]
+fn async_wrapper_forms() {
+    use zookeeper_recipes::asynchronous::Async;
+    let zk = connect();
+    let path = counter(&zk, "async-wrapper");
+    let ids = Async::new(
+        IdGenerator::new(&zk, &path)
+            .and_then(|ids| ids.with_batch(2))
+            .unwrap(),
+    );
+    zk_harness::executor::block_on(async {
+        assert_eq!(ids.next_id().await.unwrap(), 1);
+        assert_eq!(ids.next_id().await.unwrap(), 2);
+        assert_eq!(ids.reserve(3, Duration::from_secs(5)).await.unwrap(), 3..6);
+        assert_eq!(ids.current().await.unwrap(), 5);
+    });
+}
