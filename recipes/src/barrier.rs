@@ -75,14 +75,27 @@
 //! Non-guarantees: more than `N` participants may pass one round (all that arrived
 //! before its `ready-<X>`), and a participant arriving after it belongs to the next
 //! round. A participant whose session expires between enter and leave silently
-//! "leaves". If `enter` times out, the participant withdraws its node, but others may
-//! already have been released counting it.
+//! "leaves". If `enter` times out (or its future is dropped), the participant withdraws
+//! its node, but others may already have been released counting it.
+//!
+//! # Async
+//! [`Barrier::wait_async`], [`DoubleBarrier::enter_async`],
+//! [`DoubleBarrier::leave_async`] (and the other `*_async` calls) are the protocol
+//! itself; the blocking calls drive the same futures on the caller's thread. A pending
+//! wait holds one watch and no thread. Dropping a future cancels the call: a
+//! dropped wait leaves no watch registered, a dropped `enter_async` withdraws its node
+//! (in the background, also when its create was still unanswered) and has not entered,
+//! a dropped `leave_async` leaves the participant entered, and `leave` resumes.
 
 use crate::error::LossReason;
-use crate::recovery::{restart_dir, unwatch, wait_or_unwatch, Restart};
+use crate::recovery::{
+    children_or_none_async, restart_dir_async, unwatch, wait_or_unwatch_async, Restart,
+};
+use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, create_if_absent, create_sequential, delete_node, members, op_deadline, retry,
-    Deadline, Member,
+    check_base_path, create_if_absent_async, create_sequential_async, delete_eventually_async,
+    delete_node_async, delete_on_drop, members, op_deadline, retry_async, Deadline, DeleteOnDrop,
+    Member,
 };
 use crate::util::{guid, sequence_in_range, sequence_of};
 use crate::NodeOptions;
@@ -124,43 +137,65 @@ impl Barrier {
     /// Raises the barrier: creates the node (and missing parents). Setting a barrier
     /// that is already set is fine.
     pub fn set(&self) -> Result<()> {
-        create_if_absent(
-            &self.zk,
-            &self.path,
-            b"",
-            &self.nodes,
-            op_deadline(&self.zk),
-        )
+        block_on(self.set_async())
+    }
+
+    /// [`set`](Self::set), async. Dropped, a create already sent may still raise the
+    /// barrier (as after a call that timed out).
+    pub async fn set_async(&self) -> Result<()> {
+        let patience = op_deadline(&self.zk).into();
+        create_if_absent_async(&self.zk, &self.path, b"", &self.nodes, patience).await
     }
 
     /// Removes the barrier, releasing every waiter. Removing an absent barrier is fine.
     pub fn remove(&self) -> Result<()> {
-        delete_node(&self.zk, &self.path, op_deadline(&self.zk))
+        block_on(self.remove_async())
+    }
+
+    /// [`remove`](Self::remove), async. Dropped, a delete already sent may still
+    /// remove the barrier.
+    pub async fn remove_async(&self) -> Result<()> {
+        delete_node_async(&self.zk, &self.path, op_deadline(&self.zk).into()).await
     }
 
     /// Whether the barrier is currently set.
     pub fn is_set(&self) -> Result<bool> {
-        Ok(retry(&self.zk, op_deadline(&self.zk), || {
-            self.zk.exists(&self.path)
-        })?
-        .is_some())
+        block_on(self.is_set_async())
+    }
+
+    /// [`is_set`](Self::is_set), async.
+    pub async fn is_set_async(&self) -> Result<bool> {
+        let patience = op_deadline(&self.zk).into();
+        let stat = retry_async(&self.zk, patience, || self.zk.exists_async(&self.path)).await?;
+        Ok(stat.is_some())
     }
 
     /// Blocks until the barrier is absent. `Err(Timeout)` if it is still set after
     /// `timeout` (the wait's watch is taken off again); a session error if the session
     /// ends while waiting.
     pub fn wait(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        block_on(self.wait_async(timeout))
+    }
+
+    /// [`wait`](Self::wait), async. A dropped future leaves no watch registered.
+    pub async fn wait_async(&self, timeout: impl Into<Timeout>) -> Result<()> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         loop {
-            let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&self.path))?;
+            let (stat, mut watch) = retry_async(&self.zk, deadline.into(), || {
+                self.zk.exists_watch_async(&self.path)
+            })
+            .await?;
             if stat.is_none() {
                 // Nothing to wait for; the exists watch (set on the absent node) would
                 // stay registered until the barrier is next set.
                 unwatch(&self.zk, &watch);
                 return Ok(());
             }
-            if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+            if wait_or_unwatch_async(&self.zk, &mut watch, deadline)
+                .await?
+                .is_none()
+            {
                 return Err(RecipeError::Timeout);
             }
         }
@@ -227,16 +262,35 @@ struct Entered {
     round_max: i32,
 }
 
+/// What one participant is doing.
+#[derive(Debug, Default)]
+struct Participant {
+    /// Set by a successful `enter`, cleared by a successful `leave`.
+    entered: Option<Entered>,
+    /// An `enter` or `leave` is in progress (its future may be pending anywhere).
+    busy: bool,
+}
+
+/// Marks an `enter` or `leave` in progress while it lives (until it returns or its
+/// future is dropped).
+struct Busy<'a>(&'a Mutex<Participant>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.lock().busy = false;
+    }
+}
+
 /// A double barrier for `count` participants (see the [module docs](self)). One value
-/// is one participant; it may be used from any thread, but `enter`/`leave` calls on one
-/// value are serialized.
+/// is one participant; it may be used from any thread, one `enter` or `leave` at a
+/// time: a call made while another is in progress fails with `InvalidArgument`.
 #[derive(Debug)]
 pub struct DoubleBarrier {
     zk: ZooKeeper,
     dir: String,
     count: usize,
     nodes: NodeOptions,
-    entered: Mutex<Option<Entered>>,
+    state: Mutex<Participant>,
 }
 
 impl DoubleBarrier {
@@ -254,7 +308,7 @@ impl DoubleBarrier {
             dir: dir.to_string(),
             count,
             nodes: NodeOptions::default(),
-            entered: Mutex::new(None),
+            state: Mutex::new(Participant::default()),
         })
     }
 
@@ -273,7 +327,7 @@ impl DoubleBarrier {
 
     /// This participant's node name while entered.
     pub fn node(&self) -> Option<String> {
-        self.entered.lock().as_ref().map(|e| e.name.clone())
+        self.state.lock().entered.as_ref().map(|e| e.name.clone())
     }
 
     fn child(&self, name: &str) -> String {
@@ -284,11 +338,26 @@ impl DoubleBarrier {
         format!("{}/{READY}{threshold:010}", self.dir)
     }
 
+    /// Starts an `enter` or `leave` (refused while another is in progress): the marker,
+    /// and whether this participant has entered.
+    fn begin(&self) -> Result<(Busy<'_>, Option<Entered>)> {
+        let mut state = self.state.lock();
+        if state.busy {
+            return Err(RecipeError::InvalidArgument(
+                "another enter or leave of this participant is in progress",
+            ));
+        }
+        state.busy = true;
+        let entered = state.entered.clone();
+        drop(state);
+        Ok((Busy(&self.state), entered))
+    }
+
     /// Deletes `ready-<X>` nodes that release nobody any more (best effort: any
     /// participant may do it, the names make it exact).
-    fn clear_stale(&self, round: &Round, deadline: Deadline) -> Result<()> {
+    async fn clear_stale(&self, round: &Round, deadline: Deadline) -> Result<()> {
         for threshold in round.stale_readies() {
-            delete_node(&self.zk, &self.ready_path(threshold), deadline)?;
+            delete_node_async(&self.zk, &self.ready_path(threshold), deadline.into()).await?;
         }
         Ok(())
     }
@@ -300,23 +369,37 @@ impl DoubleBarrier {
     /// (within the timeout) for the directory to empty and restarts it; if it does not
     /// empty in time the error is [`RecipeError::SequenceExhausted`].
     pub fn enter(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        block_on(self.enter_async(timeout))
+    }
+
+    /// [`enter`](Self::enter), async. Dropped before it returns, it withdraws as a
+    /// failed enter does: its node is deleted (in the background, also when its create
+    /// was still unanswered) and the participant has not entered.
+    pub async fn enter_async(&self, timeout: impl Into<Timeout>) -> Result<()> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
-        let mut entered = self.entered.lock();
+        let (busy, entered) = self.begin()?;
         if entered.is_some() {
             return Err(RecipeError::InvalidArgument(
                 "this participant has already entered",
             ));
         }
-        let (name, seq) = self.register(deadline)?;
-        match self.await_round(&name, seq, deadline) {
+        let (name, seq) = self.register(deadline).await?;
+        let path = self.child(&name);
+        // The node is ours from here: a dropped future withdraws it.
+        let mut withdraw = DeleteOnDrop::armed(&self.zk, &path);
+        let outcome = self.await_round(&name, seq, deadline).await;
+        withdraw.disarm();
+        match outcome {
             Ok(round_max) => {
-                *entered = Some(Entered { name, round_max });
+                self.state.lock().entered = Some(Entered { name, round_max });
+                drop(busy);
                 Ok(())
             }
             Err(error) => {
                 // Withdraw: a participant that gave up must not be counted.
-                let _ = delete_node(&self.zk, &self.child(&name), op_deadline(&self.zk));
+                let patience = op_deadline(&self.zk).into();
+                let _ = delete_eventually_async(&self.zk, &path, patience).await;
                 Err(error)
             }
         }
@@ -326,37 +409,49 @@ impl DoubleBarrier {
     /// past the directory counter's end is removed at once (its number cannot be
     /// ordered) and the directory restarted once it is empty (waiting within the
     /// deadline: participants of other rounds leave, or time out and withdraw).
-    fn register(&self, deadline: Deadline) -> Result<(String, i32)> {
+    async fn register(&self, deadline: Deadline) -> Result<(String, i32)> {
         loop {
             let tag = format!("{PARTICIPANT}{}-", guid());
-            let name = create_sequential(&self.zk, &self.dir, &tag, b"", &self.nodes, deadline)?;
+            let name = create_sequential_async(
+                &self.zk,
+                &self.dir,
+                &tag,
+                b"",
+                &self.nodes,
+                deadline.into(),
+            )
+            .await?;
             match sequence_of(&name) {
                 Some(seq) if sequence_in_range(seq) => return Ok((name, seq)),
                 _ => {}
             }
-            delete_node(&self.zk, &self.child(&name), deadline)?;
-            self.restart_when_empty(deadline)?;
+            delete_eventually_async(&self.zk, &self.child(&name), deadline.into()).await?;
+            self.restart_when_empty(deadline).await?;
         }
     }
 
     /// Waits for the directory to hold nothing but stale `ready` nodes, then restarts
     /// its counter. `SequenceExhausted` at the deadline.
-    fn restart_when_empty(&self, deadline: Deadline) -> Result<()> {
+    async fn restart_when_empty(&self, deadline: Deadline) -> Result<()> {
         let exhausted = || RecipeError::SequenceExhausted {
             dir: self.dir.clone(),
         };
         loop {
-            let listed = retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir));
-            let (children, watch) = match listed {
+            let listed = retry_async(&self.zk, deadline.into(), || {
+                self.zk.get_children_watch_async(&self.dir)
+            })
+            .await;
+            let (children, mut watch) = match listed {
                 Ok(found) => found,
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(()), // restarted
                 Err(RecipeError::Timeout) => return Err(exhausted()),
                 Err(error) => return Err(error),
             };
             let round = Round::of(children);
-            self.clear_stale(&round, deadline)?;
+            self.clear_stale(&round, deadline).await?;
             if round.participants.is_empty() && round.count == round.stale_readies().len() {
-                let restarted = restart_dir(&self.zk, &self.dir, &[], &self.nodes, deadline.into());
+                let restarted =
+                    restart_dir_async(&self.zk, &self.dir, &[], &self.nodes, deadline.into()).await;
                 match restarted {
                     Ok(Restart::Restarted) => {
                         unwatch(&self.zk, &watch);
@@ -373,7 +468,7 @@ impl DoubleBarrier {
                     }
                 }
             }
-            match wait_or_unwatch(&self.zk, &watch, deadline) {
+            match wait_or_unwatch_async(&self.zk, &mut watch, deadline).await {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(RecipeError::Timeout) => return Err(exhausted()),
                 Err(error) => return Err(error),
@@ -383,12 +478,14 @@ impl DoubleBarrier {
 
     /// Blocks until a `ready-<X>` node with `X >= seq` exists, creating one when `count`
     /// participants not yet released are present; returns `X`.
-    fn await_round(&self, name: &str, seq: i32, deadline: Deadline) -> Result<i32> {
+    async fn await_round(&self, name: &str, seq: i32, deadline: Deadline) -> Result<i32> {
         loop {
             // A child watch set by the listing: any arrival or `ready` node after it
             // wakes us. (Participants are few; each re-lists on each arrival.)
-            let (children, watch) =
-                retry(&self.zk, deadline, || self.zk.get_children_watch(&self.dir))?;
+            let (children, mut watch) = retry_async(&self.zk, deadline.into(), || {
+                self.zk.get_children_watch_async(&self.dir)
+            })
+            .await?;
             let mine = children.iter().any(|c| c == name);
             let round = Round::of(children);
             let decided = if !mine {
@@ -406,7 +503,9 @@ impl DoubleBarrier {
                     .collect();
                 if pending.len() >= self.count {
                     let x = pending.last().map_or(seq, |m| m.seq.max(seq));
-                    create_if_absent(&self.zk, &self.ready_path(x), b"", &self.nodes, deadline)
+                    let ready = self.ready_path(x);
+                    create_if_absent_async(&self.zk, &ready, b"", &self.nodes, deadline.into())
+                        .await
                         .map(|()| Some(x))
                 } else {
                     Ok(None)
@@ -416,7 +515,7 @@ impl DoubleBarrier {
                 Ok(Some(x)) => {
                     unwatch(&self.zk, &watch);
                     // Released: tidying up leftovers must not undo that.
-                    if let Err(error) = self.clear_stale(&round, deadline) {
+                    if let Err(error) = self.clear_stale(&round, deadline).await {
                         log::debug!("recipes: double barrier: clearing stale ready nodes: {error}");
                     }
                     return Ok(x);
@@ -427,7 +526,10 @@ impl DoubleBarrier {
                     return Err(error);
                 }
             }
-            if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+            if wait_or_unwatch_async(&self.zk, &mut watch, deadline)
+                .await?
+                .is_none()
+            {
                 return Err(RecipeError::Timeout);
             }
         }
@@ -440,67 +542,82 @@ impl DoubleBarrier {
     /// this participant has usually left already (unless it was the lowest, which leaves
     /// last); calling `leave` again resumes.
     pub fn leave(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        block_on(self.leave_async(timeout))
+    }
+
+    /// [`leave`](Self::leave), async. Dropped before it returns, it ends as a timed-out
+    /// leave does: the participant counts as entered still (its node may be gone
+    /// already) and calling `leave` again resumes; no watch stays registered.
+    pub async fn leave_async(&self, timeout: impl Into<Timeout>) -> Result<()> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
-        let mut entered = self.entered.lock();
-        let Some(Entered { name, round_max }) = entered.clone() else {
+        let (busy, entered) = self.begin()?;
+        let Some(Entered { name, round_max }) = entered else {
             return Err(RecipeError::InvalidArgument(
                 "this participant has not entered",
             ));
         };
-        let my_path = self.child(&name);
+        let outcome = self.leave_round(&name, round_max, deadline).await;
+        if outcome.is_ok() {
+            self.state.lock().entered = None;
+        }
+        drop(busy);
+        outcome
+    }
+
+    /// The protocol of [`leave`](Self::leave) for the participant `name` of the round
+    /// released by `ready-<round_max>`. Resumable: its own node may be gone already.
+    async fn leave_round(&self, name: &str, round_max: i32, deadline: Deadline) -> Result<()> {
+        let my_path = self.child(name);
         let ready = self.ready_path(round_max);
-        let outcome = (|| loop {
-            let children = retry(&self.zk, deadline, || self.zk.get_children(&self.dir));
-            let children = match children {
-                Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
-                other => other?,
-            };
+        loop {
+            let children = children_or_none_async(&self.zk, &self.dir, deadline.into()).await?;
             let mut list = members(children, &[PARTICIPANT]);
             list.retain(|m| m.in_range() && m.seq <= round_max);
             let Some(lowest) = list.first() else {
                 // Everyone of the round is gone (the last one may have died): clear its
                 // `ready` node.
-                return delete_node(&self.zk, &ready, deadline);
+                return delete_node_async(&self.zk, &ready, deadline.into()).await;
             };
             let me = list.iter().position(|m| m.name == name);
             if list.len() == 1 && me == Some(0) {
                 // Last one out: clear `ready` first, then leave.
-                delete_node(&self.zk, &ready, deadline)?;
-                return delete_node(&self.zk, &my_path, deadline);
+                delete_node_async(&self.zk, &ready, deadline.into()).await?;
+                return delete_node_async(&self.zk, &my_path, deadline.into()).await;
             }
             let target = if me == Some(0) {
                 // Lowest: wait for the highest to go (the others wait on us).
                 list.last().map_or_else(String::new, |m| m.name.clone())
             } else {
+                let lowest = lowest.name.clone();
                 if me.is_some() {
-                    delete_node(&self.zk, &my_path, deadline)?;
+                    delete_node_async(&self.zk, &my_path, deadline.into()).await?;
                 }
-                lowest.name.clone()
+                lowest
             };
             let target_path = self.child(&target);
-            let (stat, watch) = retry(&self.zk, deadline, || self.zk.exists_watch(&target_path))?;
+            let (stat, mut watch) = retry_async(&self.zk, deadline.into(), || {
+                self.zk.exists_watch_async(&target_path)
+            })
+            .await?;
             if stat.is_none() {
                 unwatch(&self.zk, &watch);
-            } else if wait_or_unwatch(&self.zk, &watch, deadline)?.is_none() {
+            } else if wait_or_unwatch_async(&self.zk, &mut watch, deadline)
+                .await?
+                .is_none()
+            {
                 return Err(RecipeError::Timeout);
             }
-        })();
-        if outcome.is_ok() {
-            *entered = None;
         }
-        outcome
     }
 }
 
 impl Drop for DoubleBarrier {
-    /// A participant dropped while entered withdraws its node (best effort).
+    /// A participant dropped while entered withdraws its node: the drop waits briefly
+    /// for the delete, then leaves it to the background.
     fn drop(&mut self) {
-        if let Some(entered) = self.entered.get_mut().take() {
-            let path = self.child(&entered.name);
-            if let Err(error) = delete_node(&self.zk, &path, op_deadline(&self.zk)) {
-                log::debug!("recipes: double barrier: withdrawing {path}: {error}");
-            }
+        if let Some(entered) = self.state.get_mut().entered.take() {
+            delete_on_drop(&self.zk, &self.child(&entered.name));
         }
     }
 }
@@ -561,7 +678,7 @@ mod tests {
         .unwrap();
         let short = Deadline::after(Duration::from_millis(300));
         assert_eq!(
-            barrier.restart_when_empty(short),
+            block_on(barrier.restart_when_empty(short)),
             Err(RecipeError::SequenceExhausted { dir: dir.clone() })
         );
         assert!(zk.exists(&other).unwrap().is_some());
@@ -571,9 +688,7 @@ mod tests {
         // The other round's participant goes: the leftover `ready` (releasing nobody) is
         // cleared and the counter restarts.
         peer.close().unwrap();
-        barrier
-            .restart_when_empty(Deadline::after(Duration::from_secs(10)))
-            .unwrap();
+        block_on(barrier.restart_when_empty(Deadline::after(Duration::from_secs(10)))).unwrap();
         assert!(zk.get_children(&dir).unwrap().is_empty());
         let fresh = zk
             .create(

@@ -75,17 +75,30 @@
 //! # Non-guarantees
 //! - No global order between generators (a batch reserved earlier may be served later),
 //!   and no density: ids of a partly used batch are lost when the generator is dropped,
-//!   and an ambiguous connection loss (last table row) or a timeout skips a range.
-//! - A timeout (`Err(Timeout)`) after a connection loss leaves the outcome of the last
-//!   CAS unknown; its range is never used.
+//!   and an ambiguous connection loss (last table row), a timeout or a dropped async
+//!   call skips a range.
+//! - A timeout (`Err(Timeout)`) after a connection loss, or an async call dropped with
+//!   its CAS sent, leaves the outcome of that CAS unknown; its range is never used.
 //! - Ids already reserved into a generator's local batch are still handed out after the
 //!   counter was deleted (they were reserved before).
+//!
+//! # Async
+//! [`next_id_async`](IdGenerator::next_id_async),
+//! [`reserve_async`](IdGenerator::reserve_async) and
+//! [`current_async`](IdGenerator::current_async) are the protocol itself; the blocking
+//! calls drive the same futures on the caller's thread. Callers of one generator, blocking
+//! or async, share its batch: while one refills it the others wait for that refill (no
+//! thread each), and a refill whose future is dropped hands the turn to the next caller.
 
 use crate::error::LossReason;
-use crate::support::{await_reconnect, create_if_absent, op_deadline, retry, Deadline};
+use crate::runtime::{block_on, until};
+use crate::support::{
+    create_if_absent, op_deadline, reconnected, retry, retry_async, Deadline, Patience,
+};
 use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
+use batch::{turn, Batch, Turn};
 use parking_lot::Mutex;
 use std::fmt;
 use std::ops::Range;
@@ -160,8 +173,8 @@ fn bump(counter: &AtomicU64, by: u64) {
 }
 
 /// An id generator over one counter znode (see the [module docs](self)). Thread-safe:
-/// share it (`&IdGenerator` or `Arc<IdGenerator>`) between threads; refills are
-/// serialized, so threads of one generator never race each other's CAS.
+/// share it (`&IdGenerator` or `Arc<IdGenerator>`) between threads and tasks; refills
+/// are serialized, so callers of one generator never race each other's CAS.
 #[derive(Debug)]
 pub struct IdGenerator {
     zk: ZooKeeper,
@@ -170,8 +183,8 @@ pub struct IdGenerator {
     timeout: Duration,
     /// ACL of the nodes this generator creates.
     nodes: NodeOptions,
-    /// Reserved ids not yet handed out.
-    local: Mutex<Range<u64>>,
+    /// Reserved ids not yet handed out, and their refill.
+    local: Mutex<Batch>,
     /// Unique per generator; with a per-attempt counter it makes each CAS recognizable.
     owner: String,
     attempt: AtomicU64,
@@ -205,7 +218,7 @@ impl IdGenerator {
             batch: 1,
             timeout: DEFAULT_TIMEOUT,
             nodes: NodeOptions::default(),
-            local: Mutex::new(0..0),
+            local: Mutex::new(Batch::default()),
             owner: guid(),
             attempt: AtomicU64::new(0),
             counters: Counters::default(),
@@ -250,27 +263,29 @@ impl IdGenerator {
 
     /// Ids reserved and not yet handed out by this generator.
     pub fn remaining_in_batch(&self) -> u64 {
-        let local = self.local.lock();
-        local.end - local.start
+        self.local.lock().remaining()
     }
 
     /// The next id: from the local batch, or from a new batch reserved by CAS, within
     /// the generator's timeout ([`with_timeout`](Self::with_timeout)).
     pub fn next_id(&self) -> Result<u64> {
-        self.next_id_within(self.timeout)
+        block_on(self.next_id_async())
     }
 
-    fn next_id_within(&self, timeout: Duration) -> Result<u64> {
-        let deadline = Deadline::after(timeout);
-        let mut local = self
-            .local
-            .try_lock_for(timeout)
-            .ok_or(RecipeError::Timeout)?;
-        if local.is_empty() {
-            *local = self.reserve_range(self.batch, deadline)?;
-        }
-        let id = local.start;
-        local.start += 1;
+    /// [`next_id`](Self::next_id), async. Dropped during a refill, the range its CAS
+    /// may have reserved is skipped (never handed out); the other callers go on.
+    pub async fn next_id_async(&self) -> Result<u64> {
+        let deadline = Deadline::after(self.timeout);
+        let refilling = match until(deadline, turn(&self.local)).await {
+            None => return Err(RecipeError::Timeout),
+            Some(Turn::Id(id)) => {
+                bump(&self.counters.ids, 1);
+                return Ok(id);
+            }
+            Some(Turn::Refill(refilling)) => refilling,
+        };
+        let ids = self.reserve_range(self.batch, deadline).await?;
+        let id = refilling.install(ids);
         bump(&self.counters.ids, 1);
         Ok(id)
     }
@@ -278,18 +293,30 @@ impl IdGenerator {
     /// Reserves `n` contiguous ids with one successful CAS (bypassing the local batch)
     /// and returns them as a range.
     pub fn reserve(&self, n: u64, timeout: impl Into<Timeout>) -> Result<Range<u64>> {
+        block_on(self.reserve_async(n, timeout))
+    }
+
+    /// [`reserve`](Self::reserve), async. Dropped with its CAS sent, the range it may
+    /// have reserved is skipped: never handed out, a gap (counted in
+    /// [`IdStats::discarded_ranges`]).
+    pub async fn reserve_async(&self, n: u64, timeout: impl Into<Timeout>) -> Result<Range<u64>> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         if n == 0 {
             return Err(RecipeError::InvalidArgument("reserve at least one id"));
         }
-        let range = self.reserve_range(n, Deadline::after(timeout))?;
+        let range = self.reserve_range(n, Deadline::after(timeout)).await?;
         bump(&self.counters.ids, n);
         Ok(range)
     }
 
     /// The counter's current value: the highest id reserved by anyone so far.
     pub fn current(&self) -> Result<u64> {
-        let (data, _) = self.read(op_deadline(&self.zk))?;
+        block_on(self.current_async())
+    }
+
+    /// [`current`](Self::current), async.
+    pub async fn current_async(&self) -> Result<u64> {
+        let (data, _) = self.read(op_deadline(&self.zk)).await?;
         parse_counter(&data).map(|(high, _)| high)
     }
 
@@ -311,11 +338,12 @@ impl IdGenerator {
     }
 
     /// Reads the counter, retrying a lost connection until `deadline`.
-    fn read(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
-        let read = retry(&self.zk, deadline, || {
+    async fn read(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
+        let read = retry_async(&self.zk, deadline.into(), || {
             bump(&self.counters.reads, 1);
-            self.zk.get(&self.path)
-        });
+            self.zk.get_async(&self.path)
+        })
+        .await;
         match read {
             Err(RecipeError::ZooKeeper(Error::NoNode)) => {
                 Err(RecipeError::Lost(LossReason::CounterDeleted))
@@ -325,14 +353,14 @@ impl IdGenerator {
     }
 
     /// One successful CAS moving the counter up by `n`; returns the reserved ids.
-    fn reserve_range(&self, n: u64, deadline: Deadline) -> Result<Range<u64>> {
+    async fn reserve_range(&self, n: u64, deadline: Deadline) -> Result<Range<u64>> {
         let counters = &self.counters;
         // A read we already hold (from resolving a connection loss), reused once.
         let mut fresh: Option<(Vec<u8>, Stat)> = None;
         loop {
             let (data, stat) = match fresh.take() {
                 Some(read) => read,
-                None => self.read(deadline)?,
+                None => self.read(deadline).await?,
             };
             let (high, _) = parse_counter(&data)?;
             let new_high = high
@@ -356,53 +384,58 @@ impl IdGenerator {
             // still be the write that makes a later send fail.
             let mut uncertain = false;
             let mut losses = 0;
+            // Armed while a sent CAS may have applied: given up then (an error, or the
+            // future dropped), its range is skipped and counted as discarded.
+            let mut unsettled = Unsettled {
+                counters,
+                range: range.clone(),
+                armed: false,
+            };
             loop {
                 bump(&counters.cas_attempts, 1);
-                let error = match self.send(&cas) {
+                unsettled.armed = true;
+                let error = match self.send(&cas).await {
                     Sent::Applied => {
+                        unsettled.armed = false;
                         bump(&counters.reservations, 1);
                         return Ok(range);
                     }
                     Sent::Refused if !uncertain => {
+                        unsettled.armed = false;
                         bump(&counters.conflicts, 1);
                         break;
                     }
                     Sent::Refused => None,
                     Sent::Failed(error) if error.is_retryable() => Some(error),
                     Sent::Failed(Error::NoNode) => {
-                        return Err(RecipeError::Lost(LossReason::CounterDeleted))
+                        unsettled.armed = false;
+                        return Err(RecipeError::Lost(LossReason::CounterDeleted));
                     }
-                    Sent::Failed(error) => return Err(error.into()),
-                };
-                let outcome = match error {
-                    Some(_) => {
-                        bump(&counters.connection_losses, 1);
-                        uncertain = true;
-                        losses += 1;
-                        // `read` syncs first: the server we reconnected to may not have
-                        // applied our write yet.
-                        await_reconnect(&self.zk, deadline, losses)
-                            .and_then(|()| self.read_synced(deadline))
-                    }
-                    None => self.read_synced(deadline),
-                };
-                let (data, stat) = match outcome {
-                    Ok(read) => read,
-                    Err(error) => {
-                        // Unknown outcome and no time left: the range is abandoned.
-                        bump(&counters.discarded_ranges, 1);
-                        bump(&counters.discarded_ids, n);
-                        return Err(error);
+                    Sent::Failed(error) => {
+                        unsettled.armed = false;
+                        return Err(error.into());
                     }
                 };
+                if error.is_some() {
+                    bump(&counters.connection_losses, 1);
+                    uncertain = true;
+                    losses += 1;
+                    reconnected(&self.zk, deadline.into(), losses).await?;
+                }
+                // Synced first: the server we reconnected to may not have applied our
+                // write yet. Failing (no time left), the outcome stays unknown and the
+                // range is abandoned by `unsettled`.
+                let (data, stat) = self.read_synced(deadline).await?;
                 match resolve(&data, &stat, &cas) {
                     Resolution::Applied => {
+                        unsettled.armed = false;
                         bump(&counters.recovered, 1);
                         bump(&counters.reservations, 1);
                         return Ok(range);
                     }
                     Resolution::NotYet => continue,
                     Resolution::Superseded => {
+                        unsettled.armed = false;
                         bump(&counters.conflicts, 1);
                         fresh = Some((data, stat));
                         break;
@@ -412,8 +445,7 @@ impl IdGenerator {
                             "recipes: id generator: outcome of reserving {range:?} \
                              unknown after connection loss; skipping it"
                         );
-                        bump(&counters.discarded_ranges, 1);
-                        bump(&counters.discarded_ids, n);
+                        unsettled.discard();
                         fresh = Some((data, stat));
                         break;
                     }
@@ -423,25 +455,29 @@ impl IdGenerator {
     }
 
     /// [`read`](Self::read) after a `sync`, for deciding whether a write applied.
-    fn read_synced(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
-        retry(&self.zk, deadline, || self.zk.sync(&self.path))?;
-        self.read(deadline)
+    async fn read_synced(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
+        let patience = Patience::from(deadline);
+        retry_async(&self.zk, patience, || self.zk.sync_async(&self.path)).await?;
+        self.read(deadline).await
     }
 
     /// Sends one CAS the way its read version requires (see [`CasPlan`]).
-    fn send(&self, cas: &Cas) -> Sent {
+    async fn send(&self, cas: &Cas) -> Sent {
         let data = cas.payload.as_bytes();
         let result = match CasPlan::for_version(cas.version) {
-            CasPlan::Set => self.zk.set(&self.path, data, Some(cas.version)).map(drop),
-            CasPlan::SkipMinusOne => self
+            CasPlan::Set => self
                 .zk
-                .multi(&skip_ops(&self.path, data, cas.version))
+                .set_async(&self.path, data, Some(cas.version))
+                .await
                 .map(drop),
+            CasPlan::SkipMinusOne => {
+                let ops = skip_ops(&self.path, data, cas.version);
+                self.zk.multi_async(&ops).await.map(drop)
+            }
             CasPlan::Marker => {
                 let acl = self.nodes.acl_list();
-                self.zk
-                    .multi(&marker_ops(&self.path, data, cas.mzxid, acl))
-                    .map(drop)
+                let ops = marker_ops(&self.path, data, cas.mzxid, acl);
+                self.zk.multi_async(&ops).await.map(drop)
             }
         };
         match result {
@@ -454,6 +490,40 @@ impl IdGenerator {
             }
             Err(Error::MultiFailed { error, .. }) => Sent::Failed(*error),
             Err(error) => Sent::Failed(error),
+        }
+    }
+}
+
+/// A sent CAS whose outcome is not known yet: given up while armed (an error, or its
+/// future dropped), its range is counted as discarded. It is never handed out: every
+/// other writer reserves strictly above any value it reads.
+struct Unsettled<'a> {
+    counters: &'a Counters,
+    range: Range<u64>,
+    armed: bool,
+}
+
+impl Unsettled<'_> {
+    /// Gives the range up now (the outcome cannot be known).
+    fn discard(&mut self) {
+        self.armed = false;
+        bump(&self.counters.discarded_ranges, 1);
+        bump(
+            &self.counters.discarded_ids,
+            self.range.end - self.range.start,
+        );
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            log::debug!(
+                "recipes: id generator: gave up reserving {:?} with its CAS unanswered; \
+                 skipping it",
+                self.range
+            );
+            self.discard();
         }
     }
 }
@@ -581,5 +651,6 @@ fn parse_counter(data: &[u8]) -> Result<(u64, Option<String>)> {
     Ok((high, parts.next().map(|t| t.trim().to_string())))
 }
 
+mod batch;
 #[cfg(test)]
 mod tests;

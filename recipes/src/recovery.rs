@@ -3,9 +3,12 @@
 //! container directories the server removed), and for waits that must leave nothing
 //! registered when they give up.
 
-use crate::support::{wait_until, Deadline, Patience};
+use crate::support::{
+    await_watch_async, ensure_dir_async, retry_async, wait_until, Deadline, Patience,
+};
 use crate::util::{sequence_in_range, sequence_of};
 use crate::{NodeOptions, RecipeError, Result};
+use std::sync::atomic::AtomicU64;
 use zookeeper::{Error, Op, Watch, WatchedEvent, ZooKeeper};
 
 /// Whether a sequential node's name carries a number recipes may order by (see
@@ -41,7 +44,8 @@ pub(crate) fn restart_dir(
     crate::runtime::block_on(restart_dir_async(zk, dir, inner, nodes, patience))
 }
 
-/// [`restart_dir`], async.
+/// [`restart_dir`], async. Dropped, a delete already sent may still apply; the next
+/// user of the directory then recreates it (as after a peer's restart).
 pub(crate) async fn restart_dir_async(
     zk: &ZooKeeper,
     dir: &str,
@@ -53,7 +57,7 @@ pub(crate) async fn restart_dir_async(
     doomed.push(dir);
     let deleted = loop {
         let ops: Vec<Op> = doomed.iter().map(|path| Op::delete(path, -1)).collect();
-        match crate::support::retry_async(zk, patience, || zk.multi_async(&ops)).await {
+        match retry_async(zk, patience, || zk.multi_async(&ops)).await {
             Ok(_) => break true,
             Err(RecipeError::ZooKeeper(Error::MultiFailed { index, error })) => {
                 match *error {
@@ -75,9 +79,9 @@ pub(crate) async fn restart_dir_async(
     if !deleted {
         return Ok(Restart::NotEmpty);
     }
-    crate::support::ensure_dir_async(zk, dir, nodes, patience).await?;
+    ensure_dir_async(zk, dir, nodes, patience).await?;
     for path in inner {
-        crate::support::ensure_dir_async(zk, path, nodes, patience).await?;
+        ensure_dir_async(zk, path, nodes, patience).await?;
     }
     Ok(Restart::Restarted)
 }
@@ -107,6 +111,8 @@ pub(crate) async fn children_or_none_async(
 /// Waits for `watch` until `deadline`. If the deadline comes first the watch is taken
 /// off (locally: it then holds nothing in the client) and `Ok(None)` is returned, so a
 /// wait that gives up leaves nothing registered.
+// No caller left here once the barrier went async; kept for recipes still blocking.
+#[allow(dead_code)]
 pub(crate) fn wait_or_unwatch(
     zk: &ZooKeeper,
     watch: &Watch,
@@ -119,6 +125,17 @@ pub(crate) fn wait_or_unwatch(
             Ok(None)
         }
     }
+}
+
+/// [`wait_or_unwatch`], async: a dropped future takes the watch off as a wait that gives
+/// up does ([`await_watch_async`]).
+pub(crate) async fn wait_or_unwatch_async(
+    zk: &ZooKeeper,
+    watch: &mut Watch,
+    deadline: Deadline,
+) -> Result<Option<WatchedEvent>> {
+    let uncounted = AtomicU64::new(0);
+    await_watch_async(zk, watch, deadline, &uncounted).await
 }
 
 /// Takes `watch` off locally (it may have fired meanwhile: then there is nothing to take

@@ -252,5 +252,9 @@ fn a_dropped_put_leaves_no_receipt_and_never_two_items() {
         taken.push(item);
     }
     assert_eq!(taken[0], b"first");
-    assert!(taken.len() <= 5, "{} items from 4 dropped puts", taken.len() - 1);
+    assert!(
+        taken.len() <= 5,
+        "{} items from 4 dropped puts",
+        taken.len() - 1
+    );
 }

@@ -1,12 +1,16 @@
 //! Id generator against real servers: uniqueness across threads, processes and a server
-//! restart (connection loss during CAS), batch vs naive CAS counts.
+//! restart (connection loss during CAS), batch vs naive CAS counts; the async forms
+//! (pending calls cost no thread, a dropped call's range is skipped, never reused).
 
 mod common;
 
 use common::{child_test, connect, connect_to, unique_path};
 use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::ZooKeeper;
@@ -361,4 +365,243 @@ fn a_deleted_counter_is_an_error_not_a_restart() {
         IdGenerator::create_counter(&zk, "no-slash", &NodeOptions::default()),
         Err(RecipeError::ZooKeeper(_))
     ));
+}
+
+// ---------------------------------------------------------------- async forms
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Compile-time check: every async call's future is `Send` (usable on any executor).
+#[allow(dead_code)]
+fn async_futures_are_send(ids: &IdGenerator) {
+    fn send<T: Send>(_: T) {}
+    send(ids.next_id_async());
+    send(ids.reserve_async(3, Duration::from_secs(1)));
+    send(ids.current_async());
+}
+
+/// Threads of this process now.
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// Runs `body` as test `test` alone in a child process of this binary, so no other
+/// test's threads come and go while it counts threads; the parent checks it passed.
+fn alone(test: &str, body: impl FnOnce()) {
+    if zk_harness::testing::child_role().as_deref() == Some(test) {
+        body();
+        return;
+    }
+    let status = child_test(test)
+        .env(
+            zk_harness::TEST_HOSTS_ENV,
+            zk_harness::shared_test_connect_string(),
+        )
+        .status()
+        .expect("starting the child");
+    assert!(status.success(), "{test} failed in its child process");
+}
+
+/// Drives `futures` together on this thread until each is done; their outputs, in order.
+fn join_all<T>(futures: Vec<Boxed<'_, T>>) -> Vec<T> {
+    let mut pending: Vec<Option<Boxed<'_, T>>> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    zk_harness::executor::block_on(std::future::poll_fn(|cx| {
+        for (slot, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(future) = slot {
+                if let Poll::Ready(value) = future.as_mut().poll(cx) {
+                    *output = Some(value);
+                    *slot = None;
+                }
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }));
+    outputs.into_iter().map(Option::unwrap).collect()
+}
+
+/// Polls `future` `polls` times, each (after the first) once the previous poll's waker
+/// fired: it moves on by one await point (a reply) per poll. Its output if it completed.
+fn advance<F: Future + Unpin>(future: &mut F, polls: usize) -> Option<F::Output> {
+    let mut left = polls;
+    let mut done = None;
+    if polls > 0 {
+        zk_harness::executor::block_on(std::future::poll_fn(|cx| {
+            match Pin::new(&mut *future).poll(cx) {
+                Poll::Ready(output) => {
+                    done = Some(output);
+                    Poll::Ready(())
+                }
+                Poll::Pending => {
+                    left -= 1;
+                    if left == 0 {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                }
+            }
+        }));
+    }
+    done
+}
+
+/// Waits until every reply to `zk` sent so far has come back (a dropped call's request
+/// included) and no request context beyond `baseline` is left.
+fn settle(zk: &ZooKeeper, baseline: usize) {
+    zk.exists("/").unwrap();
+    common::wait_until("the dropped calls' contexts released", || {
+        zk.live_contexts() == baseline
+    });
+}
+
+/// 200 pending async `next_id` calls on one generator add no thread, and its refills
+/// never race each other: every id from 1 to 200, one CAS each, no conflict.
+#[test]
+fn pending_async_next_ids_add_no_thread_and_never_race() {
+    alone(
+        "pending_async_next_ids_add_no_thread_and_never_race",
+        || {
+            const CALLS: u64 = 200;
+            let zk = connect();
+            let path = counter(&zk, "async-many");
+            let ids = IdGenerator::new(&zk, &path).unwrap();
+            let before = threads();
+            let mut calls: Vec<Boxed<'_, zookeeper_recipes::Result<u64>>> = (0..CALLS)
+                .map(|_| Box::pin(ids.next_id_async()) as Boxed<'_, _>)
+                .collect();
+            // One refills, the others wait for their turn.
+            for call in &mut calls {
+                assert!(zk_harness::executor::poll_once(call).is_pending());
+            }
+            let added = threads().saturating_sub(before);
+            println!("{CALLS} pending async next_id calls added {added} threads");
+            assert!(added <= 2, "pending next_id calls added {added} threads");
+            let mut drawn: Vec<u64> = join_all(calls).into_iter().map(|id| id.unwrap()).collect();
+            drawn.sort_unstable();
+            assert_eq!(drawn, (1..=CALLS).collect::<Vec<_>>());
+            let stats = ids.stats();
+            assert_eq!(
+                (stats.reservations, stats.conflicts, stats.cas_attempts),
+                (CALLS, 0, CALLS),
+                "{stats}"
+            );
+            let added = threads().saturating_sub(before);
+            assert!(added <= 2, "the next_id calls left {added} threads");
+        },
+    );
+}
+
+/// A reserve dropped after each of its await points (its CAS unanswered included): the
+/// range it may have reserved is skipped, never handed out, and counted as discarded;
+/// nothing stays registered.
+#[test]
+fn a_dropped_reserve_skips_its_range() {
+    let zk = connect();
+    let path = counter(&zk, "async-reserve");
+    let ids = IdGenerator::new(&zk, &path).unwrap();
+    zk.exists("/").unwrap();
+    let contexts = zk.live_contexts();
+    let mut skipped = 0;
+    for polls in 0.. {
+        let before = ids.current().unwrap();
+        let mut reserve = Box::pin(ids.reserve_async(10, Duration::from_secs(10)));
+        let done = advance(&mut reserve, polls).map(Result::unwrap);
+        let completed = done.is_some();
+        drop(reserve);
+        settle(&zk, contexts);
+        let after = ids.current().unwrap();
+        match done {
+            Some(range) => assert_eq!(range, before + 1..before + 11),
+            None if after == before + 10 => skipped += 1,
+            None => assert_eq!(after, before, "a dropped reserve moved the counter oddly"),
+        }
+        // The next id comes above whatever the dropped reserve may have taken.
+        assert_eq!(ids.next_id().unwrap(), after + 1);
+        if completed {
+            break;
+        }
+    }
+    assert!(skipped > 0, "no reserve was dropped with its CAS applied");
+    let stats = ids.stats();
+    println!("dropped reserves: {stats}");
+    assert_eq!(stats.discarded_ranges, skipped, "{stats}");
+    assert_eq!(
+        stats.cas_attempts,
+        stats.reservations + stats.conflicts + stats.discarded_ranges,
+        "{stats}"
+    );
+    assert_eq!(zk.live_contexts(), contexts);
+}
+
+/// A `next_id` dropped after each await point of its refill, while another caller of the
+/// same generator waits for that refill: the other takes the turn and refills above
+/// anything the dropped one may have reserved; the batch stays whole.
+#[test]
+fn a_dropped_refill_hands_the_turn_on() {
+    let zk = connect();
+    let path = counter(&zk, "async-refill");
+    let ids = IdGenerator::new(&zk, &path)
+        .and_then(|ids| ids.with_batch(5))
+        .unwrap();
+    zk.exists("/").unwrap();
+    let contexts = zk.live_contexts();
+    let mut handed = Vec::new();
+    for polls in 0.. {
+        let mut dropped = Box::pin(ids.next_id_async());
+        let done = advance(&mut dropped, polls).map(Result::unwrap);
+        let mut waiting = Box::pin(ids.next_id_async());
+        assert!(
+            done.is_some() || zk_harness::executor::poll_once(&mut waiting).is_pending(),
+            "served from an empty batch"
+        );
+        drop(dropped);
+        settle(&zk, contexts);
+        let high = ids.current().unwrap();
+        let id = zk_harness::executor::block_on(waiting).unwrap();
+        match &done {
+            Some(first) => assert_eq!(id, first + 1, "from the batch"),
+            None => assert_eq!(id, high + 1, "refilled from the counter"),
+        }
+        handed.extend(done);
+        handed.push(id);
+        // Empty the batch for the next round.
+        while ids.remaining_in_batch() > 0 {
+            handed.push(ids.next_id().unwrap());
+        }
+        if done.is_some() {
+            break;
+        }
+    }
+    assert_unique(&handed);
+    assert!(handed.windows(2).all(|w| w[0] < w[1]), "{handed:?}");
+    settle(&zk, contexts);
+}
+
+/// `Async<IdGenerator>` returns the generator's own futures.
+#[test]
+fn async_wrapper_forms() {
+    use zookeeper_recipes::asynchronous::Async;
+    let zk = connect();
+    let path = counter(&zk, "async-wrapper");
+    let ids = Async::new(
+        IdGenerator::new(&zk, &path)
+            .and_then(|ids| ids.with_batch(2))
+            .unwrap(),
+    );
+    zk_harness::executor::block_on(async {
+        assert_eq!(ids.next_id().await.unwrap(), 1);
+        assert_eq!(ids.next_id().await.unwrap(), 2);
+        assert_eq!(ids.reserve(3, Duration::from_secs(5)).await.unwrap(), 3..6);
+        assert_eq!(ids.current().await.unwrap(), 5);
+    });
 }

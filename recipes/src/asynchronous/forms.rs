@@ -143,22 +143,22 @@ impl Async<WorkQueue> {
     }
 }
 
-async_forms!(IdGenerator {
-    fn next_id() -> Result<u64>;
-    fn reserve(n: u64, timeout: impl Into<Timeout> + Send + 'static) -> Result<Range<u64>>;
-    fn current() -> Result<u64>;
+native_forms!(IdGenerator {
+    fn next_id => next_id_async() -> Result<u64>;
+    fn reserve => reserve_async(n: u64, timeout: impl Into<Timeout> + Send + 'static) -> Result<Range<u64>>;
+    fn current => current_async() -> Result<u64>;
 });
 
-async_forms!(Barrier {
-    fn set() -> Result<()>;
-    fn remove() -> Result<()>;
-    fn is_set() -> Result<bool>;
-    fn wait(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+native_forms!(Barrier {
+    fn set => set_async() -> Result<()>;
+    fn remove => remove_async() -> Result<()>;
+    fn is_set => is_set_async() -> Result<bool>;
+    fn wait => wait_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
 });
 
-async_forms!(DoubleBarrier {
-    fn enter(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
-    fn leave(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+native_forms!(DoubleBarrier {
+    fn enter => enter_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+    fn leave => leave_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
 });
 
 native_forms!(LeaderElection {

@@ -127,3 +127,65 @@ fn wrap_multis_on_a_server() {
     assert_eq!((data.as_slice(), last.version), (&b"11 a"[..], 8));
     zk.close().unwrap();
 }
+
+/// The refill turn, without a server: one caller refills while the others wait (woken
+/// when it ends), a refill dropped unfinished hands the turn on, and an installed batch
+/// serves each id once, in order.
+#[test]
+fn the_refill_turn_is_handed_on() {
+    use super::batch::{turn, Batch, Turn};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    #[derive(Default)]
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    fn poll<F: std::future::Future>(
+        future: std::pin::Pin<&mut F>,
+        flag: &Arc<Flag>,
+    ) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(&Waker::from(Arc::clone(flag))))
+    }
+    fn id(turn: Poll<Turn<'_>>) -> Option<u64> {
+        match turn {
+            Poll::Ready(Turn::Id(id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    let batch = Mutex::new(Batch::default());
+    let (first_flag, second_flag) = (Arc::new(Flag::default()), Arc::new(Flag::default()));
+    let mut first = Box::pin(turn(&batch));
+    let Poll::Ready(Turn::Refill(refilling)) = poll(first.as_mut(), &first_flag) else {
+        panic!("an empty batch with nobody refilling: refill it");
+    };
+    let mut second = Box::pin(turn(&batch));
+    assert!(poll(second.as_mut(), &second_flag).is_pending());
+    // The refilling caller's future is dropped: the waiter is woken and takes the turn.
+    drop(refilling);
+    assert!(
+        second_flag.0.load(Ordering::SeqCst),
+        "the waiter was not woken"
+    );
+    let Poll::Ready(Turn::Refill(refilling)) = poll(second.as_mut(), &second_flag) else {
+        panic!("the turn was not handed on");
+    };
+    let mut third = Box::pin(turn(&batch));
+    assert!(poll(third.as_mut(), &first_flag).is_pending());
+    assert_eq!(refilling.install(10..13), 10);
+    assert_eq!(batch.lock().remaining(), 2);
+    assert_eq!(id(poll(third.as_mut(), &first_flag)), Some(11));
+    assert_eq!(
+        id(poll(Box::pin(turn(&batch)).as_mut(), &first_flag)),
+        Some(12)
+    );
+    assert!(matches!(
+        poll(Box::pin(turn(&batch)).as_mut(), &first_flag),
+        Poll::Ready(Turn::Refill(_))
+    ));
+}

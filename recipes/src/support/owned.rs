@@ -15,7 +15,7 @@ pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patien
     block_on(delete_node_async(zk, path, patience.into()))
 }
 
-/// [`delete_node`], async.
+/// [`delete_node`], async. Dropped, a delete already sent may still apply.
 pub(crate) async fn delete_node_async(
     zk: &ZooKeeper,
     path: &str,
