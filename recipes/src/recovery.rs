@@ -3,7 +3,7 @@
 //! container directories the server removed), and for waits that must leave nothing
 //! registered when they give up.
 
-use crate::support::{ensure_dir, retry, wait_until, Deadline, Patience};
+use crate::support::{ensure_dir_async, retry_async, wait_until, Deadline, Patience};
 use crate::util::{sequence_in_range, sequence_of};
 use crate::{NodeOptions, RecipeError, Result};
 use zookeeper::{Error, Op, Watch, WatchedEvent, ZooKeeper};
@@ -38,11 +38,23 @@ pub(crate) fn restart_dir(
     nodes: &NodeOptions,
     patience: Patience,
 ) -> Result<Restart> {
+    crate::runtime::block_on(restart_dir_async(zk, dir, inner, nodes, patience))
+}
+
+/// [`restart_dir`], async. Dropped, a delete already sent may still apply; the next
+/// user of the directory then recreates it (as after a peer's restart).
+pub(crate) async fn restart_dir_async(
+    zk: &ZooKeeper,
+    dir: &str,
+    inner: &[&str],
+    nodes: &NodeOptions,
+    patience: Patience,
+) -> Result<Restart> {
     let mut doomed: Vec<&str> = inner.to_vec();
     doomed.push(dir);
     let deleted = loop {
         let ops: Vec<Op> = doomed.iter().map(|path| Op::delete(path, -1)).collect();
-        match retry(zk, patience, || zk.multi(&ops)) {
+        match retry_async(zk, patience, || zk.multi_async(&ops)).await {
             Ok(_) => break true,
             Err(RecipeError::ZooKeeper(Error::MultiFailed { index, error })) => {
                 match *error {
@@ -64,9 +76,9 @@ pub(crate) fn restart_dir(
     if !deleted {
         return Ok(Restart::NotEmpty);
     }
-    ensure_dir(zk, dir, nodes, patience)?;
+    ensure_dir_async(zk, dir, nodes, patience).await?;
     for path in inner {
-        ensure_dir(zk, path, nodes, patience)?;
+        ensure_dir_async(zk, path, nodes, patience).await?;
     }
     Ok(Restart::Restarted)
 }

@@ -109,14 +109,14 @@ async_forms!(LeaseSemaphore {
     fn held() -> Result<usize>;
 });
 
-async_forms!(WorkQueue {
-    fn take(timeout: impl Into<Timeout> + Send + 'static) -> Result<WorkItem>;
-    fn try_take() -> Result<Option<WorkItem>>;
-    fn len() -> Result<usize>;
-    fn is_empty() -> Result<bool>;
-    fn in_progress() -> Result<usize>;
-    fn waiters_in_line() -> Result<usize>;
-    fn dead_letters() -> Result<Vec<String>>;
+native_forms!(WorkQueue {
+    fn take => take_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<WorkItem>;
+    fn try_take => try_take_async() -> Result<Option<WorkItem>>;
+    fn len => len_async() -> Result<usize>;
+    fn is_empty => is_empty_async() -> Result<bool>;
+    fn in_progress => in_progress_async() -> Result<usize>;
+    fn waiters_in_line => waiters_in_line_async() -> Result<usize>;
+    fn dead_letters => dead_letters_async() -> Result<Vec<String>>;
 });
 
 /// A batch's items, owned, for the worker that puts them.
@@ -129,20 +129,21 @@ where
 }
 
 impl Async<WorkQueue> {
-    /// Async form of [`WorkQueue::put`].
-    pub fn put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
-        let data = data.into();
-        self.run(move |queue| queue.put(&data))
+    /// Async form of [`WorkQueue::put`]: [`WorkQueue::put_async`] on the shared value.
+    pub fn put(&self, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<()>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.put_async(&data).await })
     }
 
-    /// Async form of [`WorkQueue::put_all`].
-    pub fn put_all<I>(&self, items: I) -> Unblock<Result<()>>
+    /// Async form of [`WorkQueue::put_all`]: [`WorkQueue::put_all_async`] on the shared
+    /// value.
+    pub fn put_all<I>(&self, items: I) -> RecipeFuture<Result<()>>
     where
         I: IntoIterator,
         I::Item: Into<Vec<u8>>,
     {
-        let items = owned(items);
-        self.run(move |queue| queue.put_all(&items))
+        let (queue, items) = (self.shared(), owned(items));
+        Box::pin(async move { queue.put_all_async(items).await })
     }
 }
 
@@ -456,7 +457,4 @@ consuming_forms!(ReadGuard { fn release_async => release -> Result<()>; });
 consuming_forms!(WriteGuard { fn release_async => release -> Result<()>; });
 consuming_forms!(semaphore::Lease { fn release_async => release -> Result<()>; });
 consuming_forms!(lease_semaphore::Lease { fn release_async => release -> Result<()>; });
-consuming_forms!(WorkItem {
-    fn complete_async => complete -> Result<()>;
-    fn release_async => release -> Result<()>;
-});
+// `WorkItem::complete_async` and `release_async` are the item's own futures.

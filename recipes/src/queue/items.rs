@@ -2,6 +2,8 @@
 //! (item + ephemeral receipt in one `multi`), orphans past the counter's end.
 
 use super::*;
+use crate::recovery::restart_dir_async;
+use crate::support::{delete_node_async, ensure_dir_async};
 
 // ---------------------------------------------------------------------------------------
 // The item protocol, shared with the work queue.
@@ -65,8 +67,13 @@ impl ItemStore {
     /// Creates the directories if missing (also after a restart or the removal of an
     /// empty container directory).
     pub(crate) fn ensure(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
-        ensure_dir(zk, &self.items, &self.nodes, patience)?;
-        ensure_dir(zk, &self.receipts, &self.nodes, patience)
+        block_on(self.ensure_async(zk, patience))
+    }
+
+    /// [`ensure`](Self::ensure), async.
+    pub(crate) async fn ensure_async(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
+        ensure_dir_async(zk, &self.items, &self.nodes, patience).await?;
+        ensure_dir_async(zk, &self.receipts, &self.nodes, patience).await
     }
 
     /// Enqueues `data` as `<items>/item-<guid>-<seq>`, exactly once on `Ok`.
@@ -81,7 +88,21 @@ impl ItemStore {
     /// put fails with `SequenceExhausted` instead of waiting for consumers that may never
     /// come. Nothing is left behind then, and no acknowledged item is ever reordered.
     pub(crate) fn put(&self, zk: &ZooKeeper, data: &[u8], patience: Patience) -> Result<()> {
-        self.put_with(zk, data, "", &[], patience).map(drop)
+        block_on(self.put_async(zk, data, patience))
+    }
+
+    /// [`put`](Self::put), async. Dropped once its multi may have been sent, the put may
+    /// or may not have been applied (never twice); its receipt is removed in the
+    /// background (see [`PendingPut`]).
+    pub(crate) async fn put_async(
+        &self,
+        zk: &ZooKeeper,
+        data: &[u8],
+        patience: Patience,
+    ) -> Result<()> {
+        self.put_with_async(zk, data, "", &[], patience)
+            .await
+            .map(drop)
     }
 
     /// [`put`](Self::put) of an item named `item-<guid>-<tag>-<seq>` (a variant's ordering
@@ -97,16 +118,45 @@ impl ItemStore {
         guard: &[Op],
         patience: Patience,
     ) -> Result<bool> {
+        block_on(self.put_with_async(zk, data, tag, guard, patience))
+    }
+
+    /// [`put_with`](Self::put_with), async (see [`put_async`](Self::put_async) on
+    /// dropping it).
+    pub(crate) async fn put_with_async(
+        &self,
+        zk: &ZooKeeper,
+        data: &[u8],
+        tag: &str,
+        guard: &[Op],
+        patience: Patience,
+    ) -> Result<bool> {
         let mut not_empty = 0;
         for _ in 0..PUT_RESTARTS {
             let id = guid();
-            let name = match self.put_once(zk, &id, data, tag, guard, patience)? {
-                Attempt::Refused => return Ok(false),
+            let mut pending = PendingPut::armed(zk, vec![self.receipt(&id)]);
+            let created = self
+                .put_once_async(zk, &id, data, tag, guard, patience)
+                .await;
+            let name = match created {
+                Err(error) => {
+                    pending.disarm();
+                    return Err(error);
+                }
+                Ok(Attempt::Refused) => {
+                    pending.disarm();
+                    return Ok(false);
+                }
                 // Applied and already consumed: it was in range.
-                Attempt::Created(None) => return Ok(true),
-                Attempt::Created(Some(name)) => name,
+                Ok(Attempt::Created(None)) => {
+                    pending.disarm();
+                    return Ok(true);
+                }
+                Ok(Attempt::Created(Some(name))) => name,
             };
-            match self.settle(zk, &id, &name, patience)? {
+            let settled = self.settle_async(zk, &id, &name, patience).await;
+            pending.disarm();
+            match settled? {
                 None => return Ok(true),
                 Some(Restart::Restarted) => {}
                 Some(Restart::NotEmpty) => {
@@ -128,7 +178,19 @@ impl ItemStore {
     /// done; its receipt goes). Otherwise the item must not take part: it is removed
     /// before its receipt (see [`put`](Self::put)), a restart of the counter is tried,
     /// and its outcome returned.
+    #[cfg(test)]
     pub(super) fn settle(
+        &self,
+        zk: &ZooKeeper,
+        id: &str,
+        name: &str,
+        patience: Patience,
+    ) -> Result<Option<Restart>> {
+        block_on(self.settle_async(zk, id, name, patience))
+    }
+
+    /// [`settle`](Self::settle), async.
+    pub(super) async fn settle_async(
         &self,
         zk: &ZooKeeper,
         id: &str,
@@ -143,26 +205,30 @@ impl ItemStore {
             return Ok(None);
         }
         log::debug!("queue: {name} in {} is past the counter's end", self.items);
-        crate::support::delete_node(zk, &format!("{}/{name}", self.items), patience)?;
-        crate::support::delete_node(zk, &receipt, patience)?;
-        self.restart(zk, patience).map(Some)
+        delete_node_async(zk, &format!("{}/{name}", self.items), patience).await?;
+        delete_node_async(zk, &receipt, patience).await?;
+        self.restart_async(zk, patience).await.map(Some)
     }
 
     /// Tries to restart the items directory's counter (with the receipts directory, if
     /// it lives inside): only an empty directory is restarted.
-    pub(super) fn restart(&self, zk: &ZooKeeper, patience: Patience) -> Result<Restart> {
+    pub(super) async fn restart_async(
+        &self,
+        zk: &ZooKeeper,
+        patience: Patience,
+    ) -> Result<Restart> {
         let inner: &[&str] = if self.receipts_inside {
             &[&self.receipts]
         } else {
             &[]
         };
-        restart_dir(zk, &self.items, inner, &self.nodes, patience)
+        restart_dir_async(zk, &self.items, inner, &self.nodes, patience).await
     }
 
     /// One put attempt (sent again after connection loss until its outcome is known):
     /// the created item's name, or `None` if it was applied but consumed before this put
     /// could look.
-    pub(super) fn put_once(
+    pub(super) async fn put_once_async(
         &self,
         zk: &ZooKeeper,
         id: &str,
@@ -194,7 +260,7 @@ impl ItemStore {
         ops.extend_from_slice(guard);
         let mut attempt = 0;
         loop {
-            match zk.multi(&ops) {
+            match zk.multi_async(&ops).await {
                 Ok(results) => {
                     return Ok(Attempt::Created(match results.first() {
                         Some(OpResult::Created(path)) => {
@@ -205,11 +271,16 @@ impl ItemStore {
                 }
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
-                    await_reconnect(zk, patience, attempt)?;
+                    reconnected(zk, patience, attempt).await?;
                     // Let this server catch up with everything the old connection sent.
-                    retry(zk, patience, || zk.sync(&self.items))?;
-                    match retry(zk, patience, || zk.exists(&receipt)) {
-                        Ok(Some(_)) => return self.find(zk, id, patience).map(Attempt::Created),
+                    retry_async(zk, patience, || zk.sync_async(&self.items)).await?;
+                    match retry_async(zk, patience, || zk.exists_async(&receipt)).await {
+                        Ok(Some(_)) => {
+                            return self
+                                .find_async(zk, id, patience)
+                                .await
+                                .map(Attempt::Created)
+                        }
                         Ok(None) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
                         Err(error) => return Err(error),
                     }
@@ -219,7 +290,10 @@ impl ItemStore {
                 Err(Error::MultiFailed { index: 1, error }) if *error == Error::NodeExists => {
                     // Our receipt already exists: an earlier attempt of this very put was
                     // applied after all (the check raced it).
-                    return self.find(zk, id, patience).map(Attempt::Created);
+                    return self
+                        .find_async(zk, id, patience)
+                        .await
+                        .map(Attempt::Created);
                 }
                 Err(Error::MultiFailed { index, .. }) if index >= 2 => {
                     // A guard operation refused it: nothing was applied.
@@ -228,7 +302,7 @@ impl ItemStore {
                 Err(Error::MultiFailed { error, .. }) if *error == Error::NoNode => {
                     // A directory is missing: not created yet, restarted by a peer, or an
                     // empty container the server removed.
-                    self.ensure(zk, patience)?;
+                    self.ensure_async(zk, patience).await?;
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -236,13 +310,13 @@ impl ItemStore {
     }
 
     /// The item of the applied put `id`, found by its guid (`None`: consumed already).
-    pub(super) fn find(
+    pub(super) async fn find_async(
         &self,
         zk: &ZooKeeper,
         id: &str,
         patience: Patience,
     ) -> Result<Option<String>> {
-        let children = children_or_none(zk, &self.items, patience)?;
+        let children = children_or_none_async(zk, &self.items, patience).await?;
         Ok(children.into_iter().find(|name| guid_of(name) == Some(id)))
     }
 
@@ -253,15 +327,67 @@ impl ItemStore {
     /// and reads on one server move forward, so a receipt missing after the listing that
     /// showed the item is gone for good.)
     pub(crate) fn remove_orphans(&self, zk: &ZooKeeper, past_end: &[String]) {
+        block_on(self.remove_orphans_async(zk, past_end));
+    }
+
+    /// [`remove_orphans`](Self::remove_orphans), async.
+    pub(crate) async fn remove_orphans_async(&self, zk: &ZooKeeper, past_end: &[String]) {
         for name in past_end {
             let Some(id) = guid_of(name) else { continue };
-            if let Ok(None) = zk.exists(&self.receipt(id)) {
+            if let Ok(None) = zk.exists_async(&self.receipt(id)).await {
                 let item = format!("{}/{name}", self.items);
-                match zk.delete(&item, None) {
+                match zk.delete_async(&item, None).await {
                     Ok(()) | Err(Error::NoNode) => log::debug!("queue: removed orphan {item}"),
                     Err(error) => log::debug!("queue: removing orphan {item}: {error}"),
                 }
             }
         }
+    }
+}
+
+/// A put whose multi may have been sent. Dropped armed (the put's future was dropped),
+/// it removes the put's receipts in the background, after a `sync` (so the server has
+/// applied the multi, if it got it): whether the put applied stays unknown (never
+/// twice), but no receipt stays until the session ends, and an item of it past the
+/// counter's end becomes an orphan consumers remove.
+pub(super) struct PendingPut<'a> {
+    zk: &'a ZooKeeper,
+    receipts: Vec<String>,
+}
+
+impl<'a> PendingPut<'a> {
+    pub(super) fn armed(zk: &'a ZooKeeper, receipts: Vec<String>) -> Self {
+        PendingPut { zk, receipts }
+    }
+
+    pub(super) fn disarm(&mut self) {
+        self.receipts.clear();
+    }
+}
+
+impl Drop for PendingPut<'_> {
+    fn drop(&mut self) {
+        let receipts = std::mem::take(&mut self.receipts);
+        let Some(first) = receipts.first().cloned() else {
+            return;
+        };
+        let what = format!("removing the receipts of a dropped put ({first})");
+        crate::support::finish_later(self.zk, what, move |zk| {
+            let (first, receipts) = (first.clone(), receipts.clone());
+            Box::pin(async move {
+                zk.sync_async(&first).await?;
+                let deletes: Vec<_> = receipts
+                    .iter()
+                    .map(|receipt| zk.delete_async(receipt, None))
+                    .collect();
+                for delete in deletes {
+                    match delete.await {
+                        Ok(()) | Err(Error::NoNode) => {}
+                        Err(error) => return Err(error),
+                    }
+                }
+                Ok(())
+            })
+        });
     }
 }

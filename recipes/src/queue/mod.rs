@@ -120,13 +120,11 @@ mod items;
 use child_watcher::*;
 pub(crate) use items::*;
 
-use crate::recovery::{
-    children_or_none, children_or_none_async, name_in_range, restart_dir, Restart,
-};
+use crate::recovery::{children_or_none, children_or_none_async, name_in_range, Restart};
 use crate::runtime::block_on;
 use crate::support::{
-    await_reconnect, check_base_path, check_event, default_reconnect_timeout, ensure_dir, members,
-    reconnected, retry, retry_async, Deadline, Patience,
+    check_base_path, check_event, default_reconnect_timeout, ensure_dir, members, reconnected,
+    retry_async, Deadline, Patience,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};

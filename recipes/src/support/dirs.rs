@@ -79,7 +79,17 @@ pub(crate) fn ensure_dir(
     nodes: &NodeOptions,
     patience: impl Into<Patience>,
 ) -> Result<()> {
-    retry(zk, patience, || create_dir(zk, dir, nodes))
+    block_on(ensure_dir_async(zk, dir, nodes, patience.into()))
+}
+
+/// [`ensure_dir`], async.
+pub(crate) async fn ensure_dir_async(
+    zk: &ZooKeeper,
+    dir: &str,
+    nodes: &NodeOptions,
+    patience: Patience,
+) -> Result<()> {
+    retry_async(zk, patience, || create_dir_async(zk, dir, nodes)).await
 }
 
 /// Creates the persistent node `path` holding `data` unless it exists (then it is left as
@@ -91,22 +101,39 @@ pub(crate) fn create_if_absent(
     nodes: &NodeOptions,
     patience: impl Into<Patience>,
 ) -> Result<()> {
-    let patience = patience.into();
+    block_on(create_if_absent_async(
+        zk,
+        path,
+        data,
+        nodes,
+        patience.into(),
+    ))
+}
+
+/// [`create_if_absent`], async. Dropped, a create already sent may still apply (the
+/// node is then there, as after a call that timed out).
+pub(crate) async fn create_if_absent_async(
+    zk: &ZooKeeper,
+    path: &str,
+    data: &[u8],
+    nodes: &NodeOptions,
+    patience: Patience,
+) -> Result<()> {
     let mut attempt = 0;
     loop {
-        match zk.create(
-            path,
-            data,
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(nodes.acl_list()),
-        ) {
+        let options =
+            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(nodes.acl_list());
+        match zk.create_async(path, data, options).await {
             Ok(_) | Err(Error::NodeExists) => return Ok(()),
             Err(Error::NoNode) => match path.rsplit_once('/') {
-                Some((parent, _)) if !parent.is_empty() => ensure_dir(zk, parent, nodes, patience)?,
+                Some((parent, _)) if !parent.is_empty() => {
+                    ensure_dir_async(zk, parent, nodes, patience).await?
+                }
                 _ => return Err(Error::NoNode.into()),
             },
             Err(error) if error.is_retryable() => {
                 attempt += 1;
-                await_reconnect(zk, patience, attempt)?;
+                reconnected(zk, patience, attempt).await?;
             }
             Err(error) => return Err(error.into()),
         }

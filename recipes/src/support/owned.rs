@@ -20,6 +20,15 @@ pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patien
     retry(zk, patience, || delete_any_version(zk, path))
 }
 
+/// [`delete_node`], async. Dropped, a delete already sent may still apply.
+pub(crate) async fn delete_node_async(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+) -> Result<()> {
+    retry_async(zk, patience, || delete_any_version_async(zk, path)).await
+}
+
 /// [`delete_node`] for a node that must go although its session may well survive (a lock
 /// or waiter node): if the connection does not come back in time, the delete goes on in
 /// the background ([`finish_in_background`]). Returns `delete_node`'s result.

@@ -45,12 +45,33 @@ pub(crate) fn create_sequential(
     nodes: &NodeOptions,
     patience: impl Into<Patience>,
 ) -> Result<String> {
+    block_on(create_sequential_async(
+        zk,
+        dir,
+        tag,
+        data,
+        nodes,
+        patience.into(),
+    ))
+}
+
+/// [`create_sequential`], async. Dropped before it returns, it withdraws a create already
+/// sent (see [`create_sequential_stat`]); the caller owns the node once this returns.
+pub(crate) async fn create_sequential_async(
+    zk: &ZooKeeper,
+    dir: &str,
+    tag: &str,
+    data: &[u8],
+    nodes: &NodeOptions,
+    patience: Patience,
+) -> Result<String> {
     let dir = SeqDir {
         path: dir,
         data: b"",
         nodes,
     };
-    block_on(create_sequential_stat(zk, &dir, tag, data, patience.into())).map(|(name, _)| name)
+    let (name, _) = create_sequential_stat(zk, &dir, tag, data, patience).await?;
+    Ok(name)
 }
 
 /// [`create_sequential`], also returning the new node's stat.
