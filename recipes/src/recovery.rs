@@ -3,9 +3,7 @@
 //! container directories the server removed), and for waits that must leave nothing
 //! registered when they give up.
 
-use crate::support::{
-    await_watch_async, ensure_dir_async, retry_async, wait_until, Deadline, Patience,
-};
+use crate::support::{await_watch_async, ensure_dir_async, retry_async, Deadline, Patience};
 use crate::util::{sequence_in_range, sequence_of};
 use crate::{NodeOptions, RecipeError, Result};
 use std::sync::atomic::AtomicU64;
@@ -34,18 +32,9 @@ pub(crate) enum Restart {
 /// nothing, so this is safe against concurrent users: a peer holding a node keeps the
 /// directory (and its counter) alive; a peer about to create gets `NoNode` and recreates
 /// the directory. Nothing is read first, so a stale view cannot mislead it.
-pub(crate) fn restart_dir(
-    zk: &ZooKeeper,
-    dir: &str,
-    inner: &[&str],
-    nodes: &NodeOptions,
-    patience: Patience,
-) -> Result<Restart> {
-    crate::runtime::block_on(restart_dir_async(zk, dir, inner, nodes, patience))
-}
-
-/// [`restart_dir`], async. Dropped, a delete already sent may still apply; the next
-/// user of the directory then recreates it (as after a peer's restart).
+///
+/// Dropped, a delete already sent may still apply; the next user of the directory then
+/// recreates it (as after a peer's restart).
 pub(crate) async fn restart_dir_async(
     zk: &ZooKeeper,
     dir: &str,
@@ -110,25 +99,8 @@ pub(crate) async fn children_or_none_async(
 
 /// Waits for `watch` until `deadline`. If the deadline comes first the watch is taken
 /// off (locally: it then holds nothing in the client) and `Ok(None)` is returned, so a
-/// wait that gives up leaves nothing registered.
-// No caller left here once the barrier went async; kept for recipes still blocking.
-#[allow(dead_code)]
-pub(crate) fn wait_or_unwatch(
-    zk: &ZooKeeper,
-    watch: &Watch,
-    deadline: Deadline,
-) -> Result<Option<WatchedEvent>> {
-    match wait_until(watch, deadline)? {
-        Some(event) => crate::support::check_event(event).map(Some),
-        None => {
-            unwatch(zk, watch);
-            Ok(None)
-        }
-    }
-}
-
-/// [`wait_or_unwatch`], async: a dropped future takes the watch off as a wait that gives
-/// up does ([`await_watch_async`]).
+/// wait that gives up leaves nothing registered; a dropped future takes the watch off
+/// too ([`await_watch_async`]).
 pub(crate) async fn wait_or_unwatch_async(
     zk: &ZooKeeper,
     watch: &mut Watch,
@@ -215,14 +187,16 @@ mod tests {
         let (first, _) = seq(&zk);
         let (second, before) = seq(&zk);
         assert_eq!(
-            restart_dir(&zk, &dir, &[&inner], &nodes, patience).unwrap(),
+            crate::runtime::block_on(restart_dir_async(&zk, &dir, &[&inner], &nodes, patience))
+                .unwrap(),
             Restart::NotEmpty
         );
         assert!(zk.exists(&first).unwrap().is_some());
         zk.delete(&first, None).unwrap();
         zk.delete(&second, None).unwrap();
         assert_eq!(
-            restart_dir(&zk, &dir, &[&inner], &nodes, patience).unwrap(),
+            crate::runtime::block_on(restart_dir_async(&zk, &dir, &[&inner], &nodes, patience))
+                .unwrap(),
             Restart::Restarted
         );
         assert!(zk.exists(&inner).unwrap().is_some(), "inner recreated");
@@ -232,13 +206,14 @@ mod tests {
         zk.delete(&inner, None).unwrap();
         zk.delete(&format!("{dir}/n-{after:010}"), None).unwrap();
         assert_eq!(
-            restart_dir(&zk, &dir, &[&inner], &nodes, patience).unwrap(),
+            crate::runtime::block_on(restart_dir_async(&zk, &dir, &[&inner], &nodes, patience))
+                .unwrap(),
             Restart::Restarted
         );
         zk.delete(&inner, None).unwrap();
         zk.delete(&dir, None).unwrap();
         assert_eq!(
-            restart_dir(&zk, &dir, &[], &nodes, patience).unwrap(),
+            crate::runtime::block_on(restart_dir_async(&zk, &dir, &[], &nodes, patience)).unwrap(),
             Restart::Restarted,
             "a missing directory counts as restarted"
         );

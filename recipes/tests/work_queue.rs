@@ -9,8 +9,11 @@ use common::{
     report_and_hang, unique_path, wait_until, Child, FaultProxy,
 };
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper::Timeout;
@@ -387,4 +390,289 @@ fn dropping_an_item_does_not_wait_for_the_server() {
         .expect("released after the reconnection");
     assert_eq!(item.data(), b"half done");
     item.complete().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// Async forms: dropped at any await point, nothing is left behind, no item lost or
+// handed out twice.
+// ---------------------------------------------------------------------------------------
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Records that it was woken, for [`step`].
+struct Woken {
+    woken: AtomicBool,
+    thread: thread::Thread,
+}
+
+impl Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// Polls `future` up to `polls` times, each poll (after the first) once the last one
+/// woke it, so each poll takes it past one await point; stops early once `waiting()`
+/// says it waits for a change nobody makes. Its output if it completed.
+fn step<T>(
+    future: &mut Boxed<'_, T>,
+    polls: usize,
+    mut waiting: impl FnMut() -> bool,
+) -> Option<T> {
+    let woken = Arc::new(Woken {
+        woken: AtomicBool::new(false),
+        thread: thread::current(),
+    });
+    let waker = Waker::from(Arc::clone(&woken));
+    let mut cx = Context::from_waker(&waker);
+    for poll in 0..polls {
+        if poll > 0 {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !woken.woken.swap(false, Ordering::Acquire) {
+                if waiting() {
+                    return None;
+                }
+                assert!(Instant::now() < deadline, "not woken after poll {poll}");
+                thread::park_timeout(Duration::from_millis(20));
+            }
+        }
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return Some(output);
+        }
+    }
+    None
+}
+
+#[test]
+fn async_work_queue_futures_are_send() {
+    fn send<T: Send>(_: &T) {}
+    let queue = WorkQueue::new(&connect(), &unique_path("async-send")).unwrap();
+    send(&queue.take_async(Timeout::Never));
+    send(&queue.try_take_async());
+    send(&queue.put_async(b"x"));
+    send(&queue.put_all_async([b"x".to_vec()]));
+    send(&queue.len_async());
+    send(&queue.is_empty_async());
+    send(&queue.in_progress_async());
+    send(&queue.waiters_in_line_async());
+    send(&queue.dead_letters_async());
+    queue.put(b"x").unwrap();
+    let item = queue.try_take().unwrap().unwrap();
+    send(&item.is_held_async());
+    let completing = item.complete_async();
+    send(&completing);
+    zk_harness::executor::block_on(completing).unwrap();
+    let item = {
+        queue.put(b"y").unwrap();
+        queue.try_take().unwrap().unwrap()
+    };
+    let releasing = item.release_async();
+    send(&releasing);
+    zk_harness::executor::block_on(releasing).unwrap();
+}
+
+/// A take dropped after any number of steps, with items in the queue: each item ends in
+/// the caller's hands (completed here) or available again (a claim the dropped take had
+/// sent is released in the background); none stays locked, none is handed out twice.
+#[test]
+fn an_async_take_dropped_at_any_step_leaves_each_item_once() {
+    let zk = connect();
+    let path = unique_path("async-steps");
+    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    let mut put = 0;
+    for _ in 0..3 {
+        producer.put(format!("{put:03}").as_bytes()).unwrap();
+        put += 1;
+    }
+    let mut delivered = Vec::new();
+    let mut completed_at = None;
+    for polls in 0..30 {
+        // A fresh value each time: the take lists the queue first.
+        let consumer = WorkQueue::new(&zk, &path).unwrap();
+        let mut take: Boxed<'_, _> = Box::pin(consumer.take_async(Duration::from_secs(30)));
+        let outcome = step(&mut take, polls, || false);
+        drop(take);
+        if let Some(item) = outcome {
+            let item = item.unwrap();
+            delivered.push(String::from_utf8(item.data().to_vec()).unwrap());
+            zk_harness::executor::block_on(item.complete_async()).unwrap();
+            producer.put(format!("{put:03}").as_bytes()).unwrap();
+            put += 1;
+            completed_at.get_or_insert(polls);
+        }
+        wait_until("no lock left by the dropped take", || {
+            producer.in_progress().unwrap() == 0
+        });
+        assert_eq!(producer.waiters_in_line().unwrap(), 0);
+        assert_eq!(producer.len().unwrap(), 3, "an item lost or doubled");
+        if completed_at.is_some_and(|at| polls > at + 1) {
+            break;
+        }
+    }
+    let completed_at = completed_at.expect("no take completed");
+    println!("a take with items completes after {completed_at} polls");
+    let fresh = WorkQueue::new(&connect(), &path).unwrap();
+    while let Some(item) = fresh.try_take().unwrap() {
+        delivered.push(String::from_utf8(item.data().to_vec()).unwrap());
+        item.complete().unwrap();
+    }
+    delivered.sort();
+    let expected: Vec<String> = (0..put).map(|i| format!("{i:03}")).collect();
+    assert_eq!(delivered, expected, "each item exactly once");
+    wait_until("no request or watch left", || zk.live_contexts() == 0);
+}
+
+/// A take dropped at any step of waiting on an empty queue (as the head of the line, or
+/// behind another consumer) leaves no waiter node and no watch.
+#[test]
+fn an_async_take_dropped_while_waiting_leaves_no_node_or_watch() {
+    let zk = connect();
+    let path = unique_path("async-wait-steps");
+    let admin = connect();
+    let producer = WorkQueue::new(&admin, &path).unwrap();
+    producer.put(b"warm-up").unwrap();
+    producer.try_take().unwrap().unwrap().complete().unwrap();
+    let ahead = WorkQueue::new(&admin, &path).unwrap();
+    for behind_another in [false, true] {
+        let mut first: Option<Boxed<'_, _>> = None;
+        if behind_another {
+            let mut take: Boxed<'_, _> = Box::pin(ahead.take_async(Timeout::Never));
+            assert!(step(&mut take, 100, || ahead.waiting() == 1).is_none());
+            assert_eq!(ahead.waiting(), 1, "the consumer ahead is not waiting");
+            first = Some(take);
+        }
+        let in_line = usize::from(behind_another);
+        let mut reached_the_wait = None;
+        for polls in 0..30 {
+            let consumer = WorkQueue::new(&zk, &path).unwrap();
+            let mut take: Boxed<'_, _> = Box::pin(consumer.take_async(Timeout::Never));
+            assert!(step(&mut take, polls, || consumer.waiting() == 1).is_none());
+            if consumer.waiting() == 1 {
+                reached_the_wait.get_or_insert(polls);
+            }
+            drop(take);
+            assert_eq!(consumer.waiting(), 0);
+            wait_until("the dropped take's place in line withdrawn", || {
+                producer.waiters_in_line().unwrap() == in_line
+            });
+            wait_until("the dropped take's watches withdrawn", || {
+                zk.live_contexts() == 0
+            });
+            if reached_the_wait.is_some_and(|at| polls > at + 1) {
+                break;
+            }
+        }
+        let reached = reached_the_wait.expect("the take never waited");
+        println!("behind another: {behind_another}; waiting after {reached} polls");
+        if let Some(mut take) = first {
+            // The consumer ahead still gets what comes.
+            producer.put(b"for the one ahead").unwrap();
+            let item = zk_harness::executor::block_on(take.as_mut()).unwrap();
+            assert_eq!(item.data(), b"for the one ahead");
+            item.complete().unwrap();
+        }
+    }
+    assert_eq!(producer.in_progress().unwrap(), 0);
+    assert!(producer.is_empty().unwrap());
+}
+
+/// A completion dropped at any step: the item ends completed once or back in the queue
+/// (released in the background), never locked.
+#[test]
+fn a_dropped_async_completion_completes_once_or_gives_the_item_back() {
+    let zk = connect();
+    let path = unique_path("async-complete-steps");
+    let queue = WorkQueue::new(&zk, &path).unwrap();
+    queue.put(b"job").unwrap();
+    for polls in 0..10 {
+        let item = queue.take(Duration::from_secs(30)).unwrap();
+        assert_eq!(item.attempt() as usize, polls + 1, "claimed once per round");
+        let mut completing: Boxed<'_, _> = Box::pin(item.complete_async());
+        let done = step(&mut completing, polls, || false);
+        drop(completing);
+        wait_until("no lock left", || queue.in_progress().unwrap() == 0);
+        if queue.len().unwrap() == 0 {
+            if let Some(done) = done {
+                done.unwrap();
+            }
+            println!("completed when dropped after {polls} polls");
+            return;
+        }
+        assert!(done.is_none(), "completed, yet the item is still there");
+    }
+    panic!("never completed");
+}
+
+/// A take dropped with its claim in flight (the server applied it, the reply is cut
+/// off): the claim is settled in the background and the item released, so it neither
+/// stays locked for the session's life nor leaves the queue.
+#[test]
+fn a_take_dropped_with_its_claim_in_flight_releases_the_item() {
+    take_dropped_mid_claim(false);
+}
+
+/// As above, dropped while finding out whether its claim applied (the connection is
+/// down and stays down until the take is gone).
+#[test]
+fn a_take_dropped_while_finding_out_its_claim_releases_the_item() {
+    take_dropped_mid_claim(true);
+}
+
+fn take_dropped_mid_claim(after_the_client_noticed: bool) {
+    let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+    let zk = connect_to(&proxy.addr);
+    let path = unique_path("async-claim-cut");
+    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    // The lock directory exists: the claim is the first multi.
+    producer.put(b"warm-up").unwrap();
+    producer.try_take().unwrap().unwrap().complete().unwrap();
+    producer.put(b"precious").unwrap();
+    let consumer = WorkQueue::new(&zk, &path).unwrap();
+
+    proxy.cut_after(opcode::MULTI);
+    {
+        let mut take: Boxed<'_, _> = Box::pin(consumer.take_async(Timeout::Never));
+        let reached = zk_harness::executor::block_on_timeout(
+            std::future::poll_fn(|cx| {
+                if proxy.has_cut() {
+                    if !after_the_client_noticed {
+                        return Poll::Ready(true);
+                    }
+                    proxy.cut(); // no reconnection until the take is gone
+                    if !zk.state().is_connected() {
+                        return Poll::Ready(true);
+                    }
+                }
+                if take.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(false);
+                }
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }),
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            reached,
+            Some(true),
+            "the take settled before it was dropped"
+        );
+        if after_the_client_noticed {
+            // Take in the lost reply: it now waits to reconnect.
+            assert!(zk_harness::executor::poll_once(&mut take).is_pending());
+        }
+    } // dropped here
+    proxy.restore();
+    wait_until("the dropped claim released", || {
+        producer.in_progress().unwrap() == 0
+    });
+    let item = producer.try_take().unwrap().expect("the item is back");
+    assert_eq!(item.data(), b"precious");
+    assert_eq!(item.attempt(), 2, "the dropped take's claim had applied");
+    item.complete().unwrap();
+    assert!(producer.is_empty().unwrap());
 }

@@ -96,3 +96,97 @@ fn a_take_costs_the_same_at_ten_or_a_hundred_thousand_items() {
     );
     assert!(large.requests_per_take <= small.requests_per_take + 0.5);
 }
+
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// Many async takes waiting on an empty queue (one value, one session) add no thread;
+/// dropped, they leave no waiter node, no lock and no watch behind, and none of them
+/// takes an item put afterwards.
+#[test]
+fn pending_async_takes_cost_no_thread_and_dropped_ones_leave_nothing() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    use std::time::Duration;
+    use zookeeper::Timeout;
+    use zookeeper_recipes::work_queue::WorkItem;
+    use zookeeper_recipes::Result;
+    const LONG: Duration = Duration::from_secs(120);
+
+    let takers: usize = if under_valgrind() { 200 } else { 1000 };
+    let (zk, admin) = (connect(), connect());
+    let path = unique_path("async-takes");
+    let queue = WorkQueue::new(&zk, &path).unwrap();
+    // Warm-up: the item and lock directories exist.
+    queue.put(b"warm-up").unwrap();
+    queue.try_take().unwrap().unwrap().complete().unwrap();
+    zk.exists("/").unwrap();
+    let contexts = zk.live_contexts();
+    let before = threads();
+
+    type Take<'a> = Pin<Box<dyn Future<Output = Result<WorkItem>> + Send + 'a>>;
+    let mut takes: Vec<Take> = (0..takers)
+        .map(|_| Box::pin(queue.take_async(Timeout::Never)) as Take)
+        .collect();
+    // Driven on this thread until each waits on its watch: the head on the queue's,
+    // every other take on its predecessor's in the line.
+    let all_waiting = zk_harness::executor::block_on_timeout(
+        std::future::poll_fn(|cx| {
+            for take in takes.iter_mut() {
+                assert!(
+                    take.as_mut().poll(cx).is_pending(),
+                    "took from an empty queue"
+                );
+            }
+            if queue.waiting() == takers {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }),
+        LONG,
+    );
+    assert!(all_waiting.is_some(), "the takes did not all wait");
+    assert_eq!(queue.waiters_in_line().unwrap(), takers);
+    let added = threads().saturating_sub(before);
+    println!("{takers} pending async takes added {added} threads");
+    assert!(added <= 2, "{takers} pending takes added {added} threads");
+
+    drop(takes);
+    assert_eq!(queue.waiting(), 0);
+    let children = |dir: &str| admin.get_children(&format!("{path}/{dir}")).unwrap().len();
+    zk_harness::testing::wait_until("the dropped takes gone from the line", LONG, || {
+        children("waiters") == 0
+    });
+    assert_eq!(children("locks"), 0, "a lock left behind");
+    zk_harness::testing::wait_until("the dropped takes' watches released", LONG, || {
+        zk.live_contexts() == contexts
+    });
+
+    // None of them takes what comes now: a fresh consumer gets all of it, in order.
+    let producer = WorkQueue::new(&admin, &path).unwrap();
+    producer
+        .put_all((0..10).map(|i| format!("item {i}")))
+        .unwrap();
+    let fresh = WorkQueue::new(&connect(), &path).unwrap();
+    for i in 0..10 {
+        let item = fresh.take(Duration::from_secs(20)).unwrap();
+        assert_eq!(item.data(), format!("item {i}").as_bytes());
+        assert_eq!(item.attempt(), 1, "claimed before by a dropped take");
+        item.complete().unwrap();
+    }
+    assert!(fresh.try_take().unwrap().is_none());
+    assert_eq!(producer.in_progress().unwrap(), 0);
+    // The value whose takes were dropped works on.
+    producer.put(b"after").unwrap();
+    let item = queue.take(Duration::from_secs(20)).unwrap();
+    assert_eq!(item.data(), b"after");
+    item.complete().unwrap();
+}

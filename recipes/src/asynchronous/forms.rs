@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use zookeeper::{Stat, Timeout, ZooKeeper};
 
-use super::{unblock, Async, RecipeFuture, Unblock};
+use super::{Async, RecipeFuture, Unblock};
 use crate::barrier::{Barrier, DoubleBarrier};
 use crate::bounded_queue::{BoundedQueue, Offer};
 use crate::delayed_queue::DelayedQueue;
@@ -35,20 +35,6 @@ macro_rules! async_forms {
                 #[doc = concat!("Async form of [`", stringify!($recipe), "::", stringify!($name), "`].")]
                 pub fn $name(&self, $($arg: $ty),*) -> Unblock<$ret> {
                     self.run(move |recipe| recipe.$name($($arg),*))
-                }
-            )*
-        }
-    };
-}
-
-/// `$guard::${name}_async(self)` forms of a guard's consuming blocking calls.
-macro_rules! consuming_forms {
-    ($guard:ty { $( fn $async_name:ident => $name:ident -> $ret:ty; )* }) => {
-        impl $guard {
-            $(
-                #[doc = concat!("Async form of [`", stringify!($name), "`](Self::", stringify!($name), ").")]
-                pub fn $async_name(self) -> Unblock<$ret> {
-                    unblock(move || self.$name())
                 }
             )*
         }
@@ -106,14 +92,14 @@ async_forms!(LeaseSemaphore {
     fn held() -> Result<usize>;
 });
 
-async_forms!(WorkQueue {
-    fn take(timeout: impl Into<Timeout> + Send + 'static) -> Result<WorkItem>;
-    fn try_take() -> Result<Option<WorkItem>>;
-    fn len() -> Result<usize>;
-    fn is_empty() -> Result<bool>;
-    fn in_progress() -> Result<usize>;
-    fn waiters_in_line() -> Result<usize>;
-    fn dead_letters() -> Result<Vec<String>>;
+native_forms!(WorkQueue {
+    fn take => take_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<WorkItem>;
+    fn try_take => try_take_async() -> Result<Option<WorkItem>>;
+    fn len => len_async() -> Result<usize>;
+    fn is_empty => is_empty_async() -> Result<bool>;
+    fn in_progress => in_progress_async() -> Result<usize>;
+    fn waiters_in_line => waiters_in_line_async() -> Result<usize>;
+    fn dead_letters => dead_letters_async() -> Result<Vec<String>>;
 });
 
 /// A batch's items, owned, for the worker that puts them.
@@ -126,20 +112,21 @@ where
 }
 
 impl Async<WorkQueue> {
-    /// Async form of [`WorkQueue::put`].
-    pub fn put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
-        let data = data.into();
-        self.run(move |queue| queue.put(&data))
+    /// Async form of [`WorkQueue::put`]: [`WorkQueue::put_async`] on the shared value.
+    pub fn put(&self, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<()>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.put_async(&data).await })
     }
 
-    /// Async form of [`WorkQueue::put_all`].
-    pub fn put_all<I>(&self, items: I) -> Unblock<Result<()>>
+    /// Async form of [`WorkQueue::put_all`]: [`WorkQueue::put_all_async`] on the shared
+    /// value.
+    pub fn put_all<I>(&self, items: I) -> RecipeFuture<Result<()>>
     where
         I: IntoIterator,
         I::Item: Into<Vec<u8>>,
     {
-        let items = owned(items);
-        self.run(move |queue| queue.put_all(&items))
+        let (queue, items) = (self.shared(), owned(items));
+        Box::pin(async move { queue.put_all_async(items).await })
     }
 }
 
@@ -255,7 +242,7 @@ async_forms!(Group {
 
 // Queues: a taken item whose future was dropped is put back, never lost.
 
-/// The queue itself (for [`native_take_forms`]).
+/// The queue itself (for `native_take_forms!`).
 fn itself(queue: &Queue) -> &Queue {
     queue
 }
@@ -373,8 +360,3 @@ impl Async<BoundedQueue> {
 }
 
 // Guards.
-
-consuming_forms!(WorkItem {
-    fn complete_async => complete -> Result<()>;
-    fn release_async => release -> Result<()>;
-});

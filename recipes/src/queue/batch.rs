@@ -3,6 +3,7 @@
 //! trip (plus one `exists` that checks the counter has room for the whole batch).
 
 use super::*;
+use crate::support::delete_node_async;
 use std::collections::HashMap;
 
 /// Room a batch leaves below the counter's limit for creates of other producers that may
@@ -34,35 +35,58 @@ impl ItemStore {
     {
         let owned: Vec<I::Item> = items.into_iter().collect();
         let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        block_on(self.put_all_async(zk, &items, tag, patience))
+    }
+
+    /// [`put_all`](Self::put_all), async. Dropped once its multi may have been sent, the
+    /// batch may or may not have been applied (all or none, never twice); its receipts
+    /// are removed in the background (see [`PendingPut`]).
+    pub(crate) async fn put_all_async(
+        &self,
+        zk: &ZooKeeper,
+        items: &[&[u8]],
+        tag: &str,
+        patience: Patience,
+    ) -> Result<()> {
         if items.is_empty() {
             return Ok(());
         }
         let mut restarts = 0;
-        while !self.has_room_for(zk, items.len(), patience)? {
+        while !self.has_room_for(zk, items.len(), patience).await? {
             restarts += 1;
-            if self.restart(zk, patience)? == Restart::NotEmpty || restarts == PUT_RESTARTS {
+            if self.restart_async(zk, patience).await? == Restart::NotEmpty
+                || restarts == PUT_RESTARTS
+            {
                 return Err(RecipeError::SequenceExhausted {
                     dir: self.items.clone(),
                 });
             }
         }
         let ids: Vec<String> = items.iter().map(|_| guid()).collect();
-        let names = self.put_batch_once(zk, &ids, &items, tag, patience)?;
-        self.settle_batch(zk, &ids, &names, &items, tag, patience)
+        let mut pending = PendingPut::armed(zk, ids.iter().map(|id| self.receipt(id)).collect());
+        let result = match self.put_batch_once(zk, &ids, items, tag, patience).await {
+            Ok(names) => {
+                self.settle_batch(zk, &ids, &names, items, tag, patience)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        pending.disarm();
+        result
     }
 
     /// Whether the items directory's counter has room for `count` more items below the
     /// limit (with [`BATCH_HEADROOM`] to spare). A missing directory is created first.
-    fn has_room_for(&self, zk: &ZooKeeper, count: usize, patience: Patience) -> Result<bool> {
+    async fn has_room_for(&self, zk: &ZooKeeper, count: usize, patience: Patience) -> Result<bool> {
         loop {
-            match retry(zk, patience, || zk.exists(&self.items))? {
+            match retry_async(zk, patience, || zk.exists_async(&self.items)).await? {
                 Some(stat) => {
                     let next = i64::from(stat.cversion);
                     let count = i64::try_from(count).unwrap_or(i64::MAX);
                     let end = next.saturating_add(count).saturating_add(BATCH_HEADROOM);
                     return Ok(next >= 0 && end <= i64::from(crate::util::SEQUENCE_LIMIT));
                 }
-                None => self.ensure(zk, patience)?,
+                None => self.ensure_async(zk, patience).await?,
             }
         }
     }
@@ -70,7 +94,7 @@ impl ItemStore {
     /// One batch multi, sent again after connection loss until its outcome is known: the
     /// created item names in batch order (`None`: applied, then consumed before this put
     /// could look after a lost reply).
-    fn put_batch_once(
+    async fn put_batch_once(
         &self,
         zk: &ZooKeeper,
         ids: &[String],
@@ -100,7 +124,7 @@ impl ItemStore {
         );
         let mut attempt = 0;
         loop {
-            match zk.multi(&ops) {
+            match zk.multi_async(&ops).await {
                 Ok(results) => {
                     return Ok(results
                         .iter()
@@ -113,12 +137,13 @@ impl ItemStore {
                 }
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
-                    await_reconnect(zk, patience, attempt)?;
+                    reconnected(zk, patience, attempt).await?;
                     // Let this server catch up with everything the old connection sent.
-                    retry(zk, patience, || zk.sync(&self.items))?;
+                    retry_async(zk, patience, || zk.sync_async(&self.items)).await?;
                     // The receipts were created with the items, all or none: one tells.
-                    match retry(zk, patience, || zk.exists(&self.receipt(&ids[0]))) {
-                        Ok(Some(_)) => return self.find_batch(zk, ids, patience),
+                    let first = self.receipt(&ids[0]);
+                    match retry_async(zk, patience, || zk.exists_async(&first)).await {
+                        Ok(Some(_)) => return self.find_batch(zk, ids, patience).await,
                         Ok(None) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
                         Err(error) => return Err(error),
                     }
@@ -129,12 +154,12 @@ impl ItemStore {
                 {
                     // A receipt of ours exists: an earlier attempt of this very batch was
                     // applied after all (the check raced it).
-                    return self.find_batch(zk, ids, patience);
+                    return self.find_batch(zk, ids, patience).await;
                 }
                 Err(Error::MultiFailed { error, .. }) if *error == Error::NoNode => {
                     // A directory is missing: restarted by a peer, or an empty container
                     // the server removed. Recreated, it has a fresh counter.
-                    self.ensure(zk, patience)?;
+                    self.ensure_async(zk, patience).await?;
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -143,16 +168,18 @@ impl ItemStore {
 
     /// The items of the applied batch `ids`, found by their guids, in batch order (`None`:
     /// consumed already).
-    fn find_batch(
+    async fn find_batch(
         &self,
         zk: &ZooKeeper,
         ids: &[String],
         patience: Patience,
     ) -> Result<Vec<Option<String>>> {
-        let mut by_guid: HashMap<String, String> = children_or_none(zk, &self.items, patience)?
-            .into_iter()
-            .filter_map(|name| Some((guid_of(&name)?.to_string(), name)))
-            .collect();
+        let mut by_guid: HashMap<String, String> =
+            children_or_none_async(zk, &self.items, patience)
+                .await?
+                .into_iter()
+                .filter_map(|name| Some((guid_of(&name)?.to_string(), name)))
+                .collect();
         Ok(ids.iter().map(|id| by_guid.remove(id)).collect())
     }
 
@@ -163,7 +190,7 @@ impl ItemStore {
     /// receipt, as a single put does, and put again on its own, in order (restarting the
     /// directory if it is empty). If one of those puts fails, the batch is only partly
     /// enqueued: [`RecipeError::PartlyEnqueued`] says how far.
-    pub(super) fn settle_batch(
+    pub(super) async fn settle_batch(
         &self,
         zk: &ZooKeeper,
         ids: &[String],
@@ -195,14 +222,18 @@ impl ItemStore {
                     "queue: batch item {name} in {} is past the counter's end",
                     self.items
                 );
-                crate::support::delete_node(zk, &format!("{}/{name}", self.items), patience)
+                let item = format!("{}/{name}", self.items);
+                delete_node_async(zk, &item, patience)
+                    .await
                     .map_err(|error| partly(past_end, error))?;
             }
-            crate::support::delete_node(zk, &self.receipt(id), patience)
+            delete_node_async(zk, &self.receipt(id), patience)
+                .await
                 .map_err(|error| partly(past_end, error))?;
         }
         for (index, data) in items.iter().enumerate().skip(past_end) {
-            self.put_with(zk, data, tag, &[], patience)
+            self.put_with_async(zk, data, tag, &[], patience)
+                .await
                 .map_err(|error| partly(index, error))?;
         }
         Ok(())
@@ -267,15 +298,12 @@ mod tests {
         // queue not empty and fails; the prefix stays, nothing else is left.
         let partly = store("/partly");
         let queue = Queue::new(&zk, "/partly").unwrap();
-        let names = partly
-            .put_batch_once(&zk, &ids, &items, "", patience)
-            .unwrap();
+        let names = block_on(partly.put_batch_once(&zk, &ids, &items, "", patience)).unwrap();
         // (Creating the receipts node took one number.)
         let k = names.iter().flatten().filter(|n| name_in_range(n)).count();
         assert_eq!(k, 2, "{names:?}");
-        let error = partly
-            .settle_batch(&zk, &ids, &names, &items, "", patience)
-            .unwrap_err();
+        let error =
+            block_on(partly.settle_batch(&zk, &ids, &names, &items, "", patience)).unwrap_err();
         assert!(
             matches!(&error, RecipeError::PartlyEnqueued { enqueued: 2, error }
                 if matches!(**error, RecipeError::SequenceExhausted { .. })),
@@ -289,13 +317,9 @@ mod tests {
         // again after a restart, in order.
         let drained = store("/drained");
         let queue = Queue::new(&zk, "/drained").unwrap();
-        let names = drained
-            .put_batch_once(&zk, &ids, &items, "", patience)
-            .unwrap();
+        let names = block_on(drained.put_batch_once(&zk, &ids, &items, "", patience)).unwrap();
         assert_eq!(drain(&queue), data[..2]);
-        drained
-            .settle_batch(&zk, &ids, &names, &items, "", patience)
-            .unwrap();
+        block_on(drained.settle_batch(&zk, &ids, &names, &items, "", patience)).unwrap();
         assert!(seqs(&zk, "/drained").iter().all(|&s| s < 10), "restarted");
         receipts_gone(&zk, "/drained");
         assert_eq!(drain(&queue), data[2..]);

@@ -2,6 +2,8 @@
 //! (item + ephemeral receipt in one `multi`), orphans past the counter's end.
 
 use super::*;
+use crate::recovery::restart_dir_async;
+use crate::support::{delete_node_async, ensure_dir_async};
 
 // ---------------------------------------------------------------------------------------
 // The item protocol, shared with the work queue.
@@ -9,7 +11,7 @@ use super::*;
 
 /// The item names among `children` (`item…` with a sequence suffix): those whose number
 /// may be ordered by, in sequence order, and the others (created past the directory
-/// counter's end: they take no part; see [`ItemStore::remove_orphans`]).
+/// counter's end: they take no part; see [`ItemStore::remove_orphans_async`]).
 pub(crate) fn split_items(children: Vec<String>) -> (Vec<String>, Vec<String>) {
     let (in_range, past_end): (Vec<_>, Vec<_>) = members(children, &[ITEM_PREFIX])
         .into_iter()
@@ -64,11 +66,6 @@ impl ItemStore {
 
     /// Creates the directories if missing (also after a restart or the removal of an
     /// empty container directory).
-    pub(crate) fn ensure(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
-        block_on(self.ensure_async(zk, patience))
-    }
-
-    /// [`ensure`](Self::ensure), async.
     pub(crate) async fn ensure_async(&self, zk: &ZooKeeper, patience: Patience) -> Result<()> {
         ensure_dir_async(zk, &self.items, &self.nodes, patience).await?;
         ensure_dir_async(zk, &self.receipts, &self.nodes, patience).await
@@ -85,11 +82,10 @@ impl ItemStore {
     /// a dead session), and the directory is restarted if it is empty; if it is not, the
     /// put fails with `SequenceExhausted` instead of waiting for consumers that may never
     /// come. Nothing is left behind then, and no acknowledged item is ever reordered.
-    pub(crate) fn put(&self, zk: &ZooKeeper, data: &[u8], patience: Patience) -> Result<()> {
-        block_on(self.put_async(zk, data, patience))
-    }
-
-    /// [`put`](Self::put), async.
+    ///
+    /// Dropped once its multi may have been sent, the put may
+    /// or may not have been applied (never twice); its receipt is removed in the
+    /// background (see [`PendingPut`]).
     pub(crate) async fn put_async(
         &self,
         zk: &ZooKeeper,
@@ -101,7 +97,7 @@ impl ItemStore {
             .map(drop)
     }
 
-    /// [`put`](Self::put) of an item named `item-<guid>-<tag>-<seq>` (a variant's ordering
+    /// [`put_async`](Self::put_async) of an item named `item-<guid>-<tag>-<seq>` (a variant's ordering
     /// key; no `-` in it) whose multi also carries the `guard` operations (a bounded
     /// queue's versioned gate): `Ok(false)` if a guard operation refused it (nothing was
     /// enqueued; the caller reads again and decides), `Ok(true)` once enqueued exactly
@@ -117,8 +113,8 @@ impl ItemStore {
         block_on(self.put_with_async(zk, data, tag, guard, patience))
     }
 
-    /// [`put_with`](Self::put_with), async. Dropped part way, a put may or may not have
-    /// been enqueued (as a put whose reply is lost for good); it is never enqueued twice.
+    /// [`put_with`](Self::put_with), async (see [`put_async`](Self::put_async) on
+    /// dropping it).
     pub(crate) async fn put_with_async(
         &self,
         zk: &ZooKeeper,
@@ -130,23 +126,29 @@ impl ItemStore {
         let mut not_empty = 0;
         for _ in 0..PUT_RESTARTS {
             let id = guid();
-            // A put given up on (dropped, failed) leaves no receipt behind: its delete
-            // follows the put's own requests on the session.
-            let receipt = self.receipt(&id);
-            let mut leftover = DeleteOnDrop::armed(zk, &receipt);
-            let name = match self.put_once(zk, &id, data, tag, guard, patience).await? {
-                Attempt::Refused => {
-                    leftover.disarm(); // nothing applied
+            let mut pending = PendingPut::armed(zk, vec![self.receipt(&id)]);
+            let created = self
+                .put_once_async(zk, &id, data, tag, guard, patience)
+                .await;
+            let name = match created {
+                Err(error) => {
+                    pending.disarm();
+                    return Err(error);
+                }
+                Ok(Attempt::Refused) => {
+                    pending.disarm();
                     return Ok(false);
                 }
                 // Applied and already consumed: it was in range.
-                Attempt::Created(None) => return Ok(true),
-                Attempt::Created(Some(name)) => name,
+                Ok(Attempt::Created(None)) => {
+                    pending.disarm();
+                    return Ok(true);
+                }
+                Ok(Attempt::Created(Some(name))) => name,
             };
-            let settled = self.settle_async(zk, &id, &name, patience).await?;
-            // The settling deleted the receipt (or sent its delete).
-            leftover.disarm();
-            match settled {
+            let settled = self.settle_async(zk, &id, &name, patience).await;
+            pending.disarm();
+            match settled? {
                 None => return Ok(true),
                 Some(Restart::Restarted) => {}
                 Some(Restart::NotEmpty) => {
@@ -166,7 +168,7 @@ impl ItemStore {
 
     /// After put `id` created item `name`: `None` if its number is in range (the put is
     /// done; its receipt goes). Otherwise the item must not take part: it is removed
-    /// before its receipt (see [`put`](Self::put)), a restart of the counter is tried,
+    /// before its receipt (see [`put_async`](Self::put_async)), a restart of the counter is tried,
     /// and its outcome returned.
     pub(super) async fn settle_async(
         &self,
@@ -183,19 +185,13 @@ impl ItemStore {
             return Ok(None);
         }
         log::debug!("queue: {name} in {} is past the counter's end", self.items);
-        let item = format!("{}/{name}", self.items);
-        delete_node_async(zk, &item, patience).await?;
+        delete_node_async(zk, &format!("{}/{name}", self.items), patience).await?;
         delete_node_async(zk, &receipt, patience).await?;
         self.restart_async(zk, patience).await.map(Some)
     }
 
     /// Tries to restart the items directory's counter (with the receipts directory, if
     /// it lives inside): only an empty directory is restarted.
-    pub(super) fn restart(&self, zk: &ZooKeeper, patience: Patience) -> Result<Restart> {
-        block_on(self.restart_async(zk, patience))
-    }
-
-    /// [`restart`](Self::restart), async.
     pub(super) async fn restart_async(
         &self,
         zk: &ZooKeeper,
@@ -212,7 +208,7 @@ impl ItemStore {
     /// One put attempt (sent again after connection loss until its outcome is known):
     /// the created item's name, or `None` if it was applied but consumed before this put
     /// could look.
-    pub(super) async fn put_once(
+    pub(super) async fn put_once_async(
         &self,
         zk: &ZooKeeper,
         id: &str,
@@ -260,7 +256,10 @@ impl ItemStore {
                     retry_async(zk, patience, || zk.sync_async(&self.items)).await?;
                     match retry_async(zk, patience, || zk.exists_async(&receipt)).await {
                         Ok(Some(_)) => {
-                            return self.find(zk, id, patience).await.map(Attempt::Created)
+                            return self
+                                .find_async(zk, id, patience)
+                                .await
+                                .map(Attempt::Created)
                         }
                         Ok(None) | Err(RecipeError::ZooKeeper(Error::NoNode)) => {}
                         Err(error) => return Err(error),
@@ -271,7 +270,10 @@ impl ItemStore {
                 Err(Error::MultiFailed { index: 1, error }) if *error == Error::NodeExists => {
                     // Our receipt already exists: an earlier attempt of this very put was
                     // applied after all (the check raced it).
-                    return self.find(zk, id, patience).await.map(Attempt::Created);
+                    return self
+                        .find_async(zk, id, patience)
+                        .await
+                        .map(Attempt::Created);
                 }
                 Err(Error::MultiFailed { index, .. }) if index >= 2 => {
                     // A guard operation refused it: nothing was applied.
@@ -288,7 +290,7 @@ impl ItemStore {
     }
 
     /// The item of the applied put `id`, found by its guid (`None`: consumed already).
-    pub(super) async fn find(
+    pub(super) async fn find_async(
         &self,
         zk: &ZooKeeper,
         id: &str,
@@ -304,11 +306,6 @@ impl ItemStore {
     /// progress, which removes it itself. (The item and receipt are created atomically
     /// and reads on one server move forward, so a receipt missing after the listing that
     /// showed the item is gone for good.)
-    pub(crate) fn remove_orphans(&self, zk: &ZooKeeper, past_end: &[String]) {
-        block_on(self.remove_orphans_async(zk, past_end))
-    }
-
-    /// [`remove_orphans`](Self::remove_orphans), async.
     pub(crate) async fn remove_orphans_async(&self, zk: &ZooKeeper, past_end: &[String]) {
         for name in past_end {
             let Some(id) = guid_of(name) else { continue };
@@ -320,5 +317,52 @@ impl ItemStore {
                 }
             }
         }
+    }
+}
+
+/// A put whose multi may have been sent. Dropped armed (the put's future was dropped),
+/// it removes the put's receipts in the background, after a `sync` (so the server has
+/// applied the multi, if it got it): whether the put applied stays unknown (never
+/// twice), but no receipt stays until the session ends, and an item of it past the
+/// counter's end becomes an orphan consumers remove.
+pub(super) struct PendingPut<'a> {
+    zk: &'a ZooKeeper,
+    receipts: Vec<String>,
+}
+
+impl<'a> PendingPut<'a> {
+    pub(super) fn armed(zk: &'a ZooKeeper, receipts: Vec<String>) -> Self {
+        PendingPut { zk, receipts }
+    }
+
+    pub(super) fn disarm(&mut self) {
+        self.receipts.clear();
+    }
+}
+
+impl Drop for PendingPut<'_> {
+    fn drop(&mut self) {
+        let receipts = std::mem::take(&mut self.receipts);
+        let Some(first) = receipts.first().cloned() else {
+            return;
+        };
+        let what = format!("removing the receipts of a dropped put ({first})");
+        crate::support::finish_later(self.zk, what, move |zk| {
+            let (first, receipts) = (first.clone(), receipts.clone());
+            Box::pin(async move {
+                zk.sync_async(&first).await?;
+                let deletes: Vec<_> = receipts
+                    .iter()
+                    .map(|receipt| zk.delete_async(receipt, None))
+                    .collect();
+                for delete in deletes {
+                    match delete.await {
+                        Ok(()) | Err(Error::NoNode) => {}
+                        Err(error) => return Err(error),
+                    }
+                }
+                Ok(())
+            })
+        });
     }
 }

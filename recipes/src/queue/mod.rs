@@ -122,14 +122,11 @@ use child_watcher::*;
 pub(crate) use items::*;
 use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 
-use crate::recovery::{
-    children_or_none, children_or_none_async, name_in_range, restart_dir_async, Restart,
-};
+use crate::recovery::{children_or_none, children_or_none_async, name_in_range, Restart};
 use crate::runtime::block_on;
 use crate::support::{
-    await_reconnect, check_base_path, check_event, default_reconnect_timeout, delete_node_async,
-    ensure_dir, ensure_dir_async, members, reconnected, retry, retry_async, Deadline, DeleteOnDrop,
-    Patience,
+    check_base_path, check_event, default_reconnect_timeout, ensure_dir, members, reconnected,
+    retry_async, Deadline, Patience,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::runtime::sleep_for;
+use crate::support::retry;
 
 /// What became of a take (delete + marker) whose reply was lost.
 pub(super) enum LostTake {

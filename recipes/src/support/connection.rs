@@ -38,15 +38,6 @@ pub(crate) async fn reconnected(zk: &ZooKeeper, patience: Patience, attempt: u32
     }
 }
 
-/// [`reconnected`], blocking.
-pub(crate) fn await_reconnect(
-    zk: &ZooKeeper,
-    patience: impl Into<Patience>,
-    attempt: u32,
-) -> Result<()> {
-    block_on(reconnected(zk, patience.into(), attempt))
-}
-
 /// Runs an idempotent request (a read, or a write whose repetition is harmless),
 /// retrying it after retryable failures within `patience` (see [`reconnected`]).
 pub(crate) async fn retry_async<T, F>(

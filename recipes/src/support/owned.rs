@@ -10,12 +10,8 @@ pub(super) async fn delete_any_version_async(zk: &ZooKeeper, path: &str) -> zook
     }
 }
 
-/// Deletes `path` (any version) within `patience`; an absent node is fine.
-pub(crate) fn delete_node(zk: &ZooKeeper, path: &str, patience: impl Into<Patience>) -> Result<()> {
-    block_on(delete_node_async(zk, path, patience.into()))
-}
-
-/// [`delete_node`], async. Dropped, a delete already sent may still apply.
+/// Deletes `path` (any version) within `patience`; an absent node is fine. Dropped, a
+/// delete already sent may still apply.
 pub(crate) async fn delete_node_async(
     zk: &ZooKeeper,
     path: &str,
@@ -24,7 +20,7 @@ pub(crate) async fn delete_node_async(
     retry_async(zk, patience, || delete_any_version_async(zk, path)).await
 }
 
-/// [`delete_node`] for a node that must go although its session may well survive (a lock
+/// [`delete_node_async`] for a node that must go although its session may well survive (a lock
 /// or waiter node): if the connection does not come back in time, the delete goes on in
 /// the background ([`finish_later`]). Returns `delete_node`'s result.
 pub(crate) fn delete_eventually(zk: &ZooKeeper, path: &str, patience: Patience) -> Result<()> {

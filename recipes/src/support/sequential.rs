@@ -37,26 +37,9 @@ impl SeqDir<'_> {
 ///
 /// This does not check the sequence number: recipes that order by it use
 /// [`create_member`].
-pub(crate) fn create_sequential(
-    zk: &ZooKeeper,
-    dir: &str,
-    tag: &str,
-    data: &[u8],
-    nodes: &NodeOptions,
-    patience: impl Into<Patience>,
-) -> Result<String> {
-    block_on(create_sequential_async(
-        zk,
-        dir,
-        tag,
-        data,
-        nodes,
-        patience.into(),
-    ))
-}
-
-/// [`create_sequential`], async. Dropped before it returns, it withdraws a create already
-/// sent (see [`create_sequential_stat`]); the caller owns the node once this returns.
+///
+/// Dropped before it returns, it withdraws a create already sent (see
+/// [`create_sequential_stat`]); the caller owns the node once this returns.
 pub(crate) async fn create_sequential_async(
     zk: &ZooKeeper,
     dir: &str,
@@ -74,7 +57,7 @@ pub(crate) async fn create_sequential_async(
     Ok(name)
 }
 
-/// [`create_sequential`], also returning the new node's stat.
+/// [`create_sequential_async`], also returning the new node's stat.
 pub(super) async fn create_sequential_stat(
     zk: &ZooKeeper,
     dir: &SeqDir<'_>,
@@ -207,7 +190,7 @@ pub(crate) struct Created {
     pub(crate) czxid: i64,
 }
 
-/// Creates an ephemeral sequential member `dir/{tag}NNNNNNNNNN` as [`create_sequential`]
+/// Creates an ephemeral sequential member `dir/{tag}NNNNNNNNNN` as [`create_sequential_async`]
 /// does, making sure its number is one the recipe may order by: below the directory's
 /// limit ([`NodeOptions::sequence_limit`], by default
 /// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT)) and not negative. The step every

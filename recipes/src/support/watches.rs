@@ -68,7 +68,7 @@ pub(crate) fn await_watch(
     }
 }
 
-/// How a [`wait_for_change`] ended.
+/// How a [`wait_for_change_async`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NodeWait {
     /// The watch fired: a wake-up.
@@ -177,14 +177,4 @@ impl Drop for Withdraw<'_> {
             withdraw_watch(self.zk, watch);
         }
     }
-}
-
-/// [`wait_for_change_async`], blocking.
-pub(crate) fn wait_for_change(
-    zk: &ZooKeeper,
-    path: &str,
-    patience: Patience,
-    waiting: &AtomicU64,
-) -> Result<NodeWait> {
-    block_on(wait_for_change_async(zk, path, patience, waiting))
 }

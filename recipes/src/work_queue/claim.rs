@@ -1,72 +1,14 @@
-//! Claiming an item: the shared listing, the head's watches, the claim multi and its
-//! lost-reply resolution, dead letters.
+//! Claiming an item: the shared listing, the claim multi and its lost-reply resolution
+//! (settled in the background when the take is dropped meanwhile), dead letters.
 
 use super::*;
 
-// ---------------------------------------------------------------------------------------
-// Claiming.
-// ---------------------------------------------------------------------------------------
-
 impl WorkQueue {
-    pub(super) fn take_until(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
-        if let Some(item) = self.claim_any(deadline, false)? {
-            return Ok(Some(item));
-        }
-        if deadline.expired() {
-            return Ok(None);
-        }
-        let Some(waiter) = self.join_line()? else {
-            // No place in line (its counter is at its end and peers keep it busy): wait as
-            // an extra head instead. More wake-ups, same exclusivity.
-            return self.head_turn(deadline);
-        };
-        let result = self.wait_in_line(&waiter, deadline);
-        // Leaving the line wakes our successor (only it).
-        let path = format!("{}/{waiter}", self.waiters);
-        if let Err(error) = delete_eventually(&self.zk, &path, self.patience) {
-            log::debug!("work queue: leaving the line ({path}): {error}");
-        }
-        result
-    }
-
-    /// Joins the line of idle consumers (found again by its guid if the reply is lost).
-    /// `None` if the line's counter is at its end and the line could not be restarted
-    /// (peers are in it): a waiter node past the end is removed at once, it takes no part.
-    pub(super) fn join_line(&self) -> Result<Option<String>> {
-        for _ in 0..2 {
-            let tag = format!("{}-w-", guid());
-            let waiter = create_sequential(
-                &self.zk,
-                &self.waiters,
-                &tag,
-                b"",
-                &self.store.nodes,
-                self.patience,
-            )?;
-            if name_in_range(&waiter) {
-                return Ok(Some(waiter));
-            }
-            let path = format!("{}/{waiter}", self.waiters);
-            delete_node(&self.zk, &path, self.patience)?;
-            let restart = restart_dir(
-                &self.zk,
-                &self.waiters,
-                &[],
-                &self.store.nodes,
-                self.patience,
-            )?;
-            if restart == Restart::NotEmpty {
-                break;
-            }
-        }
-        Ok(None)
-    }
-
     /// The item names of a listing in order, after removing orphans past the counter's
     /// end.
-    pub(super) fn sorted(&self, children: Vec<String>) -> VecDeque<String> {
+    pub(super) async fn sorted(&self, children: Vec<String>) -> VecDeque<String> {
         let (items, past_end) = split_items(children);
-        self.store.remove_orphans(&self.zk, &past_end);
+        self.store.remove_orphans_async(&self.zk, &past_end).await;
         items.into()
     }
 
@@ -76,21 +18,22 @@ impl WorkQueue {
     ///
     /// Each item name comes from one listing and is tried at most once per listing, so
     /// draining N items costs O(N) names listed, not O(N²).
-    pub(super) fn claim_any(
+    pub(super) async fn claim_any(
         &self,
         deadline: Deadline,
         mut listed: bool,
     ) -> Result<Option<WorkItem>> {
         loop {
-            if let Some(item) = self.claim_cached(deadline)? {
+            if let Some(item) = self.claim_cached(deadline).await? {
                 return Ok(Some(item));
             }
             if listed {
                 return Ok(None);
             }
             let patience = self.patience.before(deadline);
-            let children = children_or_none(&self.zk, &self.store.items, patience)?;
-            *self.cache.lock() = self.sorted(children);
+            let children = children_or_none_async(&self.zk, &self.store.items, patience).await?;
+            let sorted = self.sorted(children).await;
+            *self.cache.lock() = sorted;
             listed = true;
         }
     }
@@ -99,7 +42,7 @@ impl WorkQueue {
     /// random one of the first `spread + 1` names: 0 while claims do not collide (FIFO),
     /// wider while they do, so competing consumers spread over the head of the queue
     /// instead of all racing for its first item.
-    pub(super) fn claim_cached(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
+    pub(super) async fn claim_cached(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
         loop {
             let name = {
                 let mut cache = self.cache.lock();
@@ -110,7 +53,14 @@ impl WorkQueue {
                 let at = random_below(cache.len().min(spread + 1));
                 cache.remove(at).unwrap_or_default()
             };
-            match self.claim(&name, deadline)? {
+            // A take dropped meanwhile leaves the name for the next take of this value.
+            let mut trying = Trying {
+                queue: self,
+                name: Some(name),
+            };
+            let claimed = self.claim(trying.name(), deadline).await;
+            trying.name = None;
+            match claimed? {
                 Claim::Taken(item) => {
                     let _ = self
                         .spread
@@ -130,26 +80,29 @@ impl WorkQueue {
         }
     }
 
-    pub(super) fn claim(&self, name: &str, deadline: Deadline) -> Result<Claim> {
+    pub(super) async fn claim(&self, name: &str, deadline: Deadline) -> Result<Claim> {
         let item_path = format!("{}/{name}", self.store.items);
         let lock_path = format!("{}/{name}", self.locks);
         let patience = self.patience.before(deadline);
         // One round trip: the item (data and version) and whether it is locked.
-        let (item, locked) = retry(&self.zk, patience, || {
+        let (item, locked) = retry_async(&self.zk, patience, || {
             let item = self.zk.get_async(&item_path);
             let lock = self.zk.exists_async(&lock_path);
-            let (item, lock) = (item.wait(), lock.wait());
-            let locked = match lock {
-                Ok(stat) => stat.is_some(),
-                Err(Error::NoNode) => false,
-                Err(error) => return Err(error),
-            };
-            match item {
-                Ok(found) => Ok((Some(found), locked)),
-                Err(Error::NoNode) => Ok((None, locked)),
-                Err(error) => Err(error),
+            async move {
+                let (item, lock) = (item.await, lock.await);
+                let locked = match lock {
+                    Ok(stat) => stat.is_some(),
+                    Err(Error::NoNode) => false,
+                    Err(error) => return Err(error),
+                };
+                match item {
+                    Ok(found) => Ok((Some(found), locked)),
+                    Err(Error::NoNode) => Ok((None, locked)),
+                    Err(error) => Err(error),
+                }
             }
-        })?;
+        })
+        .await?;
         let Some((data, stat)) = item else {
             return Ok(Claim::Missed);
         };
@@ -160,10 +113,11 @@ impl WorkQueue {
             // The item's version counts its claims (each rewrites it once; nothing else
             // writes it).
             if stat.version >= dead.max_attempts {
-                return self.bury(dead, name, &data, stat.version, patience);
+                return self.bury(dead, name, &data, stat.version, patience).await;
             }
         }
         let claim_id = guid();
+        let token = stat.version.wrapping_add(1);
         let ops = [
             Op::create(
                 &lock_path,
@@ -173,8 +127,19 @@ impl WorkQueue {
             ),
             Op::set_data(&item_path, &data, stat.version),
         ];
+        // From here the claim may apply: a take dropped before it is settled hands it to
+        // the background.
+        let mut pending = PendingClaim {
+            zk: &self.zk,
+            name,
+            item_path: &item_path,
+            lock_path: &lock_path,
+            claim_id: &claim_id,
+            token,
+            stage: None,
+        };
         let taken = loop {
-            match self.zk.multi(&ops) {
+            match pending.send(&ops).await {
                 Ok(_) => break true,
                 Err(Error::MultiFailed { index, error }) => match (index, *error) {
                     (0, Error::NodeExists) | (1, Error::NoNode) | (1, Error::BadVersion) => {
@@ -183,7 +148,7 @@ impl WorkQueue {
                     // The lock directory is missing (not created yet, or an empty
                     // container the server removed).
                     (0, Error::NoNode) => {
-                        ensure_dir(&self.zk, &self.locks, &self.store.nodes, patience)?
+                        ensure_dir_async(&self.zk, &self.locks, &self.store.nodes, patience).await?
                     }
                     (_, error) => return Err(error.into()),
                 },
@@ -191,9 +156,9 @@ impl WorkQueue {
                     // Applied or not? Our lock node carries this claim's id. (No deadline
                     // here: an applied claim must be found, not left locked.) `sync` first:
                     // the server we reconnected to may not have applied it yet.
-                    let looked = await_reconnect(&self.zk, self.patience, 1)
-                        .and_then(|()| retry(&self.zk, self.patience, || self.zk.sync(&lock_path)))
-                        .and_then(|_| retry(&self.zk, self.patience, || self.zk.get(&lock_path)));
+                    pending.stage = Some(ClaimStage::ReplyLost);
+                    let looked = self.look_at_lock(&lock_path).await;
+                    pending.stage = None;
                     break match looked {
                         Ok((owner, _)) => owner == claim_id.as_bytes(),
                         // Not applied (e.g. the lock directory was missing): send it
@@ -212,6 +177,7 @@ impl WorkQueue {
                 Err(error) => return Err(error.into()),
             }
         };
+        drop(pending);
         if !taken {
             return Ok(Claim::Missed);
         }
@@ -222,11 +188,18 @@ impl WorkQueue {
             item_path,
             lock_path,
             data,
-            token: stat.version.wrapping_add(1),
+            token,
             claim_id,
             patience: self.patience,
             finished: false,
         }))
+    }
+
+    /// The lock node after a lost reply: reconnected, then read after a `sync`.
+    async fn look_at_lock(&self, lock_path: &str) -> Result<(Vec<u8>, zookeeper::Stat)> {
+        reconnected(&self.zk, self.patience, 1).await?;
+        retry_async(&self.zk, self.patience, || self.zk.sync_async(lock_path)).await?;
+        retry_async(&self.zk, self.patience, || self.zk.get_async(lock_path)).await
     }
 
     /// Moves the item `name` (unlocked, at `version`, holding `data`) to the dead-letter
@@ -236,8 +209,9 @@ impl WorkQueue {
     /// both a dead letter and the item, never neither. A lost reply needs no recovery
     /// read: applied, the item is gone; not applied, it is still in the queue and the
     /// next consumer to find it moves it (a second application is refused by the
-    /// version).
-    pub(super) fn bury(
+    /// version). Nothing to settle when the take is dropped meanwhile, for the same
+    /// reason.
+    pub(super) async fn bury(
         &self,
         dead: &DeadLetter,
         name: &str,
@@ -263,7 +237,7 @@ impl WorkQueue {
             ),
         ];
         loop {
-            match self.zk.multi(&ops) {
+            match self.zk.multi_async(&ops).await {
                 Ok(_) => {
                     log::debug!("work queue: {name} moved to {}", dead.dir);
                     bump(&self.counters.dead_lettered);
@@ -273,10 +247,10 @@ impl WorkQueue {
                     (0, Error::NodeExists) => return Ok(Claim::Locked),
                     (1, Error::NoNode) | (1, Error::BadVersion) => return Ok(Claim::Missed),
                     (0, Error::NoNode) => {
-                        ensure_dir(&self.zk, &self.locks, &self.store.nodes, patience)?
+                        ensure_dir_async(&self.zk, &self.locks, &self.store.nodes, patience).await?
                     }
                     (3, Error::NoNode) => {
-                        ensure_dir(&self.zk, &dead.dir, &self.store.nodes, patience)?
+                        ensure_dir_async(&self.zk, &dead.dir, &self.store.nodes, patience).await?
                     }
                     (_, error) => return Err(error.into()),
                 },
@@ -285,154 +259,107 @@ impl WorkQueue {
             }
         }
     }
+}
 
-    /// Waits in line until this waiter is the head, then watches the queue as the head
-    /// until it claims an item or the deadline passes. Waiters past the line counter's
-    /// end take no part (their owners remove them).
-    pub(super) fn wait_in_line(
-        &self,
-        waiter: &str,
-        deadline: Deadline,
-    ) -> Result<Option<WorkItem>> {
-        let patience = self.patience.before(deadline);
-        loop {
-            let children = retry(&self.zk, patience, || self.zk.get_children(&self.waiters))?;
-            let mut line = members(children, ANY_NAME);
-            line.retain(|w| w.in_range());
-            let Some(position) = line.iter().position(|w| w.name == waiter) else {
-                return Err(RecipeError::Lost(LossReason::NodeGone));
-            };
-            if position == 0 {
-                return self.head_turn(deadline);
-            }
-            let predecessor = format!("{}/{}", self.waiters, line[position - 1].name);
-            match wait_for_change(&self.zk, &predecessor, patience, &self.waiting)? {
-                NodeWait::Fired => {
-                    bump(&self.counters.wakeups);
-                    bump(&self.counters.notifications);
-                }
-                NodeWait::LookAgain => {}
-                NodeWait::TimedOut => return Ok(None),
-            }
-        }
+/// A cached name being tried: back at the front of the cache if the take is dropped
+/// meanwhile (an item a dropped claim took is released again, so it may be free by the
+/// next try; if not, that try skips it).
+struct Trying<'a> {
+    queue: &'a WorkQueue,
+    /// Taken out once the try has ended.
+    name: Option<String>,
+}
+
+impl Trying<'_> {
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
     }
+}
 
-    /// Takes a fired event out of a kept watch; `Err` for a session-ending event.
-    pub(super) fn drain(&self, slot: &mut Option<Watch>) -> Result<()> {
-        if let Some(watch) = slot {
-            match watch.try_get() {
-                Ok(None) => {}
-                Ok(Some(event)) => {
-                    *slot = None;
-                    bump(&self.counters.notifications);
-                    check_event(event)?;
-                }
-                Err(error) => {
-                    *slot = None;
-                    return Err(error.into());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Arms the head's missing watches: a child watch on the items (puts) and one on the
-    /// locks (releases, completions, crashed holders), both requests pipelined. Returns
-    /// the items listing if the items watch was armed now (a fresh listing made after
-    /// both watches were registered).
-    pub(super) fn arm(
-        &self,
-        head: &mut HeadWatches,
-        deadline: Deadline,
-    ) -> Result<Option<Vec<String>>> {
-        let patience = self.patience.before(deadline);
-        let mut fresh = None;
-        let mut attempt = 0;
-        loop {
-            let items = head
-                .items
-                .is_none()
-                .then(|| self.zk.get_children_watch_async(&self.store.items));
-            let locks = head
-                .locks
-                .is_none()
-                .then(|| self.zk.get_children_watch_async(&self.locks));
-            let mut failure = None;
-            if let Some(listing) = items {
-                match listing.wait() {
-                    Ok((names, watch)) => {
-                        head.items = Some(watch);
-                        fresh = Some(names);
-                    }
-                    Err(error) => failure = Some(error),
-                }
-            }
-            if let Some(listing) = locks {
-                match listing.wait() {
-                    Ok((_, watch)) => head.locks = Some(watch),
-                    Err(error) => failure = failure.or(Some(error)),
-                }
-            }
-            match failure {
-                None => return Ok(fresh),
-                Some(Error::NoNode) => {
-                    // A directory is missing: a child watch needs the node.
-                    ensure_dir(&self.zk, &self.store.items, &self.store.nodes, patience)?;
-                    ensure_dir(&self.zk, &self.locks, &self.store.nodes, patience)?;
-                }
-                Some(error) if error.is_retryable() => {
-                    attempt += 1;
-                    await_reconnect(&self.zk, patience, attempt)?;
-                }
-                Some(error) => return Err(error.into()),
-            }
-        }
-    }
-
-    /// The head's turn: watch items and locks (armed before looking), claim what is
-    /// free, sleep until either changes.
-    pub(super) fn head_turn(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
-        // Another thread of this value may be head already (a consumer without a place
-        // in line waits as one too): wait for it no longer than our own deadline.
-        let mut head = match deadline.instant() {
-            None => self.head.lock(),
-            Some(at) => match self.head.try_lock_until(at) {
-                Some(head) => head,
-                None => return Ok(None),
-            },
-        };
-        loop {
-            let HeadWatches { items, locks } = &mut *head;
-            self.drain(items)?;
-            self.drain(locks)?;
-            let listed = match self.arm(&mut head, deadline)? {
-                Some(children) => {
-                    *self.cache.lock() = self.sorted(children);
-                    true
-                }
-                None => false,
-            };
-            if let Some(item) = self.claim_any(deadline, listed)? {
-                return Ok(Some(item));
-            }
-            if deadline.expired() {
-                return Ok(None);
-            }
-            let HeadWatches { items, locks } = &mut *head;
-            match counted_wait(&self.waiting, || wait_any(items, locks, deadline)) {
-                None => return Ok(None),
-                Some((fired, event)) => {
-                    bump(&self.counters.wakeups);
-                    bump(&self.counters.notifications);
-                    *fired = None;
-                    check_event(event?)?;
-                }
-            }
+impl Drop for Trying<'_> {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take() {
+            self.queue.cache.lock().push_front(name);
         }
     }
 }
 
-/// Deletes the lock `lock` on a cleanup thread if it is the one claim `claim_id` created
+/// How far an unsettled claim got.
+enum ClaimStage {
+    /// Sent, not answered yet.
+    Sent(zookeeper::ZkFuture<Vec<OpResult>>),
+    /// Its reply was lost: whether it applied is being found out.
+    ReplyLost,
+}
+
+/// A claim (lock create + item rewrite) whose outcome the take has not settled yet. If
+/// the take's future is dropped meanwhile, the claim is settled in the background: an
+/// applied claim is released again (as a dropped [`WorkItem`] is), one whose reply was
+/// lost has its lock removed with the ownership check ([`drop_lock_later`]). So a
+/// dropped take never keeps an item locked for the life of its session, and never takes
+/// one from the queue.
+struct PendingClaim<'a> {
+    zk: &'a ZooKeeper,
+    name: &'a str,
+    item_path: &'a str,
+    lock_path: &'a str,
+    claim_id: &'a str,
+    /// The item's version once the claim applied.
+    token: i32,
+    stage: Option<ClaimStage>,
+}
+
+impl PendingClaim<'_> {
+    /// Sends the claim and waits for its reply (settled in the background if dropped
+    /// meanwhile).
+    async fn send(&mut self, ops: &[Op]) -> zookeeper::Result<Vec<OpResult>> {
+        self.stage = Some(ClaimStage::Sent(self.zk.multi_async(ops)));
+        let reply = match self.stage.as_mut() {
+            Some(ClaimStage::Sent(claim)) => claim.await,
+            _ => unreachable!("just sent"),
+        };
+        self.stage = None;
+        reply
+    }
+}
+
+impl Drop for PendingClaim<'_> {
+    fn drop(&mut self) {
+        let Some(stage) = self.stage.take() else {
+            return;
+        };
+        let (lock, claim_id) = (self.lock_path.to_string(), self.claim_id.to_string());
+        let claim = match stage {
+            ClaimStage::ReplyLost => return drop_lock_later(self.zk, &lock, &claim_id),
+            ClaimStage::Sent(claim) => claim,
+        };
+        // Weak: the settling never keeps a session open its user has let go of (its lock
+        // goes with it then).
+        let zk = self.zk.downgrade();
+        let (name, item, token) = (
+            self.name.to_string(),
+            self.item_path.to_string(),
+            self.token,
+        );
+        spawn_detached("settling the claim of a dropped take", async move {
+            let reply = claim.await;
+            let Some(zk) = zk.upgrade() else {
+                return;
+            };
+            match reply {
+                // Ours: give it back.
+                Ok(_) => release_later(&zk, &name, &item, &lock, token),
+                // Not applied.
+                Err(Error::MultiFailed { .. }) => {}
+                // The session is over: the lock went with it.
+                Err(error) if error.is_session_terminal() => {}
+                Err(_) => drop_lock_later(&zk, &lock, &claim_id),
+            }
+        });
+    }
+}
+
+/// Deletes the lock `lock` in the background if it is the one claim `claim_id` created
 /// (after a `sync`), once the server is reachable; for a claim whose outcome could not be
 /// learnt.
 pub(super) fn drop_lock_later(zk: &ZooKeeper, lock: &str, claim_id: &str) {
@@ -454,37 +381,4 @@ pub(super) fn drop_lock_later(zk: &ZooKeeper, lock: &str, claim_id: &str) {
             }
         })
     });
-}
-
-/// Waits for the first of the two watches to fire; returns its slot and event, or `None`
-/// at the deadline.
-pub(super) fn wait_any<'a>(
-    items: &'a mut Option<Watch>,
-    locks: &'a mut Option<Watch>,
-    deadline: Deadline,
-) -> Option<(&'a mut Option<Watch>, zookeeper::Result<WatchedEvent>)> {
-    let (items_index, locks_index, selected) = {
-        let mut select = Select::new();
-        let items_index = items.as_ref().map(|w| select.recv(w.receiver()));
-        let locks_index = locks.as_ref().map(|w| select.recv(w.receiver()));
-        let op = match deadline.instant() {
-            None => select.select(),
-            Some(deadline) => select.select_deadline(deadline).ok()?,
-        };
-        let index = op.index();
-        let event = if Some(index) == items_index {
-            op.recv(items.as_ref()?.receiver())
-        } else {
-            op.recv(locks.as_ref()?.receiver())
-        };
-        (items_index, locks_index, (index, event))
-    };
-    let (index, event) = selected;
-    let event = event.map_err(|_| Error::Closed);
-    if Some(index) == items_index {
-        Some((items, event))
-    } else {
-        debug_assert_eq!(Some(index), locks_index);
-        Some((locks, event))
-    }
 }

@@ -5,6 +5,11 @@ use super::*;
 /// An item claimed from a [`WorkQueue`]: finish it with [`complete`](Self::complete) or
 /// give it back with [`release`](Self::release). Dropping it releases it in the
 /// background (the drop itself never waits for the server).
+///
+/// The async forms [`complete_async`](Self::complete_async) and
+/// [`release_async`](Self::release_async) are the same protocol; dropped before they
+/// return, the item is released in the background unless the completion applied, so it
+/// ends completed once or back in the queue, never locked for the life of the session.
 pub struct WorkItem {
     pub(super) zk: ZooKeeper,
     pub(super) name: String,
@@ -47,8 +52,19 @@ impl WorkItem {
     /// Whether this claim still owns the item (its lock exists and is ours, and nobody
     /// re-claimed the item). A point-in-time answer.
     pub fn is_held(&self) -> Result<bool> {
-        let lock = retry(&self.zk, self.patience, || self.zk.get(&self.lock_path));
-        let item = retry(&self.zk, self.patience, || self.zk.exists(&self.item_path))?;
+        block_on(self.is_held_async())
+    }
+
+    /// [`is_held`](Self::is_held), async.
+    pub async fn is_held_async(&self) -> Result<bool> {
+        let lock = retry_async(&self.zk, self.patience, || {
+            self.zk.get_async(&self.lock_path)
+        })
+        .await;
+        let item = retry_async(&self.zk, self.patience, || {
+            self.zk.exists_async(&self.item_path)
+        })
+        .await?;
         Ok(match (lock, item) {
             (Ok((owner, _)), Some(stat)) => {
                 owner == self.claim_id.as_bytes() && stat.version == self.token
@@ -64,21 +80,33 @@ impl WorkItem {
     /// If the connection stays down longer than the reconnect timeout the error is the
     /// connection loss, and the item is released in the background (so it is done
     /// again: at-least-once) unless the completion turns out to have been applied.
-    pub fn complete(mut self) -> Result<()> {
-        self.finished = true;
+    pub fn complete(self) -> Result<()> {
+        block_on(self.complete_async())
+    }
+
+    /// [`complete`](Self::complete), async. Dropped before it returns, the item is
+    /// released in the background (refused, harmlessly, if the completion applied).
+    pub async fn complete_async(mut self) -> Result<()> {
         let ops = [
             Op::delete(&self.item_path, self.token),
             Op::delete(&self.lock_path, -1),
         ];
-        let result = self.finish(&ops, true);
+        let result = self.finish(&ops, true).await;
+        self.finished = true;
         self.release_later_if_unreachable(&result);
         result
     }
 
     /// Gives the item back (deletes the lock), if this claim still owns it.
-    pub fn release(mut self) -> Result<()> {
+    pub fn release(self) -> Result<()> {
+        block_on(self.release_async())
+    }
+
+    /// [`release`](Self::release), async. Dropped before it returns, the release goes
+    /// on in the background.
+    pub async fn release_async(mut self) -> Result<()> {
+        let result = self.finish(&self.release_ops(), false).await;
         self.finished = true;
-        let result = self.finish(&self.release_ops(), false);
         self.release_later_if_unreachable(&result);
         result
     }
@@ -91,21 +119,15 @@ impl WorkItem {
         ]
     }
 
-    /// Releases on a cleanup thread until applied, refused (the claim is no longer ours)
-    /// or the session ends. A release sent again after a lost reply is harmless: if the
-    /// first applied, the second is refused.
+    /// Releases in the background (see [`release_later`]).
     pub(super) fn release_in_background(&self) {
-        let ops = self.release_ops();
-        let what = format!("releasing {}", self.name);
-        finish_later(&self.zk, what, move |zk| {
-            let ops = ops.clone();
-            Box::pin(async move {
-                match zk.multi_async(&ops).await {
-                    Ok(_) | Err(Error::MultiFailed { .. }) => Ok(()),
-                    Err(error) => Err(error),
-                }
-            })
-        });
+        release_later(
+            &self.zk,
+            &self.name,
+            &self.item_path,
+            &self.lock_path,
+            self.token,
+        );
     }
 
     /// The server could not be reached: make sure our lock goes eventually (it is
@@ -120,19 +142,25 @@ impl WorkItem {
 
     /// Runs a completing or releasing multi, resolving a lost reply by looking (after a
     /// `sync`, so the server we reconnected to has applied what the old connection sent).
-    pub(super) fn finish(&self, ops: &[Op], completing: bool) -> Result<()> {
+    pub(super) async fn finish(&self, ops: &[Op], completing: bool) -> Result<()> {
         let mut attempt = 0;
         loop {
-            match self.zk.multi(ops) {
+            match self.zk.multi_async(ops).await {
                 Ok(_) => return Ok(()),
                 Err(Error::MultiFailed { .. }) => {
                     return Err(RecipeError::Lost(LossReason::NotHeld))
                 }
                 Err(error) if error.is_connection_loss() => {
                     attempt += 1;
-                    await_reconnect(&self.zk, self.patience, attempt)?;
-                    retry(&self.zk, self.patience, || self.zk.sync(&self.lock_path))?;
-                    let lock = retry(&self.zk, self.patience, || self.zk.get(&self.lock_path));
+                    reconnected(&self.zk, self.patience, attempt).await?;
+                    retry_async(&self.zk, self.patience, || {
+                        self.zk.sync_async(&self.lock_path)
+                    })
+                    .await?;
+                    let lock = retry_async(&self.zk, self.patience, || {
+                        self.zk.get_async(&self.lock_path)
+                    })
+                    .await;
                     let ours = match lock {
                         Ok((owner, _)) => owner == self.claim_id.as_bytes(),
                         Err(RecipeError::ZooKeeper(Error::NoNode)) => false,
@@ -143,7 +171,10 @@ impl WorkItem {
                     }
                     // Our lock is gone while our session lives: only our multi removes it
                     // (applied), unless it was deleted behind our back.
-                    let item = retry(&self.zk, self.patience, || self.zk.exists(&self.item_path))?;
+                    let item = retry_async(&self.zk, self.patience, || {
+                        self.zk.exists_async(&self.item_path)
+                    })
+                    .await?;
                     let applied = if completing {
                         item.is_none()
                     } else {
@@ -161,9 +192,28 @@ impl WorkItem {
     }
 }
 
+/// Releases the claim `token` of item `name` (at `item`, locked by `lock`) in the
+/// background: `multi(check item at token, delete lock)` until applied, refused (the
+/// claim is no longer ours, or the item was completed) or the session ends. A release
+/// sent again after a lost reply is harmless: if the first applied, the second is
+/// refused.
+pub(super) fn release_later(zk: &ZooKeeper, name: &str, item: &str, lock: &str, token: i32) {
+    let ops = vec![Op::check(item, token), Op::delete(lock, -1)];
+    let what = format!("releasing {name}");
+    finish_later(zk, what, move |zk| {
+        let ops = ops.clone();
+        Box::pin(async move {
+            match zk.multi_async(&ops).await {
+                Ok(_) | Err(Error::MultiFailed { .. }) => Ok(()),
+                Err(error) => Err(error),
+            }
+        })
+    });
+}
+
 impl Drop for WorkItem {
-    /// Gives an unfinished item back without waiting: the release runs on a cleanup
-    /// thread, so dropping never blocks (it used to wait out a lost connection).
+    /// Gives an unfinished item back without waiting: the release runs in the
+    /// background, so dropping never blocks (it used to wait out a lost connection).
     fn drop(&mut self) {
         if self.finished {
             return;

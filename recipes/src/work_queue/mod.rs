@@ -49,7 +49,8 @@
 //!   changes nothing.
 //! - [`WorkItem::release`]: `multi(check item at version token, delete lock)`: the item
 //!   becomes available again, to the head of the line. Dropping an unfinished item
-//!   releases it on a cleanup thread, so a drop never waits for the server.
+//!   releases it in the background (a task on the recipes' driver), so a drop never
+//!   waits for the server.
 //! - A lost reply is resolved by reading the lock (and item) again after a `sync`, so a
 //!   member that has not applied the multi yet cannot make an applied completion look
 //!   lost, or leave the lock behind.
@@ -87,6 +88,23 @@
 //! empty; otherwise that consumer waits without a place in line, as an extra head:
 //! more wake-ups, the same exclusivity (the line only spares wake-ups; claims are what
 //! make an item one consumer's).
+//!
+//! # Async
+//! [`WorkQueue::take_async`], [`try_take_async`](WorkQueue::try_take_async),
+//! [`put_async`](WorkQueue::put_async), [`WorkItem::complete_async`] and the other
+//! `*_async` methods are the protocol itself, as async code over the client's futures and
+//! watches; the blocking calls drive the same futures on the caller's thread. A pending
+//! async take costs no thread. Dropping its future at any point withdraws what it
+//! started: its place in line (its waiter node, deleted in the background if need be),
+//! its watches (a head's kept watches too). A claim already sent when the take is
+//! dropped is settled in the background: if it applied, the item is released again (the
+//! lock deleted with the ownership check), so it is neither lost nor held for the life
+//! of the session. An item claimed for a future dropped before it returned is a dropped
+//! [`WorkItem`]: released in the background. A dropped
+//! [`complete_async`](WorkItem::complete_async) or
+//! [`release_async`](WorkItem::release_async) releases the item unless the completion
+//! applied: it ends completed once or back in the queue. A dropped `put_async` may or
+//! may not have added its item (never twice); its receipt is removed in the background.
 //!
 //! # Guarantees
 //! - An item is held by at most one consumer at a time (while sessions live); it is
@@ -130,27 +148,34 @@
 
 mod claim;
 mod item;
+mod line;
 
 pub use item::*;
 
 use crate::error::LossReason;
 use crate::queue::{split_items, ItemStore, RECEIPTS};
-use crate::recovery::{children_or_none, name_in_range, random_below, restart_dir, Restart};
+use crate::recovery::{
+    children_or_none_async, name_in_range, random_below, restart_dir_async, Restart,
+};
+use crate::runtime::{block_on, spawn_detached, until};
 use crate::support::{
-    await_reconnect, check_base_path, check_event, counted_wait, create_sequential,
-    default_reconnect_timeout, delete_eventually, delete_node, ensure_dir, finish_later, members,
-    retry, wait_for_change, Deadline, NodeWait, Patience, ANY_NAME,
+    check_base_path, check_event, create_sequential_async, default_reconnect_timeout,
+    delete_eventually_async, ensure_dir_async, finish_later, members, reconnected, retry_async,
+    wait_for_change_async, withdraw_watch, Counted, Deadline, DeleteOnDrop, NodeWait, Patience,
+    ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
-use crossbeam_channel::Select;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Poll, Waker};
 use std::time::Duration;
-use zookeeper::{CreateMode, Error, Op, Timeout, Watch, WatchedEvent, ZooKeeper};
+use zookeeper::{CreateMode, Error, Op, OpResult, Timeout, Watch, WatchedEvent, ZooKeeper};
 
 /// Largest item [`WorkQueue::put`] accepts: the client's data limit less room for the
 /// lock node a claim creates in the same multi.
@@ -163,7 +188,7 @@ const MAX_SPREAD: usize = 31;
 /// Counters of one [`WorkQueue`] value (one consumer when each worker has its own).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkQueueStats {
-    /// Times a thread blocked in `take` was woken by a watch (as head of the line by the
+    /// Times a take waiting in `take` was woken by a watch (as head of the line by the
     /// queue's watches, or as a waiter by its predecessor leaving).
     pub wakeups: u64,
     /// Watch notifications received in all (wake-ups, plus events of watches kept armed
@@ -197,11 +222,21 @@ struct HeadWatches {
     locks: Option<Watch>,
 }
 
+/// The head's part of a value: its kept watches, and whether one of its takes is in its
+/// head turn (one at a time; the others wait for the role, no lock held meanwhile).
+#[derive(Default)]
+struct Head {
+    busy: bool,
+    watches: HeadWatches,
+    /// Takes waiting for the role.
+    wakers: Vec<Waker>,
+}
+
 /// A locking work queue (see the [module docs](self)).
 ///
 /// `Send + Sync`. Give each worker its own value to get per-worker [`stats`](Self::stats);
-/// threads sharing a value are separate consumers in the waiting line all the same (and
-/// share one cached listing).
+/// threads or tasks sharing a value are separate consumers in the waiting line all the
+/// same (and share one cached listing).
 pub struct WorkQueue {
     zk: ZooKeeper,
     path: String,
@@ -210,7 +245,7 @@ pub struct WorkQueue {
     locks: String,
     waiters: String,
     patience: Patience,
-    head: Mutex<HeadWatches>,
+    head: Mutex<Head>,
     /// Item names from the last listing not yet tried, in sequence order.
     cache: Mutex<VecDeque<String>>,
     /// How far past the first known item a claim may start: grows when claims collide
@@ -252,9 +287,9 @@ impl Drop for WorkQueue {
     fn drop(&mut self) {
         // Take the kept head watches off locally, so they do not stay registered until
         // the queue next changes.
-        let mut head = self.head.lock();
+        let head = &mut self.head.get_mut().watches;
         for watch in [head.items.take(), head.locks.take()].into_iter().flatten() {
-            let _ = self.zk.remove_watch(&watch);
+            withdraw_watch(&self.zk, &watch);
         }
     }
 }
@@ -276,7 +311,7 @@ impl WorkQueue {
             locks: format!("{path}/locks"),
             waiters: format!("{path}/waiters"),
             patience: Patience::reconnect(default_reconnect_timeout(zk)),
-            head: Mutex::new(HeadWatches::default()),
+            head: Mutex::new(Head::default()),
             cache: Mutex::new(VecDeque::new()),
             spread: AtomicUsize::new(0),
             counters: Counters::default(),
@@ -330,10 +365,15 @@ impl WorkQueue {
     /// The names of the dead letters now (`<item name>-<seq>`, each holding the item's
     /// data), in the order they were moved; empty if dead-lettering is off.
     pub fn dead_letters(&self) -> Result<Vec<String>> {
+        block_on(self.dead_letters_async())
+    }
+
+    /// [`dead_letters`](Self::dead_letters), async.
+    pub async fn dead_letters_async(&self) -> Result<Vec<String>> {
         let Some(dead) = &self.dead_letter else {
             return Ok(Vec::new());
         };
-        let children = children_or_none(&self.zk, &dead.dir, self.patience)?;
+        let children = children_or_none_async(&self.zk, &dead.dir, self.patience).await?;
         Ok(members(children, ANY_NAME)
             .into_iter()
             .map(|m| m.name)
@@ -351,12 +391,18 @@ impl WorkQueue {
     /// is empty, and fails with [`RecipeError::SequenceExhausted`] (adding nothing) if
     /// it is not.
     pub fn put(&self, data: &[u8]) -> Result<()> {
+        block_on(self.put_async(data))
+    }
+
+    /// [`put`](Self::put), async. Dropped before it returns, the item may or may not have
+    /// been added (never twice); its put receipt is removed in the background.
+    pub async fn put_async(&self, data: &[u8]) -> Result<()> {
         if data.len() > MAX_ITEM_LEN {
             return Err(RecipeError::InvalidArgument(
                 "work item larger than MAX_ITEM_LEN",
             ));
         }
-        self.store.put(&self.zk, data, self.patience)
+        self.store.put_async(&self.zk, data, self.patience).await
     }
 
     /// Adds `items` as one batch, in one round trip: all of them exactly once, in order
@@ -368,57 +414,112 @@ impl WorkQueue {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
+        block_on(self.put_all_async(items))
+    }
+
+    /// [`put_all`](Self::put_all), async. Dropped before it returns, the batch may or may
+    /// not have been added (all or none, never twice); its receipts are removed in the
+    /// background.
+    pub async fn put_all_async<I>(&self, items: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
         let items: Vec<I::Item> = items.into_iter().collect();
         if items.iter().any(|data| data.as_ref().len() > MAX_ITEM_LEN) {
             return Err(RecipeError::InvalidArgument(
                 "work item larger than MAX_ITEM_LEN",
             ));
         }
-        self.store.put_all(&self.zk, &items, "", self.patience)
+        let items: Vec<&[u8]> = items.iter().map(AsRef::as_ref).collect();
+        self.store
+            .put_all_async(&self.zk, &items, "", self.patience)
+            .await
     }
 
     /// Claims the first available item without waiting.
     pub fn try_take(&self) -> Result<Option<WorkItem>> {
-        self.claim_any(Deadline::never(), false)
+        block_on(self.try_take_async())
+    }
+
+    /// [`try_take`](Self::try_take), async (see [`take_async`](Self::take_async) on
+    /// dropping it).
+    pub async fn try_take_async(&self) -> Result<Option<WorkItem>> {
+        self.claim_any(Deadline::never(), false).await
     }
 
     /// Claims an item, waiting at most `timeout` ([`Timeout::Never`]: as long as it
     /// takes): `Err(Timeout)` if none became available.
     pub fn take(&self, timeout: impl Into<Timeout>) -> Result<WorkItem> {
+        block_on(self.take_async(timeout))
+    }
+
+    /// [`take`](Self::take), async (the timeout counts from this call); no thread waits
+    /// for it. Dropping the future at any point withdraws the take: its place in line
+    /// and its watches; a claim in flight is settled in the background, an item it took
+    /// released again (see the [module docs](self#async)).
+    pub fn take_async(
+        &self,
+        timeout: impl Into<Timeout>,
+    ) -> impl Future<Output = Result<WorkItem>> + Send + '_ {
         let deadline = timeout.into().deadline();
-        loop {
-            if let Some(item) = self.take_until(deadline)? {
-                return Ok(item);
-            }
-            if deadline.expired() {
-                return Err(RecipeError::Timeout);
+        async move {
+            loop {
+                if let Some(item) = self.take_until(deadline).await? {
+                    return Ok(item);
+                }
+                if deadline.expired() {
+                    return Err(RecipeError::Timeout);
+                }
             }
         }
     }
 
     /// Items in the queue now, in progress or not.
     pub fn len(&self) -> Result<usize> {
-        let children = children_or_none(&self.zk, &self.store.items, self.patience)?;
+        block_on(self.len_async())
+    }
+
+    /// [`len`](Self::len), async.
+    pub async fn len_async(&self) -> Result<usize> {
+        let children = children_or_none_async(&self.zk, &self.store.items, self.patience).await?;
         Ok(split_items(children).0.len())
     }
 
     /// Whether the queue holds no items now.
     pub fn is_empty(&self) -> Result<bool> {
-        self.len().map(|n| n == 0)
+        block_on(self.is_empty_async())
+    }
+
+    /// [`is_empty`](Self::is_empty), async.
+    pub async fn is_empty_async(&self) -> Result<bool> {
+        self.len_async().await.map(|n| n == 0)
     }
 
     /// Items being worked on now (locked).
     pub fn in_progress(&self) -> Result<usize> {
-        children_or_none(&self.zk, &self.locks, self.patience).map(|locks| locks.len())
+        block_on(self.in_progress_async())
+    }
+
+    /// [`in_progress`](Self::in_progress), async.
+    pub async fn in_progress_async(&self) -> Result<usize> {
+        let locks = children_or_none_async(&self.zk, &self.locks, self.patience).await?;
+        Ok(locks.len())
     }
 
     /// Consumers waiting in line now (all values, all processes), from the server.
     pub fn waiters_in_line(&self) -> Result<usize> {
-        children_or_none(&self.zk, &self.waiters, self.patience).map(|waiters| waiters.len())
+        block_on(self.waiters_in_line_async())
     }
 
-    /// Threads of this value blocked right now on a watch in `take` (as head of the line
-    /// or behind another waiter; for monitoring and tests).
+    /// [`waiters_in_line`](Self::waiters_in_line), async.
+    pub async fn waiters_in_line_async(&self) -> Result<usize> {
+        let waiters = children_or_none_async(&self.zk, &self.waiters, self.patience).await?;
+        Ok(waiters.len())
+    }
+
+    /// Takes of this value waiting right now on a watch (as head of the line or behind
+    /// another waiter; for monitoring and tests).
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed) as usize
     }
