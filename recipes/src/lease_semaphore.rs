@@ -46,8 +46,9 @@ use crate::error::LossReason;
 use crate::lock::{uuid_text, Lock, LockLayout};
 use crate::runtime::block_on;
 use crate::support::{
-    await_watch, check_base_path, create_member, delete_eventually, delete_eventually_async,
-    delete_on_drop, op_deadline, retry, Deadline, Patience, SeqDir,
+    await_watch_async, check_base_path, create_dir_async, create_member_async,
+    delete_eventually_async, delete_on_drop, op_deadline, retry_async, Deadline, DeleteOnDrop,
+    Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
@@ -123,9 +124,16 @@ impl LeaseSemaphore {
 
     /// The number of leases held right now (all participants).
     pub fn held(&self) -> Result<usize> {
-        match retry(&self.zk, op_deadline(&self.zk), || {
-            self.zk.get_children(&self.leases_dir)
-        }) {
+        block_on(self.held_async())
+    }
+
+    /// [`held`](Self::held), async.
+    pub async fn held_async(&self) -> Result<usize> {
+        let listed = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
+            self.zk.get_children_async(&self.leases_dir)
+        })
+        .await;
+        match listed {
             Ok(children) => Ok(children.len()),
             Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(0),
             Err(error) => Err(error),
@@ -135,6 +143,13 @@ impl LeaseSemaphore {
     /// `n` leases within `timeout` (one deadline for all; [`Timeout::Never`]: as long as
     /// it takes), or `Err(Timeout)` and none held.
     pub fn acquire(&self, n: u32, timeout: impl Into<Timeout>) -> Result<Vec<Lease>> {
+        block_on(self.acquire_async(n, timeout))
+    }
+
+    /// [`acquire`](Self::acquire), async. Dropped before it returns, it withdraws what it
+    /// started: the leases taken so far are released, a lease request and the guard lock
+    /// are withdrawn.
+    pub async fn acquire_async(&self, n: u32, timeout: impl Into<Timeout>) -> Result<Vec<Lease>> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         if n == 0 || n > self.max {
             return Err(RecipeError::InvalidArgument(
@@ -147,7 +162,7 @@ impl LeaseSemaphore {
             let left = deadline.map_or(Duration::MAX, |at| {
                 at.saturating_duration_since(Instant::now())
             });
-            match self.acquire_one(left)? {
+            match self.acquire_one(left).await? {
                 Some(lease) => leases.push(lease),
                 // Dropping `leases` returns the ones taken so far.
                 None => return Err(RecipeError::Timeout),
@@ -157,14 +172,14 @@ impl LeaseSemaphore {
     }
 
     /// One lease within `timeout`.
-    fn acquire_one(&self, timeout: Duration) -> Result<Option<Lease>> {
+    async fn acquire_one(&self, timeout: Duration) -> Result<Option<Lease>> {
         let deadline = Deadline::after(timeout);
-        let Some(lock) = self.guard.acquire_within(timeout)? else {
+        let Some(lock) = self.guard.acquire_within_async(timeout).await? else {
             return Ok(None);
         };
         let result = match self.layout {
-            SemaphoreLayout::Curator => self.curator_lease(deadline),
-            SemaphoreLayout::Kazoo => self.kazoo_lease(deadline),
+            SemaphoreLayout::Curator => self.curator_lease(deadline).await,
+            SemaphoreLayout::Kazoo => self.kazoo_lease(deadline).await,
         };
         // The guard lock goes in any case (also on error or timeout).
         drop(lock);
@@ -172,7 +187,7 @@ impl LeaseSemaphore {
     }
 
     /// Curator: create the lease, keep it once the leases number at most `max`.
-    fn curator_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
+    async fn curator_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
         let patience = Patience::from(op_deadline(&self.zk));
         let dir = SeqDir {
             path: &self.leases_dir,
@@ -180,23 +195,26 @@ impl LeaseSemaphore {
             nodes: &self.nodes,
         };
         let tag = format!("_c_{}-lease-", uuid_text());
-        let created = create_member(&self.zk, &dir, &tag, b"", patience, deadline)?;
+        let created = create_member_async(&self.zk, &dir, &tag, b"", patience, deadline).await?;
         let lease = Lease {
             zk: self.zk.clone(),
             path: format!("{}/{}", self.leases_dir, created.name),
         };
         loop {
-            let (children, watch) = retry(&self.zk, op_deadline(&self.zk), || {
-                self.zk.get_children_watch(&self.leases_dir)
-            })?;
+            let (children, mut watch) = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
+                self.zk.get_children_watch_async(&self.leases_dir)
+            })
+            .await?;
             if !children.contains(&created.name) {
+                crate::support::withdraw_watch(&self.zk, &watch);
                 return Err(RecipeError::Lost(LossReason::NodeGone));
             }
             if children.len() <= self.max as usize {
                 crate::support::withdraw_watch(&self.zk, &watch);
                 return Ok(Some(lease));
             }
-            if await_watch(&self.zk, &watch, deadline, &self.waiting)?.is_none() {
+            let fired = await_watch_async(&self.zk, &mut watch, deadline, &self.waiting).await?;
+            if fired.is_none() {
                 // `lease` is dropped: withdrawn.
                 return Ok(None);
             }
@@ -204,21 +222,25 @@ impl LeaseSemaphore {
     }
 
     /// kazoo: check `max` in the path's data; create a lease once fewer than `max` exist.
-    fn kazoo_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
-        let step = op_deadline(&self.zk);
+    async fn kazoo_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
+        let step: Patience = op_deadline(&self.zk).into();
+        let zk = &self.zk;
         if !self.checked.load(Ordering::Relaxed) {
-            crate::util::ensure_path(&self.zk, &self.path)?;
+            let open = NodeOptions::default();
+            retry_async(zk, step, || create_dir_async(zk, &self.path, &open)).await?;
             let text = self.max.to_string();
-            let (data, stat) = retry(&self.zk, step, || self.zk.get(&self.path))?;
+            let (data, stat) = retry_async(zk, step, || zk.get_async(&self.path)).await?;
             if data.is_empty() {
-                match retry(&self.zk, step, || {
-                    self.zk.set(&self.path, text.as_bytes(), Some(stat.version))
-                }) {
+                let set = retry_async(zk, step, || {
+                    zk.set_async(&self.path, text.as_bytes(), Some(stat.version))
+                })
+                .await;
+                match set {
                     Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => {}
                     Err(error) => return Err(error),
                 }
-                retry(&self.zk, step, || self.zk.sync(&self.path))?;
-                let (data, _) = retry(&self.zk, step, || self.zk.get(&self.path))?;
+                retry_async(zk, step, || zk.sync_async(&self.path)).await?;
+                let (data, _) = retry_async(zk, step, || zk.get_async(&self.path)).await?;
                 if data != text.as_bytes() {
                     return Err(RecipeError::InvalidArgument("inconsistent max leases"));
                 }
@@ -228,28 +250,33 @@ impl LeaseSemaphore {
             self.checked.store(true, Ordering::Relaxed);
         }
         loop {
-            let (children, watch) = retry(&self.zk, step, || {
-                self.zk.get_children_watch(&self.leases_dir)
-            })?;
+            let (children, mut watch) =
+                retry_async(zk, step, || zk.get_children_watch_async(&self.leases_dir)).await?;
             if children.len() < self.max as usize {
-                crate::support::withdraw_watch(&self.zk, &watch);
+                crate::support::withdraw_watch(zk, &watch);
                 let path = format!("{}/{}", self.leases_dir, guid());
+                // From the first send the node may exist: a dropped or failed create
+                // leaves none behind.
+                let mut pending = DeleteOnDrop::armed(zk, &path);
                 // A unique name: after a lost reply, NodeExists is our own create.
-                match retry(&self.zk, step, || {
-                    self.zk.create(&path, b"", CreateMode::Ephemeral)
-                }) {
-                    Ok(_) | Err(RecipeError::ZooKeeper(Error::NodeExists)) => {}
-                    Err(error) => {
-                        let _ = delete_eventually(&self.zk, &path, step.into());
-                        return Err(error);
-                    }
+                let created = retry_async(zk, step, || {
+                    zk.create_async(&path, b"", CreateMode::Ephemeral)
+                })
+                .await;
+                match created {
+                    Ok(_) | Err(RecipeError::ZooKeeper(Error::NodeExists)) => pending.disarm(),
+                    Err(error) => return Err(error),
                 }
+                drop(pending);
                 return Ok(Some(Lease {
-                    zk: self.zk.clone(),
+                    zk: zk.clone(),
                     path,
                 }));
             }
-            if await_watch(&self.zk, &watch, deadline, &self.waiting)?.is_none() {
+            if await_watch_async(zk, &mut watch, deadline, &self.waiting)
+                .await?
+                .is_none()
+            {
                 return Ok(None);
             }
         }
@@ -273,10 +300,16 @@ impl Lease {
 
     /// Whether the lease node still exists (false after session expiry).
     pub fn is_held(&self) -> Result<bool> {
-        Ok(retry(&self.zk, op_deadline(&self.zk), || {
-            self.zk.exists(&self.path)
-        })?
-        .is_some())
+        block_on(self.is_held_async())
+    }
+
+    /// [`is_held`](Self::is_held), async.
+    pub async fn is_held_async(&self) -> Result<bool> {
+        let found = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
+            self.zk.exists_async(&self.path)
+        })
+        .await?;
+        Ok(found.is_some())
     }
 
     /// Releases the lease, reporting a failure to delete the node (if the server could

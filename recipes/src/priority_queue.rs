@@ -131,6 +131,22 @@ impl PriorityQueue {
             .put_all(queue.zk(), items, &tag, queue.patience())
     }
 
+    /// [`put_all`](Self::put_all), async (see [`Queue::put_all_async`]).
+    pub async fn put_all_async<I>(&self, items: I, priority: u32) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let tag = format!("p{priority:010}");
+        let owned: Vec<I::Item> = items.into_iter().collect();
+        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        let queue = &self.queue;
+        queue
+            .store()
+            .put_all_async(queue.zk(), &items, &tag, queue.patience())
+            .await
+    }
+
     /// Takes the item first in priority order without waiting: `None` if there is none now.
     pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
         self.queue.try_take()

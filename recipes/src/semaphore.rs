@@ -57,7 +57,7 @@ use crate::error::LossReason;
 use crate::runtime::block_on;
 use crate::support::{
     await_watch_async, check_base_path, create_member_async, default_op_timeout, op_deadline,
-    ordered_members, owned_node_guard, retry, retry_async, watch_node, withdraw_watch, Deadline,
+    ordered_members, owned_node_guard, retry_async, watch_node, withdraw_watch, Deadline,
     DeadlineExt, OwnedNode, Patience, SeqDir,
 };
 use crate::util::guid;
@@ -177,9 +177,16 @@ impl Semaphore {
 
     /// Number of lease requests (held and waiting) right now.
     pub fn requests(&self) -> Result<usize> {
-        match retry(&self.zk, op_deadline(&self.zk), || {
-            self.zk.get_children(&self.dir)
-        }) {
+        block_on(self.requests_async())
+    }
+
+    /// [`requests`](Self::requests), async.
+    pub async fn requests_async(&self) -> Result<usize> {
+        let listed = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
+            self.zk.get_children_async(&self.dir)
+        })
+        .await;
+        match listed {
             Ok(children) => Ok(ordered_members(children, &[LEASE], self.nodes.limit()).len()),
             Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(0),
             Err(error) => Err(error),

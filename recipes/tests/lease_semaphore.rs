@@ -115,3 +115,38 @@ fn lost_lease_create_is_not_repeated() {
         }));
     }
 }
+
+#[test]
+fn dropped_async_acquires_leave_nothing_behind() {
+    for layout in [SemaphoreLayout::Curator, SemaphoreLayout::Kazoo] {
+        let zk = connect();
+        let path = unique_path("lease-async-drop");
+        let semaphore = LeaseSemaphore::new(&zk, &path, 1, layout).unwrap();
+        let held = semaphore.acquire(1, Duration::from_secs(10)).unwrap();
+        let contexts = zk.live_contexts();
+        // Dropped after each step: waiting for the guard lock, holding it and waiting
+        // for a lease, or with nothing started.
+        for polls in 0..6 {
+            let mut acquire = Box::pin(semaphore.acquire_async(1, Duration::from_secs(30)));
+            for _ in 0..polls {
+                let _ = zk_harness::executor::poll_once(&mut acquire);
+            }
+            drop(acquire);
+            assert!(
+                eventually(Duration::from_secs(10), || zk.live_contexts() == contexts),
+                "{layout:?}: the dropped acquire's watches were not released"
+            );
+            assert_eq!(
+                semaphore.held().unwrap(),
+                1,
+                "{layout:?}: a lease left behind"
+            );
+        }
+        drop(held);
+        // The guard lock is free and no lease is left: a new acquire gets one at once.
+        let lease = semaphore.acquire(1, Duration::from_secs(10)).unwrap();
+        assert_eq!(semaphore.held().unwrap(), 1);
+        drop(lease);
+        assert_no_leftover_contexts(&zk);
+    }
+}

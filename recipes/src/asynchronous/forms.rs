@@ -216,23 +216,22 @@ native_forms!(KazooCounter {
     fn watch => watch_async() -> Result<ValueWatch<i64>>;
 });
 
-async_forms!(PersistentNode {
-    fn wait_created(timeout: impl Into<Timeout> + Send + 'static) -> Result<String>;
+native_forms!(PersistentNode {
+    fn wait_created => wait_created_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<String>;
 });
 
 impl Async<PersistentNode> {
-    /// Async form of [`PersistentNode::set_data`].
-    pub fn set_data(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
-        let data = data.into();
-        self.run(move |node| node.set_data(&data))
+    /// Async form of [`PersistentNode::set_data`], which waits for nothing (the node's
+    /// task writes the data): a ready future.
+    pub fn set_data(&self, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<()>> {
+        Box::pin(std::future::ready(self.get_ref().set_data(&data.into())))
     }
 }
 
 impl Async<GroupMember> {
-    /// Async form of [`GroupMember::set_data`].
-    pub fn set_data(&self, payload: impl Into<Vec<u8>>) -> Unblock<Result<()>> {
-        let payload = payload.into();
-        self.run(move |member| member.set_data(&payload))
+    /// Async form of [`GroupMember::set_data`], which waits for nothing: a ready future.
+    pub fn set_data(&self, payload: impl Into<Vec<u8>>) -> RecipeFuture<Result<()>> {
+        Box::pin(std::future::ready(self.get_ref().set_data(&payload.into())))
     }
 }
 
@@ -290,14 +289,14 @@ impl Async<Queue> {
         Box::pin(async move { queue.put_async(&data).await })
     }
 
-    /// Async form of [`Queue::put_all`].
-    pub fn put_all<I>(&self, items: I) -> Unblock<Result<()>>
+    /// Async form of [`Queue::put_all`]: [`Queue::put_all_async`].
+    pub fn put_all<I>(&self, items: I) -> RecipeFuture<Result<()>>
     where
         I: IntoIterator,
         I::Item: Into<Vec<u8>>,
     {
-        let items = owned(items);
-        self.run(move |queue| queue.put_all(&items))
+        let (queue, items) = (self.shared(), owned(items));
+        Box::pin(async move { queue.put_all_async(&items).await })
     }
 }
 
@@ -308,14 +307,14 @@ impl Async<PriorityQueue> {
         Box::pin(async move { queue.put_async(&data, priority).await })
     }
 
-    /// Async form of [`PriorityQueue::put_all`].
-    pub fn put_all<I>(&self, items: I, priority: u32) -> Unblock<Result<()>>
+    /// Async form of [`PriorityQueue::put_all`]: [`PriorityQueue::put_all_async`].
+    pub fn put_all<I>(&self, items: I, priority: u32) -> RecipeFuture<Result<()>>
     where
         I: IntoIterator,
         I::Item: Into<Vec<u8>>,
     {
-        let items = owned(items);
-        self.run(move |queue| queue.put_all(&items, priority))
+        let (queue, items) = (self.shared(), owned(items));
+        Box::pin(async move { queue.put_all_async(&items, priority).await })
     }
 }
 

@@ -3,20 +3,16 @@
 //! Wrap a recipe value in [`Async`]: it is cheap to clone, and every blocking call of
 //! the recipe has an async form of the same name.
 //!
-//! The recipes are being rebuilt on one async core: their protocol written once as async
-//! code over the client's futures and watches, the blocking call driving that same
-//! future on the caller's thread. Where that is done (the locks: [`Lock`](crate::lock::Lock),
-//! [`MultiLock`](crate::multi_lock::MultiLock),
-//! [`ReadWriteLock`](crate::rwlock::ReadWriteLock),
-//! [`Semaphore`](crate::semaphore::Semaphore); the takes of
-//! [`Queue`](crate::queue::Queue), `PriorityQueue` and `DelayedQueue`), the async form is
-//! the recipe's own future
-//! ([`RecipeFuture`]): no thread waits for it, and dropping it withdraws what the call
-//! started (see the recipe's `*_async` methods). The other forms still return an
-//! [`Unblock`] future: the call runs on a small pool of worker threads (grown on demand,
-//! idle threads exit after 10 s), so a waiting task occupies no executor thread. Guards keep
-//! their blocking methods and gain `*_async` forms of the calls that wait for the
-//! server (`release_async`, `complete_async`, `fenced_multi_async`, ...).
+//! Every recipe's protocol is written once, as async code over the client's futures
+//! and watches; the blocking call drives that same future on the caller's thread. The
+//! recipe types carry the async forms themselves (`acquire_async`, `take_async`,
+//! `wait_until_leader_async`, `release_async` on the guards, ...), and the `Async<R>`
+//! forms here return them as [`RecipeFuture`]s: no thread waits for them, and dropping
+//! one withdraws what the call started. A few calls not rewritten yet
+//! (`BoundedQueue::put`/`try_put`, `Group::wait_initialized`, the queues' `len`) and
+//! [`Async::run`] / [`unblock`] return an [`Unblock`] future instead: the call runs on a
+//! small pool of worker threads (grown on demand, idle threads exit after 10 s), so a
+//! waiting task occupies no executor thread.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {

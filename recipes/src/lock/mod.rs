@@ -158,8 +158,8 @@ use crate::error::LossReason;
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, create_member_async, default_reconnect_timeout, delete_eventually_async,
-    delete_on_drop, ordered_members, retry, retry_async, wait_for_change_async, Deadline,
-    DeleteOnDrop, Member, NodeWait, Patience, SeqDir, ANY_NAME,
+    delete_on_drop, ordered_members, retry_async, wait_for_change_async, Deadline, DeleteOnDrop,
+    Member, NodeWait, Patience, SeqDir, ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
@@ -403,8 +403,12 @@ impl Lock {
     }
 
     /// [`acquire`](Self::acquire) for the recipes built on this lock: `None` on timeout.
-    pub(crate) fn acquire_within(&self, timeout: impl Into<Timeout>) -> Result<Option<LockGuard>> {
-        block_on(self.acquire_with(Wait::Until(timeout.into().deadline())))
+    pub(crate) async fn acquire_within_async(
+        &self,
+        timeout: impl Into<Timeout>,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_with(Wait::Until(timeout.into().deadline()))
+            .await
     }
 
     /// Takes the lock if it is free now; never waits for a holder (`None`: it is held).
@@ -420,12 +424,18 @@ impl Lock {
     /// The label ([`with_label`](Self::with_label)) of the current holder's node, `None`
     /// if nobody holds the lock.
     pub fn holder(&self) -> Result<Option<String>> {
+        block_on(self.holder_async())
+    }
+
+    /// [`holder`](Self::holder), async.
+    pub async fn holder_async(&self) -> Result<Option<String>> {
         loop {
-            let Some(first) = self.sorted_nodes(self.patience)?.into_iter().next() else {
+            let nodes = self.sorted_nodes_async(self.patience).await?;
+            let Some(first) = nodes.into_iter().next() else {
                 return Ok(None);
             };
             let path = format!("{}/{}", self.dir, first.name);
-            match retry(&self.zk, self.patience, || self.zk.get(&path)) {
+            match retry_async(&self.zk, self.patience, || self.zk.get_async(&path)).await {
                 Ok((data, _)) => return Ok(Some(String::from_utf8_lossy(&data).into_owned())),
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => continue, // released meanwhile
                 Err(e) => return Err(e),
@@ -496,10 +506,6 @@ impl Lock {
 
     /// The lock nodes that take part (numbered below the limit), in order; none while
     /// the directory is missing.
-    fn sorted_nodes(&self, patience: Patience) -> Result<Vec<Member>> {
-        block_on(self.sorted_nodes_async(patience))
-    }
-
     async fn sorted_nodes_async(&self, patience: Patience) -> Result<Vec<Member>> {
         match retry_async(&self.zk, patience, || self.zk.get_children_async(&self.dir)).await {
             Ok(children) => Ok(self.layout.contenders(children, self.nodes.limit())),

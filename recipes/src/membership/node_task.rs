@@ -133,7 +133,7 @@ impl NodeWorker {
             state.path = None;
             state.end = end;
         }
-        self.shared.changed.notify_all();
+        self.shared.changed.wake_all();
     }
 
     async fn follow(&mut self, stop: &StopSignal) -> Option<RecipeError> {
@@ -195,7 +195,7 @@ impl NodeWorker {
             state.status = status;
             state.path = self.node.clone();
             drop(state);
-            self.shared.changed.notify_all();
+            self.shared.changed.wake_all();
         }
     }
 

@@ -72,7 +72,8 @@ impl PersistentNodeBuilder {
 
 pub(super) struct NodeShared {
     pub(super) state: Mutex<NodeState>,
-    pub(super) changed: Condvar,
+    /// Woken at each change of `state`.
+    pub(super) changed: crate::runtime::Wakers,
     pub(super) creations: AtomicU64,
     pub(super) armed: AtomicUsize,
     /// New data to write.
@@ -169,7 +170,7 @@ impl PersistentNode {
                 data_serial: 1,
                 end: None,
             }),
-            changed: Condvar::new(),
+            changed: crate::runtime::Wakers::default(),
             creations: AtomicU64::new(0),
             armed: AtomicUsize::new(0),
             nudge: Nudge::default(),
@@ -184,7 +185,7 @@ impl PersistentNode {
                 state.status = NodeStatus::Ended;
                 state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));
                 drop(state);
-                panic_shared.changed.notify_all();
+                panic_shared.changed.wake_all();
             },
         )
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
@@ -219,31 +220,25 @@ impl PersistentNode {
     /// Waits until the node exists and returns its actual path: `Err(Timeout)`, or the
     /// reason the node stopped.
     pub fn wait_created(&self, timeout: impl Into<Timeout>) -> Result<String> {
-        let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
-        let deadline = crate::events::deadline_after(timeout);
-        let mut state = self.shared.state.lock();
-        loop {
-            if state.status == NodeStatus::Created {
-                if let Some(path) = &state.path {
-                    return Ok(path.clone());
-                }
-            }
-            if state.status == NodeStatus::Ended {
-                return Err(state
+        block_on(self.wait_created_async(timeout))
+    }
+
+    /// [`wait_created`](Self::wait_created), async.
+    pub async fn wait_created_async(&self, timeout: impl Into<Timeout>) -> Result<String> {
+        let created = self.shared.changed.until(|| {
+            let state = self.shared.state.lock();
+            match (state.status, &state.path) {
+                (NodeStatus::Created, Some(path)) => Some(Ok(path.clone())),
+                (NodeStatus::Ended, _) => Some(Err(state
                     .end
                     .clone()
-                    .unwrap_or(RecipeError::Lost(LossReason::Closed)));
+                    .unwrap_or(RecipeError::Lost(LossReason::Closed)))),
+                _ => None,
             }
-            if self
-                .shared
-                .changed
-                .wait_until(&mut state, deadline)
-                .timed_out()
-                && state.status != NodeStatus::Created
-            {
-                return Err(RecipeError::Timeout);
-            }
-        }
+        });
+        until(timeout.into().deadline(), created)
+            .await
+            .unwrap_or(Err(RecipeError::Timeout))
     }
 
     /// The data the node is kept with.

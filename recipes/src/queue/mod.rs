@@ -122,7 +122,7 @@ use child_watcher::*;
 pub(crate) use items::*;
 use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 
-use crate::recovery::{children_or_none, children_or_none_async, name_in_range, Restart};
+use crate::recovery::{children_or_none_async, name_in_range, Restart};
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, check_event, default_reconnect_timeout, ensure_dir, members, reconnected,
@@ -347,6 +347,20 @@ impl Queue {
         self.store.put_all(&self.zk, items, "", self.patience)
     }
 
+    /// [`put_all`](Self::put_all), async. Dropped before it returns, the batch may or may
+    /// not have been enqueued (all or none, never twice); no receipt is left behind.
+    pub async fn put_all_async<I>(&self, items: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let owned: Vec<I::Item> = items.into_iter().collect();
+        let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        self.store
+            .put_all_async(&self.zk, &items, "", self.patience)
+            .await
+    }
+
     /// A queue handing out items in `order` (for the variants).
     pub(crate) fn with_order(mut self, order: Order) -> Queue {
         self.order = order;
@@ -459,13 +473,23 @@ impl Queue {
 
     /// The number of items in the queue now.
     pub fn len(&self) -> Result<usize> {
-        let children = children_or_none(&self.zk, &self.path, self.patience)?;
+        block_on(self.len_async())
+    }
+
+    /// [`len`](Self::len), async.
+    pub async fn len_async(&self) -> Result<usize> {
+        let children = children_or_none_async(&self.zk, &self.path, self.patience).await?;
         Ok(split_items(children).0.len())
     }
 
     /// Whether the queue is empty now.
     pub fn is_empty(&self) -> Result<bool> {
         self.len().map(|n| n == 0)
+    }
+
+    /// [`is_empty`](Self::is_empty), async.
+    pub async fn is_empty_async(&self) -> Result<bool> {
+        self.len_async().await.map(|n| n == 0)
     }
 
     /// Child-watch notifications this value has received (each wakes the threads blocked

@@ -14,10 +14,12 @@
 mod block;
 pub(crate) mod driver;
 pub(crate) mod timer;
+mod wakers;
 
 pub(crate) use block::block_on;
 pub(crate) use driver::{spawn, spawn_detached, StopSignal, Task};
 pub(crate) use timer::{sleep_for, until};
+pub(crate) use wakers::Wakers;
 
 /// A waker that does nothing, for looking at a pollable source without waiting on it
 /// (`Waker::noop` needs a newer Rust than the crate's minimum).

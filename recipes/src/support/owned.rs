@@ -22,13 +22,8 @@ pub(crate) async fn delete_node_async(
 
 /// [`delete_node_async`] for a node that must go although its session may well survive (a lock
 /// or waiter node): if the connection does not come back in time, the delete goes on in
-/// the background ([`finish_later`]). Returns `delete_node`'s result.
-pub(crate) fn delete_eventually(zk: &ZooKeeper, path: &str, patience: Patience) -> Result<()> {
-    block_on(delete_eventually_async(zk, path, patience))
-}
-
-/// [`delete_eventually`], async. Dropped before the delete was answered, it hands the
-/// delete to the background.
+/// the background ([`finish_later`]). Returns `delete_node_async`'s result. Dropped
+/// before the delete was answered, it hands the delete to the background.
 pub(crate) async fn delete_eventually_async(
     zk: &ZooKeeper,
     path: &str,

@@ -36,7 +36,7 @@ impl SeqDir<'_> {
 /// applied.
 ///
 /// This does not check the sequence number: recipes that order by it use
-/// [`create_member`].
+/// [`create_member_async`].
 ///
 /// Dropped before it returns, it withdraws a create already sent (see
 /// [`create_sequential_stat`]); the caller owns the node once this returns.
@@ -181,7 +181,7 @@ pub(crate) fn withdraw_tagged_in_background(zk: &ZooKeeper, dir: &str, tag: &str
     });
 }
 
-/// A node made by [`create_member`]: its name, its sequence number (in range) and the
+/// A node made by [`create_member_async`]: its name, its sequence number (in range) and the
 /// zxid that created it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Created {
@@ -206,18 +206,8 @@ pub(crate) struct Created {
 /// directory created after our node is a new one) and fails with
 /// [`RecipeError::SequenceExhausted`] when `drain` passes; `Deadline::after(ZERO)` fails
 /// at once. Requests ride out connection loss within `patience`.
-pub(crate) fn create_member(
-    zk: &ZooKeeper,
-    dir: &SeqDir,
-    tag: &str,
-    data: &[u8],
-    patience: Patience,
-    drain: Deadline,
-) -> Result<Created> {
-    block_on(create_member_async(zk, dir, tag, data, patience, drain))
-}
-
-/// [`create_member`], async. Dropping the future withdraws a create already sent (see
+///
+/// Dropping the future withdraws a create already sent (see
 /// [`create_sequential_stat`]); the caller owns the node once this returns.
 pub(crate) async fn create_member_async(
     zk: &ZooKeeper,
@@ -247,7 +237,7 @@ pub(crate) async fn create_member_async(
     }
 }
 
-/// The counter restart of [`create_member`]: returns once a create is worth trying again
+/// The counter restart of [`create_member_async`]: returns once a create is worth trying again
 /// (the directory was deleted, by us or someone else), `SequenceExhausted` if `drain`
 /// passes while it still has children. `node_czxid` is the zxid of the out-of-range node
 /// just made in it: a directory created later is a restarted one.
@@ -349,7 +339,7 @@ pub(crate) fn members(children: Vec<String>, prefixes: &[&str]) -> Vec<Member> {
 /// The members of a recipe that orders by sequence number: the children named with one
 /// of `prefixes` whose number is below `limit` and not negative, in sequence order (ties
 /// by name). Members out of that range (past the counter's end) are left out: they take
-/// no part, and their owners remove them ([`create_member`]).
+/// no part, and their owners remove them ([`create_member_async`]).
 pub(crate) fn ordered_members(children: Vec<String>, prefixes: &[&str], limit: i32) -> Vec<Member> {
     let mut list: Vec<Member> = members(children, prefixes);
     list.retain(|m| (0..limit).contains(&m.seq));

@@ -23,49 +23,11 @@ pub(crate) fn check_event(event: WatchedEvent) -> Result<WatchedEvent> {
     Ok(event)
 }
 
-/// Waits for `watch` to fire until `deadline` (`Ok(None)`: the deadline came first).
-pub(crate) fn wait_until(
-    watch: &Watch,
-    deadline: Deadline,
-) -> zookeeper::Result<Option<WatchedEvent>> {
-    match watch.wait_timeout(deadline.remaining()) {
-        Ok(event) => Ok(Some(event)),
-        Err(zookeeper::Error::Timeout) => Ok(None),
-        Err(error) => Err(error),
-    }
-}
-
-/// Runs the blocking `wait` counted in `waiting` (a recipe's "threads blocked now" gauge).
-pub(crate) fn counted_wait<T>(waiting: &AtomicU64, wait: impl FnOnce() -> T) -> T {
-    waiting.fetch_add(1, Ordering::Relaxed);
-    let result = wait();
-    waiting.fetch_sub(1, Ordering::Relaxed);
-    result
-}
-
 /// Takes a watch nobody waits for any more off this client, so it does not stay
 /// registered until its node changes. Local removal: works while disconnected too; the
 /// server's copy then fires into nothing. Failing means it has fired or gone already.
 pub(crate) fn withdraw_watch(zk: &ZooKeeper, watch: &Watch) {
     let _ = zk.remove_watch(watch);
-}
-
-/// Waits for `watch` until `deadline`, counted in `waiting`: `Ok(Some(event))` once it
-/// fired (the end of the session is its error), `Ok(None)` when the deadline came first,
-/// and then the watch has been withdrawn ([`withdraw_watch`]).
-pub(crate) fn await_watch(
-    zk: &ZooKeeper,
-    watch: &Watch,
-    deadline: Deadline,
-    waiting: &AtomicU64,
-) -> Result<Option<WatchedEvent>> {
-    match counted_wait(waiting, || wait_until(watch, deadline))? {
-        Some(event) => check_event(event).map(Some),
-        None => {
-            withdraw_watch(zk, watch);
-            Ok(None)
-        }
-    }
 }
 
 /// How a [`wait_for_change_async`] ended.
@@ -136,8 +98,12 @@ pub(crate) async fn wait_for_change_async(
     }
 }
 
-/// [`await_watch`], async: a dropped future takes the watch off the client as a timed
-/// out wait does, so nothing stays registered until the node changes.
+/// Waits for `watch` until `deadline`, counted in `waiting`: `Ok(Some(event))` once it
+/// fired (the end of the session is its error), `Ok(None)` when the deadline came first,
+/// and then the watch has been withdrawn ([`withdraw_watch`]).
+///
+/// A dropped future takes the watch off the client as a timed-out wait does, so
+/// nothing stays registered until the node changes.
 pub(crate) async fn await_watch_async(
     zk: &ZooKeeper,
     watch: &mut Watch,
