@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use zk_harness::peers::{Participant, Peer};
 use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::events::EventStream;
 use zookeeper_recipes::lifecycle::ManagedZooKeeper;
 use zookeeper_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
 
@@ -114,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Prints the observer's events until `done` holds (the member list is read after the
 /// events that led to it).
 fn until(
-    events: &zookeeper_recipes::membership::GroupEvents<'_>,
+    events: &EventStream<GroupEvent>,
     what: &str,
     done: impl Fn() -> bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
