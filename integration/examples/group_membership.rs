@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use zk_harness::peers::{Participant, Peer};
 use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper::ZooKeeper;
+use zookeeper_recipes::events::EventStream;
 use zookeeper_recipes::lifecycle::ManagedZooKeeper;
 use zookeeper_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
 
@@ -56,10 +57,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         })
         .collect::<Result<_, _>>()?;
-    until(&events, "three members", || observer.ids().len() == 3)?;
+    until(events, "three members", || observer.ids().len() == 3)?;
 
     members[1].set_data(b"10.0.1.1:8080")?;
-    until(&events, "web-1's new address", || {
+    until(events, "web-1's new address", || {
         observer
             .members()
             .iter()
@@ -67,19 +68,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
 
     members.remove(2).leave();
-    until(&events, "web-2 gone", || {
+    until(events, "web-2 gone", || {
         observer.ids() == ["web-0", "web-1"]
     })?;
 
     // web-0's session expires; its member node is created again in the new session.
     support::expire_session(&clients[0].current(), &proxy, &connect)?;
-    until(&events, "web-0 back in a new session", || {
+    until(events, "web-0 back in a new session", || {
         clients[0].generation() == 2
             && members[0].node().creations() == 2
             && observer.ids() == ["web-0", "web-1"]
     })?;
     drop(members);
-    until(&events, "an empty group", || observer.ids().is_empty())?;
+    until(events, "an empty group", || observer.ids().is_empty())?;
     observer.close();
 
     // kazoo's layout: a Rust member and a kazoo Party process in one party.
@@ -114,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Prints the observer's events until `done` holds (the member list is read after the
 /// events that led to it).
 fn until(
-    events: &zookeeper_recipes::membership::GroupEvents<'_>,
+    events: &EventStream<GroupEvent>,
     what: &str,
     done: impl Fn() -> bool,
 ) -> Result<(), Box<dyn std::error::Error>> {

@@ -70,6 +70,7 @@ pub mod util;
 pub mod work_queue;
 
 pub use error::{LossReason, OptionalExtension, RecipeError, Result};
+pub use events::EventStream;
 pub use nodes::NodeOptions;
 
 /// Background tasks alive on the recipes' driver (caches, latches, persistent nodes,

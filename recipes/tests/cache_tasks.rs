@@ -9,7 +9,8 @@ mod common;
 use cache_common::{create, delete_tree, WAIT};
 use common::unique_path;
 use std::time::{Duration, Instant};
-use zookeeper_recipes::cache::{CacheEvent, CacheEvents, ChildrenCache, NodeCache};
+use zookeeper_recipes::cache::{CacheEvent, ChildrenCache, NodeCache};
+use zookeeper_recipes::events::EventStream;
 
 const CACHES: usize = 200;
 
@@ -32,7 +33,7 @@ fn eventually(mut condition: impl FnMut() -> bool) -> bool {
 }
 
 /// Reads `events` until `Initialized`; fails the test after `WAIT`.
-fn read_until_initialized(events: &CacheEvents) {
+fn read_until_initialized(events: &EventStream<CacheEvent>) {
     let deadline = Instant::now() + WAIT;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -14,16 +14,17 @@ use std::time::Duration;
 use zk_harness::executor::block_on;
 use zk_harness::{Server, ServerOptions};
 use zookeeper::{CreateMode, Error, SessionState, ZooKeeper};
+use zookeeper_recipes::events::EventStream;
 use zookeeper_recipes::lifecycle::{
-    Client, ConnectionEvent, ConnectionState, ConnectionStates, ManagedZooKeeper,
+    connection_states, Client, ConnectionEvent, ConnectionState, ManagedZooKeeper,
 };
 use zookeeper_recipes::RecipeError;
 
-fn next(states: &ConnectionStates) -> ConnectionEvent {
+fn next(states: &EventStream<ConnectionEvent>) -> ConnectionEvent {
     next_within(states, WAIT)
 }
 
-fn next_within(states: &ConnectionStates, wait: Duration) -> ConnectionEvent {
+fn next_within(states: &EventStream<ConnectionEvent>, wait: Duration) -> ConnectionEvent {
     states
         .recv_timeout(wait)
         .expect("no connection event in time")
@@ -58,7 +59,7 @@ fn expiry_reports_lost_then_a_new_session() {
     let states = managed.states();
     let first = managed.session();
     assert_eq!(first.generation, 1);
-    let old_states = ConnectionStates::new(&first.zk).unwrap();
+    let old_states = connection_states(&first.zk).unwrap();
     assert_eq!(next(&states), event(ConnectionState::Connected, 1));
     assert_eq!(next(&old_states), event(ConnectionState::Connected, 1));
 
@@ -192,7 +193,7 @@ fn closing_ends_every_stream() {
     let clone = managed.clone();
     let states = managed.states();
     let zk = managed.current();
-    let plain_states = ConnectionStates::new(&zk).unwrap();
+    let plain_states = connection_states(&zk).unwrap();
     assert_eq!(next(&states), event(ConnectionState::Connected, 1));
     assert_eq!(next(&plain_states), event(ConnectionState::Connected, 1));
 
@@ -212,7 +213,7 @@ fn closing_ends_every_stream() {
     let after = managed.states();
     assert_eq!(next(&after), event(ConnectionState::Lost, 1));
     assert!(after.recv().is_err());
-    let after = ConnectionStates::new(&zk).unwrap();
+    let after = connection_states(&zk).unwrap();
     assert_eq!(next(&after), event(ConnectionState::Lost, 1));
     assert!(after.recv().is_err());
 }

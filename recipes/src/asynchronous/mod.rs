@@ -47,9 +47,10 @@
 //!
 //! # Not covered
 //! [`ReentrantLock`](crate::reentrant_lock::ReentrantLock) has no async form: its
-//! owner is the calling thread, which an async task is not tied to. Event receivers
-//! (cache, group, latch, value and config events) are crossbeam channels; await them
-//! with [`unblock`] (`unblock(move || events.recv())`).
+//! owner is the calling thread, which an async task is not tied to. The event streams
+//! (cache, group, latch, connection, config and value events) need no async form: an
+//! [`EventStream`](crate::events::EventStream) is awaited directly (`next().await`, or
+//! as a `futures_core::Stream`).
 
 mod forms;
 mod unblock;

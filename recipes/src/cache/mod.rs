@@ -55,9 +55,10 @@
 //! - **Per-path order**: a path's events follow its history: `Added`, then `Updated`s
 //!   with growing `mzxid`, then `Removed`; a node deleted and re-created reads as
 //!   `Removed` then `Added` (a different `czxid`).
-//! - **Bounded memory**: events are coalesced per path while the reader is behind (see
-//!   [`CacheEvents`]), so the queue holds at most one entry per node that changed plus a
-//!   few connection signals, however many changes happen and however slow the reader is.
+//! - **Bounded memory**: events are coalesced per path while the reader is behind, so
+//!   the queue holds at most one entry per node that changed plus a few connection
+//!   signals, however many changes happen and however slow the reader is (see
+//!   [below](#bounded-memory)).
 //! - **Nothing left behind**: closing or dropping a cache stops its task and removes
 //!   every watch it armed (`ZooKeeper::live_contexts` is back to what it was).
 //!
@@ -80,6 +81,18 @@
 //! gathers them), so each wake-up costs time in proportion to the number of watches it
 //! holds, and delays the other tasks of the driver by as much. Caches are meant for
 //! trees of up to some thousands of nodes.
+//!
+//! # Bounded memory
+//! A cache's events are an [`EventStream<CacheEvent>`](crate::events::EventStream) (see
+//! the [stream contract](crate::events#the-stream-contract)). While the reader is behind,
+//! the changes of one path are merged into one entry, which yields the difference
+//! between what the reader last received for that path and the cache's state when it is
+//! read (`Added`, `Updated`, `Removed`, or `Removed` + `Added` for a re-created node;
+//! nothing for a node created and deleted meanwhile). Its position is that of the path's
+//! oldest unread change. Connection signals keep their place; more than 32 unread ones
+//! drop the oldest `Suspended`/`Reconnected` (never `Initialized`, `Lost`, `NewSession`).
+//! So [`len`](crate::events::EventStream::len) is at most the number of nodes with unread
+//! changes plus 32. The stream ends (after its queued events) when the cache stops.
 
 mod buffer;
 mod children;
@@ -93,7 +106,7 @@ pub use node::NodeCache;
 pub use tree::{TreeCache, TreeCacheBuilder};
 
 use crate::error::LossReason;
-use crate::events::{receiving_methods, EventQueue};
+use crate::events::{EventQueue, EventStream};
 use crate::runtime::Task;
 use crate::{RecipeError, Result};
 use buffer::CacheBuffer;
@@ -172,35 +185,6 @@ impl CacheEvent {
     }
 }
 
-/// A cache's event stream: read it blocking, with a timeout, without waiting, or with
-/// the async [`next`](Self::next).
-///
-/// Bounded: while the reader is behind, the changes of one path are merged into one
-/// entry, which yields the difference between what the reader last received for that
-/// path and the cache's state when it is read (`Added`, `Updated`, `Removed`, or
-/// `Removed` + `Added` for a re-created node; nothing for a node created and deleted
-/// meanwhile). Its position is that of the path's oldest unread change. Connection
-/// signals keep their place; more than 32 unread ones drop the oldest
-/// `Suspended`/`Reconnected` (never `Initialized`, `Lost`, `NewSession`). So
-/// [`len`](Self::len) is at most the number of nodes with unread changes plus 32.
-///
-/// The stream ends (after its queued events) when the cache stops.
-pub struct CacheEvents {
-    queue: Arc<EventQueue<CacheBuffer>>,
-}
-
-impl std::fmt::Debug for CacheEvents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CacheEvents")
-            .field("queued", &self.queue.len())
-            .finish()
-    }
-}
-
-impl CacheEvents {
-    receiving_methods!(CacheEvent);
-}
-
 /// What the cache task shares with the cache's owner.
 #[derive(Default)]
 struct Shared {
@@ -238,7 +222,7 @@ impl Shared {
 /// What every cache is: its task, its view and its events.
 struct Core {
     shared: Arc<Shared>,
-    events: CacheEvents,
+    events: EventStream<CacheEvent>,
     task: Option<Task>,
     root: String,
 }
@@ -274,7 +258,7 @@ impl Core {
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(Core {
             shared,
-            events: CacheEvents { queue },
+            events: EventStream::new(queue),
             task: Some(task),
             root,
         })
@@ -325,8 +309,11 @@ impl Drop for Core {
 /// The methods every cache type has, over its field `core`.
 macro_rules! cache_methods {
     () => {
-        /// The cache's events (see [`CacheEvents`](crate::cache::CacheEvents)).
-        pub fn events(&self) -> &crate::cache::CacheEvents {
+        /// The cache's events, an [`EventStream`](crate::events::EventStream) (see the
+        /// [stream contract](crate::events#the-stream-contract)), coalesced per node:
+        /// see [bounded memory](crate::cache#bounded-memory). Clones read the same
+        /// stream.
+        pub fn events(&self) -> &crate::events::EventStream<crate::cache::CacheEvent> {
             &self.core.events
         }
 

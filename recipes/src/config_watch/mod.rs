@@ -27,11 +27,13 @@
 //! ```
 //!
 //! # Receivers: the newest state, for each of them
-//! The watch keeps one state: the newest. Each [`ConfigReceiver`] (from
-//! [`ConfigWatch::receiver`], or a clone of one) receives the newest state it has not
-//! seen yet. A slow reader therefore skips intermediate states instead of queueing them
-//! (memory stays one value however large and busy the node), and no receiver takes a
-//! state away from another: every receiver sees the final state.
+//! Each receiver ([`ConfigWatch::receiver`], or a clone of one) is an
+//! [`EventStream`] of its own (see the
+//! [stream contract](crate::events#the-stream-contract)) whose buffer keeps one state:
+//! the newest it has not received. The watch pushes each new state to every live
+//! receiver. A slow reader therefore skips intermediate states instead of queueing them
+//! (memory stays one value per receiver however large and busy the node), and no
+//! receiver takes a state away from another: every receiver sees the final state.
 //!
 //! # What is delivered, exactly (to each receiver)
 //! - The first state is the newest one when it first receives (the state at `start`,
@@ -64,17 +66,16 @@ mod follow;
 mod receiver;
 
 pub(crate) use follow::{first_read, follow, NodeReader, ReadFuture, MAX_BACKOFF};
-pub use receiver::ConfigReceiver;
 
 use crate::error::LossReason;
+use crate::events::{EventStream, RecvTimeoutError};
 use crate::lifecycle::following::Following;
 use crate::lifecycle::Client;
 use crate::runtime::{block_on, spawn, Task};
 use crate::support::op_deadline;
 use crate::{RecipeError, Result};
-use crossbeam_channel::RecvTimeoutError;
 use parking_lot::Mutex;
-use receiver::Shared;
+use receiver::Hub;
 use std::sync::Arc;
 use zookeeper::{Error, Stat, Timeout, Watch, ZooKeeper};
 
@@ -115,9 +116,9 @@ impl ConfigEvent {
 #[derive(Debug)]
 pub struct ConfigWatch {
     path: String,
-    shared: Arc<Shared>,
+    hub: Arc<Hub>,
     /// The watch's own receiver, behind `next` and `latest`.
-    own: ConfigReceiver,
+    own: EventStream<ConfigEvent>,
     task: Option<Task>,
     end: Arc<Mutex<Option<RecipeError>>>,
 }
@@ -135,17 +136,17 @@ impl ConfigWatch {
     pub async fn start_async(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
         // Subscribed to the client's states before the first read: nothing is missed.
         let following = Following::new(client.into(), true, MAX_BACKOFF);
-        let shared = Arc::new(Shared::default());
+        let hub = Arc::new(Hub::default());
         let mut reader = ConfigReader {
             path: path.to_string(),
-            shared: Arc::clone(&shared),
+            hub: Arc::clone(&hub),
             last: Last::Nothing,
         };
         let zk = following.zk.clone();
         let watch = first_read(&mut reader, &zk, op_deadline(&zk).into()).await?;
         let end = Arc::new(Mutex::new(None));
         let end_slot = Arc::clone(&end);
-        let (panic_end, panic_shared) = (Arc::clone(&end), Arc::clone(&shared));
+        let (panic_end, panic_hub) = (Arc::clone(&end), Arc::clone(&hub));
         let task = spawn(
             format!("config-watch {path}"),
             move |stop| async move {
@@ -154,18 +155,18 @@ impl ConfigWatch {
                     *end_slot.lock() = Some(reason);
                 }
                 // Receivers learn that the watch has ended (after its reason is set).
-                reader.shared.end();
+                reader.hub.end();
             },
             move || {
                 *panic_end.lock() = Some(RecipeError::Lost(LossReason::WorkerFailed));
-                panic_shared.end();
+                panic_hub.end();
             },
         )
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ConfigWatch {
             path: path.to_string(),
-            own: ConfigReceiver::new(Arc::clone(&shared)),
-            shared,
+            own: hub.subscribe(),
+            hub,
             task: Some(task),
             end,
         })
@@ -176,12 +177,15 @@ impl ConfigWatch {
         &self.path
     }
 
-    /// A new receiver of the node's states, independent of every other: it first gets
-    /// the current state, then each newer one it is there to take (a slow receiver skips
-    /// to the newest), and always the final one. It ends once the watch has stopped and
-    /// that final state was received.
-    pub fn receiver(&self) -> ConfigReceiver {
-        ConfigReceiver::new(Arc::clone(&self.shared))
+    /// A new receiver of the node's states, an [`EventStream`] (see the
+    /// [stream contract](crate::events#the-stream-contract)) independent of every other:
+    /// its buffer holds only the newest state it has not received, so it first gets the
+    /// current state, then each newer one it is there to take (a slow receiver skips to
+    /// the newest), and always the final one. It ends once the watch has stopped and that
+    /// final state was received. A clone is a receiver of its own that has seen what the
+    /// original has; dropping a receiver unregisters it.
+    pub fn receiver(&self) -> EventStream<ConfigEvent> {
+        self.hub.subscribe()
     }
 
     /// Waits at most `timeout` ([`Timeout::Never`]: as long as it takes) for a state
@@ -211,7 +215,7 @@ impl ConfigWatch {
     /// Whether the watch still runs: false from the moment its end is published, so
     /// once a receive has reported the end this reads false too.
     pub fn is_running(&self) -> bool {
-        !self.shared.latest.lock().ended && self.task.as_ref().is_some_and(|t| !t.is_finished())
+        !self.hub.is_ended() && self.task.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// Why the watch stopped by itself (session expired, closed, ...); `None` while it
@@ -230,7 +234,7 @@ impl ConfigWatch {
         if let Some(task) = self.task.take() {
             task.stop_and_join();
         }
-        self.shared.end();
+        self.hub.end();
     }
 }
 
@@ -251,7 +255,7 @@ enum Last {
 /// The follower's reads: each delivers the node's state if it is new.
 struct ConfigReader {
     path: String,
-    shared: Arc<Shared>,
+    hub: Arc<Hub>,
     last: Last,
 }
 
@@ -295,6 +299,6 @@ impl ConfigReader {
             },
         };
         self.last = next;
-        self.shared.publish(event);
+        self.hub.publish(event);
     }
 }

@@ -82,7 +82,7 @@ pub enum LeadershipEvent {
 /// Most events kept for a reader that does not read.
 pub(super) const EVENT_CAPACITY: usize = 64;
 
-/// Queued leadership events, bounded: see [`LeadershipEvents`].
+/// Queued leadership events, bounded: see [`LeaderLatch::events`].
 #[derive(Debug, Default)]
 pub(super) struct LeadershipBuffer {
     pub(super) queue: VecDeque<LeadershipEvent>,
@@ -125,32 +125,4 @@ impl Buffer for LeadershipBuffer {
     fn len(&self) -> usize {
         self.queue.len()
     }
-}
-
-/// A latch's stream of [`LeadershipEvent`]s: read it blocking
-/// ([`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout), [`iter`](Self::iter)),
-/// without waiting ([`try_recv`](Self::try_recv)) or as a future ([`next`](Self::next)).
-///
-/// Bounded: at most 64 events are kept for a reader that does not read; beyond that the
-/// oldest complete term (its `BecameLeader` and `LostLeadership`) is dropped, so the
-/// last event always tells whether the latch leads. The stream ends when the latch
-/// stops (closed, or its plain handle's session ended).
-///
-/// Clones read the same stream (each event goes to one reader); a clone outlives the
-/// latch, so the events of [`LeaderLatch::close`] can still be read.
-#[derive(Clone)]
-pub struct LeadershipEvents {
-    pub(super) queue: Arc<EventQueue<LeadershipBuffer>>,
-}
-
-impl fmt::Debug for LeadershipEvents {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeadershipEvents")
-            .field("queued", &self.queue.len())
-            .finish()
-    }
-}
-
-impl LeadershipEvents {
-    receiving_methods!(LeadershipEvent);
 }

@@ -149,7 +149,7 @@ use shared::*;
 use worker::*;
 
 use crate::error::LossReason;
-use crate::events::{receiving_methods, Buffer, EventQueue};
+use crate::events::{Buffer, EventQueue, EventStream};
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::runtime::driver::on_driver_thread;
@@ -270,7 +270,7 @@ impl LatchBuilder {
 /// [`close`](Self::close)) leaves the election. `Send + Sync`.
 pub struct LeaderLatch {
     shared: Arc<Shared>,
-    events: LeadershipEvents,
+    events: EventStream<LeadershipEvent>,
     commands: Arc<Commands>,
     task: Option<Task>,
     config: Arc<Config>,
@@ -356,7 +356,7 @@ impl LeaderLatch {
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(LeaderLatch {
             shared,
-            events: LeadershipEvents { queue },
+            events: EventStream::new(queue),
             commands,
             task: Some(task),
             config,
@@ -473,8 +473,17 @@ impl LeaderLatch {
         self.shared.state.lock().node.clone()
     }
 
-    /// The latch's events (see [`LeadershipEvents`]).
-    pub fn events(&self) -> &LeadershipEvents {
+    /// The latch's [`LeadershipEvent`]s, an [`EventStream`] (see the
+    /// [stream contract](crate::events#the-stream-contract)).
+    ///
+    /// Bounded: at most 64 events are kept for a reader that does not read; beyond that
+    /// the oldest complete term (its `BecameLeader` and `LostLeadership`) is dropped, so
+    /// the last event always tells whether the latch leads. The stream ends when the
+    /// latch stops (closed, or its plain handle's session ended).
+    ///
+    /// Clones read the same stream (each event goes to one reader); a clone outlives the
+    /// latch, so the events of [`close`](Self::close) can still be read.
+    pub fn events(&self) -> &EventStream<LeadershipEvent> {
         &self.events
     }
 

@@ -61,10 +61,11 @@ impl Client {
         matches!(self, Client::Managed(_))
     }
 
-    /// A stream of the client's connection states.
-    pub fn states(&self) -> Result<ConnectionStates> {
+    /// A stream of the client's connection states ([`connection_states`] of a plain
+    /// handle, [`ManagedZooKeeper::states`]).
+    pub fn states(&self) -> Result<EventStream<ConnectionEvent>> {
         match self {
-            Client::Plain(zk) => ConnectionStates::new(zk),
+            Client::Plain(zk) => connection_states(zk),
             Client::Managed(managed) => Ok(managed.states()),
         }
     }
@@ -105,7 +106,7 @@ enum Source {
         events: zookeeper::SessionEvents,
         translator: Translator,
     },
-    Managed(ConnectionStates),
+    Managed(EventStream<ConnectionEvent>),
 }
 
 /// A recipe follower's view of its client's connection states.
@@ -153,7 +154,7 @@ impl StateFeed {
                 let mut noop = Context::from_waker(crate::runtime::noop_waker());
                 let cx = cx.unwrap_or(&mut noop);
                 while !*ended {
-                    match states.queue.poll_recv(cx) {
+                    match states.poll_recv(cx) {
                         Poll::Ready(Some(event)) => pending.push_back(event),
                         Poll::Ready(None) => *ended = true,
                         Poll::Pending => break,

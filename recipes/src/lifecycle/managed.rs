@@ -205,8 +205,9 @@ impl ManagedZooKeeper {
 
     /// A new stream of this client's connection states, starting with the current one
     /// (`Connected` when connected, whatever the generation). It ends when the client is
-    /// closed.
-    pub fn states(&self) -> ConnectionStates {
+    /// closed. Bounded as [`connection_states`] (see the
+    /// [stream contract](crate::events#the-stream-contract)).
+    pub fn states(&self) -> EventStream<ConnectionEvent> {
         let queue = EventQueue::new(StateBuffer::default());
         let mut state = self.owner.shared.state.lock();
         let first = match state.last {
@@ -227,7 +228,7 @@ impl ManagedZooKeeper {
         } else {
             state.subscribers.push(Arc::downgrade(&queue));
         }
-        ConnectionStates::managed(queue)
+        EventStream::new(queue)
     }
 
     /// Waits until a session is connected (the current one, or the next one after an

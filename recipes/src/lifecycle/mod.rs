@@ -2,8 +2,10 @@
 //! client that starts a new session after the old one expired.
 //!
 //! # Connection states
-//! [`ConnectionStates`] turns a handle's session events ([`ZooKeeper::session_events`])
-//! into the states Curator's `ConnectionStateListener` reports:
+//! [`connection_states`] turns a handle's session events
+//! ([`ZooKeeper::session_events`]) into an [`EventStream`] of the states Curator's
+//! `ConnectionStateListener` reports (see the
+//! [stream contract](crate::events#the-stream-contract)):
 //!
 //! | state | meaning | what a recipe does |
 //! |---|---|---|
@@ -23,7 +25,7 @@
 //! for each new session of a [`ManagedZooKeeper`] (always 1 on a plain handle).
 //!
 //! Not guaranteed: a reader more than 64 events behind loses the oldest
-//! `Suspended`/`Reconnected` pairs (see [`ConnectionStates`]). `Lost` means the server
+//! `Suspended`/`Reconnected` pairs (see [`connection_states`]). `Lost` means the server
 //! said so (or the handle closed): while the client cannot reach any server it cannot
 //! know that the session expired, so it stays `Suspended` (Curator can simulate the loss
 //! after a session timeout of silence; this does not). Treat `Suspended` as "may be
@@ -77,7 +79,7 @@ pub use managed::*;
 pub use states::*;
 
 use crate::error::LossReason;
-use crate::events::{receiving_methods, Buffer, EventQueue};
+use crate::events::{Buffer, EventQueue, EventStream};
 use crate::{RecipeError, Result};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;

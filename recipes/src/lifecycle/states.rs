@@ -1,7 +1,7 @@
 //! Connection states from session events, and the bounded stream of them.
 
 use super::*;
-use crate::runtime::{StopSignal, Task};
+use crate::runtime::StopSignal;
 
 // ---------------------------------------------------------------------------------------
 // Translating session events.
@@ -70,10 +70,10 @@ impl Translator {
 // The stream.
 // ---------------------------------------------------------------------------------------
 
-/// Most events a [`ConnectionStates`] keeps for a reader that does not read.
+/// Most events a connection-state stream keeps for a reader that does not read.
 pub(super) const STATE_CAPACITY: usize = 64;
 
-/// Queued connection events, bounded: see [`ConnectionStates`].
+/// Queued connection events, bounded: see [`connection_states`].
 #[derive(Debug, Default)]
 pub(crate) struct StateBuffer {
     pub(super) queue: VecDeque<ConnectionEvent>,
@@ -121,71 +121,39 @@ impl Buffer for StateBuffer {
     }
 }
 
-/// A stream of [`ConnectionEvent`]s (see the [module docs](super)): from a plain handle
-/// ([`ConnectionStates::new`]) or a [`ManagedZooKeeper`] ([`ManagedZooKeeper::states`]).
-/// Read it blocking ([`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout),
-/// [`iter`](Self::iter)), without waiting ([`try_recv`](Self::try_recv)) or as a future
-/// ([`next`](Self::next)).
+/// The connection states of a plain handle, from now on (generation 1), as an
+/// [`EventStream`] (see the [module docs](super) and the
+/// [stream contract](crate::events#the-stream-contract)). A task on the recipes' driver
+/// forwards the handle's session events while the stream (or a clone of it) lives.
 ///
-/// Memory is bounded: at most 64 events are kept for a reader that does not read; beyond
-/// that, the oldest `Suspended`/`Reconnected` pair is dropped (`Lost` and `NewSession`
-/// are kept), so the last event always tells the current state.
-///
-/// The stream of a plain handle ends after `Lost` (expiry, authentication failure, or
-/// close); that of a managed client ends when the client is closed. A stream does not
-/// keep its session open.
-pub struct ConnectionStates {
-    pub(super) queue: Arc<EventQueue<StateBuffer>>,
-    /// The forwarding task of a plain handle's stream (stopped when dropped).
-    pub(super) _pump: Option<Task>,
-}
-
-impl std::fmt::Debug for ConnectionStates {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnectionStates")
-            .field("queued", &self.queue.len())
-            .field("ended", &self.queue.is_closed())
-            .finish()
-    }
-}
-
-impl ConnectionStates {
-    /// The connection states of a plain handle, from now on (generation 1). A task on
-    /// the recipes' driver forwards the handle's session events until the stream is
-    /// dropped or ends.
-    pub fn new(zk: &ZooKeeper) -> Result<ConnectionStates> {
-        let queue = EventQueue::new(StateBuffer::default());
-        let events = zk.session_events();
-        let mut translator = Translator::default();
-        let first = translator.initial(zk.state());
-        queue.update(|b| {
-            b.push(ConnectionEvent {
-                state: first,
-                generation: 1,
-            })
-        });
-        if first == ConnectionState::Lost {
-            queue.close();
-            return Ok(ConnectionStates { queue, _pump: None });
-        }
-        let (feed, ends) = (Arc::clone(&queue), Arc::clone(&queue));
-        let task = crate::runtime::spawn(
-            "connection states",
-            move |stop| pump(events, translator, feed, stop),
-            move || ends.close(),
-        )
-        .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
-        Ok(ConnectionStates {
-            queue,
-            _pump: Some(task),
+/// Bounded: at most 64 events are kept for a reader that does not read; beyond that, the
+/// oldest `Suspended`/`Reconnected` pair is dropped (`Lost` and `NewSession` are kept),
+/// so the last event always tells the current state. The stream ends after `Lost`
+/// (expiry, authentication failure, or close). It does not keep its session open.
+pub fn connection_states(zk: &ZooKeeper) -> Result<EventStream<ConnectionEvent>> {
+    let queue = EventQueue::new(StateBuffer::default());
+    let events = zk.session_events();
+    let mut translator = Translator::default();
+    let first = translator.initial(zk.state());
+    queue.update(|b| {
+        b.push(ConnectionEvent {
+            state: first,
+            generation: 1,
         })
+    });
+    if first == ConnectionState::Lost {
+        queue.close();
+        return Ok(EventStream::new(queue));
     }
-
-    pub(super) fn managed(queue: Arc<EventQueue<StateBuffer>>) -> ConnectionStates {
-        ConnectionStates { queue, _pump: None }
-    }
-
-    receiving_methods!(ConnectionEvent);
+    let (feed, ends) = (Arc::clone(&queue), Arc::clone(&queue));
+    let pump = crate::runtime::spawn(
+        "connection states",
+        move |stop| pump(events, translator, feed, stop),
+        move || ends.close(),
+    )
+    .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
+    // Dropping the last clone of the stream drops the task, which stops it.
+    Ok(EventStream::new(queue).keeping(pump))
 }
 
 /// Forwards session events as connection states until `Lost` or a stop request.

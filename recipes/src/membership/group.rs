@@ -98,15 +98,23 @@ pub enum GroupEvent {
 pub struct Group {
     pub(super) cache: ChildrenCache,
     pub(super) layout: GroupLayout,
+    /// The cache's events read as member changes.
+    pub(super) events: EventStream<GroupEvent>,
 }
 
 impl Group {
     /// Starts following the members of the group at `path` (which need not exist yet).
     /// Returns at once; see [`wait_initialized`](Self::wait_initialized).
     pub fn watch(client: impl Into<Client>, path: &str, layout: GroupLayout) -> Result<Group> {
+        let cache = ChildrenCache::start(client, path)?;
+        let events = cache
+            .events()
+            .clone()
+            .filter_map(move |event| layout.event(event));
         Ok(Group {
-            cache: ChildrenCache::start(client, path)?,
+            cache,
             layout,
+            events,
         })
     }
 
@@ -142,12 +150,13 @@ impl Group {
         self.members().into_iter().map(|m| m.id).collect()
     }
 
-    /// The member change stream.
-    pub fn events(&self) -> GroupEvents<'_> {
-        GroupEvents {
-            events: self.cache.events(),
-            layout: self.layout,
-        }
+    /// The member changes, an [`EventStream`] (see the
+    /// [stream contract](crate::events#the-stream-contract)) read from the group's
+    /// cache: coalesced per member as a cache's events are (see
+    /// [bounded memory](crate::cache#bounded-memory)); children that are not members in
+    /// the layout are skipped. Clones read the same stream.
+    pub fn events(&self) -> &EventStream<GroupEvent> {
+        &self.events
     }
 
     /// Watches armed by the underlying cache (one on the group, one per child).
@@ -163,105 +172,6 @@ impl Group {
     /// Stops following the group (every watch is removed).
     pub fn close(self) {
         self.cache.close();
-    }
-}
-
-/// A group's member changes, read from its cache's events (see [`CacheEvents`] for the
-/// bounds and the coalescing): blocking, with a timeout, without waiting, or with the
-/// async [`next`](Self::next). Children that are not members in the layout are skipped.
-pub struct GroupEvents<'a> {
-    pub(super) events: &'a CacheEvents,
-    pub(super) layout: GroupLayout,
-}
-
-impl fmt::Debug for GroupEvents<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GroupEvents")
-            .field("layout", &self.layout)
-            .finish()
-    }
-}
-
-impl<'a> GroupEvents<'a> {
-    /// Blocks until the next event; `Err` once the stream has ended.
-    pub fn recv(&self) -> std::result::Result<GroupEvent, crossbeam_channel::RecvError> {
-        loop {
-            if let Some(event) = self.layout.event(self.events.recv()?) {
-                return Ok(event);
-            }
-        }
-    }
-
-    /// Blocks until the next event or until `timeout` passes.
-    pub fn recv_timeout(
-        &self,
-        timeout: Duration,
-    ) -> std::result::Result<GroupEvent, RecvTimeoutError> {
-        let deadline = crate::events::deadline_after(timeout);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if let Some(event) = self.layout.event(self.events.recv_timeout(left)?) {
-                return Ok(event);
-            }
-        }
-    }
-
-    /// The next event if one is queued.
-    pub fn try_recv(&self) -> std::result::Result<GroupEvent, TryRecvError> {
-        loop {
-            if let Some(event) = self.layout.event(self.events.try_recv()?) {
-                return Ok(event);
-            }
-        }
-    }
-
-    /// The next event as a future (`None` once the stream has ended), for any executor.
-    pub fn next(&self) -> GroupNext<'a> {
-        GroupNext {
-            events: self.events,
-            layout: self.layout,
-            inner: self.events.next(),
-        }
-    }
-
-    /// A blocking iterator over the events; it ends with the stream.
-    pub fn iter(&self) -> impl Iterator<Item = GroupEvent> + '_ {
-        std::iter::from_fn(move || self.recv().ok())
-    }
-}
-
-/// The future of [`GroupEvents::next`]. Dropping it before it completes loses nothing.
-#[must_use = "a future does nothing unless polled"]
-pub struct GroupNext<'a> {
-    pub(super) events: &'a CacheEvents,
-    pub(super) layout: GroupLayout,
-    pub(super) inner: Next<'a, CacheEvent>,
-}
-
-impl fmt::Debug for GroupNext<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("GroupNext")
-    }
-}
-
-impl Future for GroupNext<'_> {
-    type Output = Option<GroupEvent>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<GroupEvent>> {
-        let this = self.get_mut();
-        loop {
-            match Pin::new(&mut this.inner).poll(cx) {
-                Poll::Ready(Some(event)) => {
-                    if let Some(event) = this.layout.event(event) {
-                        return Poll::Ready(Some(event));
-                    }
-                    // Not a member change: wait for the next one.
-                    this.inner = this.events.next();
-                }
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
     }
 }
 

@@ -53,7 +53,7 @@
 //! A group is the children of one node; each member owns one ephemeral child
 //! ([`GroupMember`]: a [`PersistentNode`] plus a [`ChildrenCache`] of the group), and
 //! observers ([`Group`]) cache the children. The members' list is the cache's
-//! snapshot and the change stream ([`GroupEvents`]) its events, so it has the caches'
+//! snapshot and the change stream ([`Group::events`]) its events, so it has the caches'
 //! guarantees: the final membership is never missed across reconnections and (managed
 //! client) expiry, memory is bounded, and the events of one member come in order.
 //!
@@ -94,9 +94,9 @@ pub use group::*;
 use node_task::*;
 pub use persistent_node::*;
 
-use crate::cache::{CacheEvent, CacheEvents, ChildrenCache, NodeData};
+use crate::cache::{CacheEvent, ChildrenCache, NodeData};
 use crate::error::LossReason;
-use crate::events::Next;
+use crate::events::EventStream;
 use crate::leader_latch::curator_protected_prefix;
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
@@ -104,7 +104,6 @@ use crate::runtime::{block_on, until, StopSignal, Task};
 use crate::support::{create_dir_async, finish_later};
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
-use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 use parking_lot::Mutex;
 use std::fmt;
 use std::future::Future;
@@ -112,7 +111,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zookeeper::{CreateMode, Error, EventType, Timeout, Watch, WatchedEvent, ZooKeeper};
 
 #[cfg(test)]

@@ -111,7 +111,6 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use zookeeper::{CreateMode, Error, Op, OpResult, Stat, Timeout, Watch, ZooKeeper};
 

@@ -1,52 +1,49 @@
-//! Watching a value: a task on the driver keeps the newest one for `ValueWatch::next`.
+//! Watching a value: a task on the driver keeps the newest one for `ValueWatch::next`
+//! and its stream.
 
 use super::*;
+use crate::events::{EventQueue, EventStream, Newest, Source};
 
 // ---------------------------------------------------------------------------------------
 // Watching.
 // ---------------------------------------------------------------------------------------
 
-/// The latest value seen, shared between the follower task and the reader.
+/// What a value stream carries: a value, or why the newest data is not one (`Corrupt`),
+/// or (last) why the watch stopped by itself.
+type Item<T> = Result<Versioned<T>>;
+
+/// What the follower task shares with the watch.
 pub(super) struct Latest<T> {
-    state: Mutex<LatestState<T>>,
-}
-
-struct LatestState<T> {
-    /// The newest value (or why the newest data could not be read as one).
-    value: Option<std::result::Result<Versioned<T>, RecipeError>>,
-    /// Bumped on every new value.
-    serial: u64,
+    /// The newest value not received yet, then the end reason: see [`ValueWatch`].
+    queue: Arc<EventQueue<Newest<Item<T>>>>,
+    /// The newest value seen (what [`ValueWatch::latest`] returns).
+    newest: Mutex<Option<Versioned<T>>>,
     /// Why the follower stopped by itself.
-    ended: Option<RecipeError>,
-    /// The reader waiting for news (one at most: `next` takes `&mut ValueWatch`).
-    waiter: Option<Waker>,
+    end: Mutex<Option<RecipeError>>,
 }
 
-impl<T> Latest<T> {
+impl<T: Clone + Send + 'static> Latest<T> {
     fn new() -> Self {
         Latest {
-            state: Mutex::new(LatestState {
-                value: None,
-                serial: 0,
-                ended: None,
-                waiter: None,
-            }),
+            queue: EventQueue::new(Newest::default()),
+            newest: Mutex::new(None),
+            end: Mutex::new(None),
         }
     }
 
-    /// Changes the state and wakes the reader (outside the lock).
-    fn update(&self, change: impl FnOnce(&mut LatestState<T>)) {
-        let mut state = self.state.lock();
-        change(&mut state);
-        let waiter = state.waiter.take();
-        drop(state);
-        if let Some(waiter) = waiter {
-            waiter.wake();
-        }
+    fn publish(&self, value: Item<T>) {
+        *self.newest.lock() = value.as_ref().ok().cloned();
+        self.queue.update(|b| b.set(value));
     }
 
+    /// Ends the stream: after the newest value, the reason (if the watch stopped by
+    /// itself), then the end.
     fn end(&self, reason: Option<RecipeError>) {
-        self.update(|state| state.ended = reason);
+        if let Some(reason) = reason {
+            *self.end.lock() = Some(reason.clone());
+            self.queue.update(|b| b.set_final(Err(reason)));
+        }
+        self.queue.close();
     }
 }
 
@@ -61,16 +58,23 @@ impl<T> Latest<T> {
 /// value again). It stops when the session of a plain handle ends, or the managed client
 /// is closed ([`next`](Self::next) then reports why, after the last value), or when the
 /// `ValueWatch` is dropped.
+///
+/// As an [`EventStream`] ([`into_stream`](Self::into_stream)), the values are items
+/// `Ok(value)` or `Err(Corrupt)`, the stream keeps only the newest one not received,
+/// and a watch that stopped by itself ends with an `Err` item saying why (see the
+/// [stream contract](crate::events#the-stream-contract)). `next` is the same stream
+/// read with a timeout, plus the end reason on every call after the end.
 pub struct ValueWatch<T> {
     latest: Arc<Latest<T>>,
-    seen: u64,
+    stream: EventStream<Item<T>>,
     task: Option<Task>,
 }
 
 impl<T> fmt::Debug for ValueWatch<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ValueWatch")
-            .field("seen", &self.seen)
+            .field("queued", &self.stream.len())
+            .field("ended", &self.stream.is_ended())
             .finish()
     }
 }
@@ -101,8 +105,8 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
         )
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ValueWatch {
+            stream: EventStream::new(Arc::clone(&latest.queue) as Arc<dyn Source<Item<T>>>),
             latest,
-            seen: 0,
             task: Some(task),
         })
     }
@@ -120,43 +124,56 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
     /// the future loses nothing: the value stays for the next call.
     pub async fn next_async(&mut self, timeout: impl Into<Timeout>) -> Result<Versioned<T>> {
         let deadline = timeout.into().deadline();
-        until(deadline, std::future::poll_fn(|cx| self.poll_next(cx)))
-            .await
-            .unwrap_or(Err(RecipeError::Timeout))
+        match until(deadline, self.stream.next()).await {
+            Some(Some(item)) => item,
+            Some(None) => Err(self.ended()),
+            None => Err(RecipeError::Timeout),
+        }
     }
 
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<Versioned<T>>> {
-        let mut state = self.latest.state.lock();
-        if state.serial > self.seen {
-            self.seen = state.serial;
-            if let Some(value) = &state.value {
-                return Poll::Ready(value.clone());
-            }
-        }
-        if let Some(reason) = &state.ended {
-            return Poll::Ready(Err(reason.clone()));
-        }
-        if !state
-            .waiter
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            state.waiter = Some(cx.waker().clone());
-        }
-        Poll::Pending
+    /// Why the stream has ended (what `next` reports after the end).
+    fn ended(&self) -> RecipeError {
+        self.latest
+            .end
+            .lock()
+            .clone()
+            .unwrap_or(RecipeError::Lost(LossReason::Closed))
     }
 
     /// The newest value seen so far, without waiting (and without marking it returned).
     pub fn latest(&self) -> Option<Versioned<T>> {
-        match &self.latest.state.lock().value {
-            Some(Ok(value)) => Some(value.clone()),
-            _ => None,
-        }
+        self.latest.newest.lock().clone()
     }
 
     /// Whether the background task still runs.
     pub fn is_running(&self) -> bool {
         self.task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Why the watch stopped by itself (session ended, client closed, ...); `None`
+    /// while it runs.
+    pub fn end_reason(&self) -> Option<RecipeError> {
+        self.latest.end.lock().clone()
+    }
+
+    /// The values as an [`EventStream`] (see the type's docs): `Ok(value)` or
+    /// `Err(Corrupt)` items, the newest one only; a watch that stops by itself ends with
+    /// an `Err` item saying why. The watch's task runs while the stream (or a clone of
+    /// it) lives; dropping the last one stops it, as dropping the `ValueWatch` does.
+    pub fn into_stream(mut self) -> EventStream<Result<Versioned<T>>> {
+        let stopper = StopOnDrop(self.task.take());
+        self.stream.clone().keeping(stopper)
+    }
+}
+
+/// Stops a watch's task and waits for it, when the stream that owns it goes.
+struct StopOnDrop(Option<Task>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.stop_and_join();
+        }
     }
 }
 
@@ -228,9 +245,6 @@ impl<L: Layout> ValueReader<L> {
             version: stat.version,
             stat,
         });
-        self.latest.update(|state| {
-            state.value = Some(value);
-            state.serial += 1;
-        });
+        self.latest.publish(value);
     }
 }

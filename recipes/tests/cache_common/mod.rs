@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zookeeper::{CreateMode, Error, ZooKeeper};
-use zookeeper_recipes::cache::{CacheEvent, CacheEvents, NodeData};
+use zookeeper_recipes::cache::{CacheEvent, NodeData};
+use zookeeper_recipes::events::EventStream;
 
 /// How long a test waits for something that should happen.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -89,7 +90,12 @@ impl Model {
 
     /// Reads events (checking each) until `done` holds; fails after [`WAIT`] or if the
     /// stream ends first.
-    pub fn read_until(&mut self, events: &CacheEvents, what: &str, done: impl Fn(&Model) -> bool) {
+    pub fn read_until(
+        &mut self,
+        events: &EventStream<CacheEvent>,
+        what: &str,
+        done: impl Fn(&Model) -> bool,
+    ) {
         let deadline = Instant::now() + WAIT;
         while !done(self) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -105,7 +111,7 @@ impl Model {
     }
 
     /// Reads until the signal `signal` arrives.
-    pub fn read_until_signal(&mut self, events: &CacheEvents, signal: CacheEvent) {
+    pub fn read_until_signal(&mut self, events: &EventStream<CacheEvent>, signal: CacheEvent) {
         let seen = self.signals.iter().filter(|s| **s == signal).count();
         self.read_until(events, &format!("{signal:?}"), |m| {
             m.signals.iter().filter(|s| **s == signal).count() > seen
