@@ -77,8 +77,9 @@
 //! ```
 
 use crate::queue::{split_items, Queue};
-use crate::recovery::children_or_none;
-use crate::support::{check_base_path, ensure_dir, retry, Deadline};
+use crate::recovery::children_or_none_async;
+use crate::runtime::block_on;
+use crate::support::{check_base_path, ensure_dir_async, retry_async, Deadline};
 use crate::{NodeOptions, RecipeError, Result};
 use std::time::Duration;
 use zookeeper::{Error, Op, Timeout, ZooKeeper};
@@ -157,9 +158,15 @@ impl BoundedQueue {
     /// Enqueues `data`, waiting at most `timeout` for room ([`Timeout::Never`]: as long
     /// as the queue stays full): `Err(Timeout)`, with nothing enqueued, if it stayed full.
     pub fn put(&self, data: &[u8], timeout: impl Into<Timeout>) -> Result<()> {
+        block_on(self.put_async(data, timeout))
+    }
+
+    /// [`put`](Self::put), async. Dropped before it returns, the item may or may not have
+    /// been enqueued (never twice); no receipt is left behind.
+    pub async fn put_async(&self, data: &[u8], timeout: impl Into<Timeout>) -> Result<()> {
         let deadline = timeout.into().deadline();
         loop {
-            match self.put_until(data, deadline)? {
+            match self.put_until(data, deadline).await? {
                 Offer::Enqueued => return Ok(()),
                 Offer::Full if deadline.expired() => return Err(RecipeError::Timeout),
                 Offer::Full => {}
@@ -169,25 +176,32 @@ impl BoundedQueue {
 
     /// Enqueues `data` if there is room now, else [`Offer::Full`] at once.
     pub fn try_put(&self, data: &[u8]) -> Result<Offer> {
-        self.put_until(data, Deadline::after(Duration::ZERO))
+        block_on(self.try_put_async(data))
     }
 
-    fn put_until(&self, data: &[u8], deadline: Deadline) -> Result<Offer> {
+    /// [`try_put`](Self::try_put), async.
+    pub async fn try_put_async(&self, data: &[u8]) -> Result<Offer> {
+        self.put_until(data, Deadline::after(Duration::ZERO)).await
+    }
+
+    async fn put_until(&self, data: &[u8], deadline: Deadline) -> Result<Offer> {
         let zk = self.queue.zk();
         // The deadline bounds the wait for room, not the riding out of a connection
         // loss (as a take's deadline does not bound confirming a claimed item).
         let patience = self.queue.patience();
         let store = self.queue.store();
         loop {
-            let version = match retry(zk, patience, || zk.exists(&self.gate))? {
+            let version = match retry_async(zk, patience, || zk.exists_async(&self.gate)).await? {
                 None => {
                     let gate_nodes = self.nodes.clone().container_dirs(false);
-                    ensure_dir(zk, &self.gate, &gate_nodes, patience)?;
+                    ensure_dir_async(zk, &self.gate, &gate_nodes, patience).await?;
                     continue;
                 }
                 Some(stat) if stat.version == -1 => {
                     // -1 would be "any version": bump past it and read again.
-                    match retry(zk, patience, || zk.set(&self.gate, b"", None)) {
+                    let bumped =
+                        retry_async(zk, patience, || zk.set_async(&self.gate, b"", None)).await;
+                    match bumped {
                         Ok(_) | Err(RecipeError::ZooKeeper(Error::BadVersion)) => continue,
                         Err(error) => return Err(error),
                     }
@@ -195,18 +209,18 @@ impl BoundedQueue {
                 Some(stat) => stat.version,
             };
             // Listed after the gate was read: every put up to `version` is in it.
-            let children = children_or_none(zk, &store.items, patience)?;
+            let children = children_or_none_async(zk, &store.items, patience).await?;
             if self.count(children) >= self.max {
                 if deadline.expired() {
                     return Ok(Offer::Full);
                 }
                 // Full: watch (registered before the listing that decides) and wait.
-                let (children, epoch) = match self.queue.watched_listing(deadline) {
+                let (children, epoch) = match self.queue.watched_listing(deadline).await {
                     Err(RecipeError::Timeout) if deadline.expired() => return Ok(Offer::Full),
                     other => other?,
                 };
                 if self.count(children) >= self.max
-                    && !self.queue.wait_change(epoch, deadline)?
+                    && !self.queue.wait_change(epoch, deadline).await?
                     && deadline.expired()
                 {
                     return Ok(Offer::Full);
@@ -214,7 +228,7 @@ impl BoundedQueue {
                 continue;
             }
             let guard = [Op::set_data(&self.gate, b"", version)];
-            if store.put_with(zk, data, "", &guard, patience)? {
+            if store.put_with_async(zk, data, "", &guard, patience).await? {
                 return Ok(Offer::Enqueued);
             }
             // Another put passed the gate first: count again.
@@ -241,8 +255,13 @@ impl BoundedQueue {
 
     /// The number of items in the queue now.
     pub fn len(&self) -> Result<usize> {
-        let zk = self.queue.zk();
-        let children = children_or_none(zk, &self.queue.store().items, self.queue.patience())?;
+        block_on(self.len_async())
+    }
+
+    /// [`len`](Self::len), async.
+    pub async fn len_async(&self) -> Result<usize> {
+        let (zk, queue) = (self.queue.zk(), &self.queue);
+        let children = children_or_none_async(zk, &queue.store().items, queue.patience()).await?;
         Ok(self.count(children))
     }
 
@@ -255,5 +274,10 @@ impl BoundedQueue {
     /// Whether the queue is empty now.
     pub fn is_empty(&self) -> Result<bool> {
         self.len().map(|n| n == 0)
+    }
+
+    /// [`is_empty`](Self::is_empty), async.
+    pub async fn is_empty_async(&self) -> Result<bool> {
+        self.len_async().await.map(|n| n == 0)
     }
 }

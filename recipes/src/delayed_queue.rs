@@ -153,6 +153,11 @@ impl DelayedQueue {
         self.queue.len()
     }
 
+    /// [`len`](Self::len), async.
+    pub async fn len_async(&self) -> Result<usize> {
+        self.queue.len_async().await
+    }
+
     /// Threads blocked in `take` on this value right now (for monitoring
     /// and tests).
     pub fn waiting(&self) -> usize {
@@ -162,6 +167,11 @@ impl DelayedQueue {
     /// Whether the queue is empty now.
     pub fn is_empty(&self) -> Result<bool> {
         self.queue.is_empty()
+    }
+
+    /// [`is_empty`](Self::is_empty), async.
+    pub async fn is_empty_async(&self) -> Result<bool> {
+        self.queue.is_empty_async().await
     }
 
     /// Child-watch notifications this value has received (each a wake-up of its

@@ -163,6 +163,11 @@ impl PriorityQueue {
         self.queue.len()
     }
 
+    /// [`len`](Self::len), async.
+    pub async fn len_async(&self) -> Result<usize> {
+        self.queue.len_async().await
+    }
+
     /// Threads blocked in `take` on this value right now (for monitoring
     /// and tests).
     pub fn waiting(&self) -> usize {
@@ -172,5 +177,10 @@ impl PriorityQueue {
     /// Whether the queue is empty now.
     pub fn is_empty(&self) -> Result<bool> {
         self.queue.is_empty()
+    }
+
+    /// [`is_empty`](Self::is_empty), async.
+    pub async fn is_empty_async(&self) -> Result<bool> {
+        self.queue.is_empty_async().await
     }
 }

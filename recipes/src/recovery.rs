@@ -77,15 +77,6 @@ pub(crate) async fn restart_dir_async(
 
 /// The children of `dir`; a missing directory (restarted, or an empty container the
 /// server removed) has none.
-pub(crate) fn children_or_none(
-    zk: &ZooKeeper,
-    dir: &str,
-    patience: impl Into<Patience>,
-) -> Result<Vec<String>> {
-    crate::runtime::block_on(children_or_none_async(zk, dir, patience.into()))
-}
-
-/// [`children_or_none`], async.
 pub(crate) async fn children_or_none_async(
     zk: &ZooKeeper,
     dir: &str,

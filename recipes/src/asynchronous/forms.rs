@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use zookeeper::{Stat, Timeout, ZooKeeper};
 
-use super::{Async, RecipeFuture, Unblock};
+use super::{Async, RecipeFuture};
 use crate::barrier::{Barrier, DoubleBarrier};
 use crate::bounded_queue::{BoundedQueue, Offer};
 use crate::delayed_queue::DelayedQueue;
@@ -26,25 +26,6 @@ use crate::shared_value::{
 use crate::work_queue::{WorkItem, WorkQueue};
 use crate::{RecipeError, Result};
 
-/// `Async<$recipe>` methods of the same name as `$recipe`'s blocking ones taking `&self`
-/// and owned (`'static`) arguments.
-macro_rules! async_forms {
-    ($recipe:ident { $( fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty; )* }) => {
-        impl Async<$recipe> {
-            $(
-                #[doc = concat!("Async form of [`", stringify!($recipe), "::", stringify!($name), "`].")]
-                pub fn $name(&self, $($arg: $ty),*) -> Unblock<$ret> {
-                    self.run(move |recipe| recipe.$name($($arg),*))
-                }
-            )*
-        }
-    };
-}
-
-async_forms!(Lock {
-    fn holder() -> Result<Option<String>>;
-});
-
 /// `Async<$recipe>` methods returning the recipe's own `*_async` future on the shared
 /// value (no thread waits for it; dropping it withdraws what it started).
 macro_rules! native_forms {
@@ -64,6 +45,7 @@ macro_rules! native_forms {
 native_forms!(Lock {
     fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<LockGuard>;
     fn try_acquire => try_acquire_async() -> Result<Option<LockGuard>>;
+    fn holder => holder_async() -> Result<Option<String>>;
 });
 
 native_forms!(MultiLock {
@@ -83,13 +65,13 @@ native_forms!(Semaphore {
     fn try_acquire => try_acquire_async() -> Result<Option<semaphore::Lease>>;
 });
 
-async_forms!(Semaphore {
-    fn requests() -> Result<usize>;
+native_forms!(Semaphore {
+    fn requests => requests_async() -> Result<usize>;
 });
 
-async_forms!(LeaseSemaphore {
-    fn acquire(n: u32, timeout: impl Into<Timeout> + Send + 'static) -> Result<Vec<lease_semaphore::Lease>>;
-    fn held() -> Result<usize>;
+native_forms!(LeaseSemaphore {
+    fn acquire => acquire_async(n: u32, timeout: impl Into<Timeout> + Send + 'static) -> Result<Vec<lease_semaphore::Lease>>;
+    fn held => held_async() -> Result<usize>;
 });
 
 native_forms!(WorkQueue {
@@ -235,8 +217,8 @@ impl Async<GroupMember> {
     }
 }
 
-async_forms!(Group {
-    fn wait_initialized(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
+native_forms!(Group {
+    fn wait_initialized => wait_initialized_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<()>;
 });
 
 // Queues: a taken item whose future was dropped is put back, never lost.
@@ -270,9 +252,9 @@ macro_rules! native_take_forms {
                 })
             }
         }
-        async_forms!($recipe {
-            fn len() -> Result<usize>;
-            fn is_empty() -> Result<bool>;
+        native_forms!($recipe {
+            fn len => len_async() -> Result<usize>;
+            fn is_empty => is_empty_async() -> Result<bool>;
         });
     };
 }
@@ -346,15 +328,15 @@ impl Async<BoundedQueue> {
         &self,
         data: impl Into<Vec<u8>>,
         timeout: impl Into<Timeout> + Send + 'static,
-    ) -> Unblock<Result<()>> {
-        let data = data.into();
-        self.run(move |queue| queue.put(&data, timeout))
+    ) -> RecipeFuture<Result<()>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.put_async(&data, timeout).await })
     }
 
     /// Async form of [`BoundedQueue::try_put`].
-    pub fn try_put(&self, data: impl Into<Vec<u8>>) -> Unblock<Result<Offer>> {
-        let data = data.into();
-        self.run(move |queue| queue.try_put(&data))
+    pub fn try_put(&self, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<Offer>> {
+        let (queue, data) = (self.shared(), data.into());
+        Box::pin(async move { queue.try_put_async(&data).await })
     }
 }
 

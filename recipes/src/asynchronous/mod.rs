@@ -8,11 +8,10 @@
 //! recipe types carry the async forms themselves (`acquire_async`, `take_async`,
 //! `wait_until_leader_async`, `release_async` on the guards, ...), and the `Async<R>`
 //! forms here return them as [`RecipeFuture`]s: no thread waits for them, and dropping
-//! one withdraws what the call started. A few calls not rewritten yet
-//! (`BoundedQueue::put`/`try_put`, `Group::wait_initialized`, the queues' `len`) and
-//! [`Async::run`] / [`unblock`] return an [`Unblock`] future instead: the call runs on a
-//! small pool of worker threads (grown on demand, idle threads exit after 10 s), so a
-//! waiting task occupies no executor thread.
+//! one withdraws what the call started. Only [`Async::run`] and [`unblock`], for any
+//! other blocking code, return an [`Unblock`] future: the call runs on a small pool of
+//! worker threads (grown on demand, idle threads exit after 10 s), so a waiting task
+//! occupies no executor thread.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -40,10 +39,9 @@
 //! queues), on a new session made like the old one if the taking session ended
 //! meanwhile. So `select!`-ing a take against a shutdown signal loses nothing.
 //!
-//! An [`Unblock`] future (the calls not yet written as async code, and [`unblock`]
-//! itself) is not cancelled: dropping it does not stop its call, which runs until it
-//! returns (each waiting call has its own timeout), and its result is disposed of as
-//! dropping it would: a guard releases its lock, a work item goes back to its queue.
+//! An [`Unblock`] future ([`Async::run`], [`unblock`]) is not cancelled: dropping it
+//! does not stop its call, which runs until it returns, and its result is disposed of
+//! as dropping it would: a guard releases its lock, a work item goes back to its queue.
 //!
 //! # Not covered
 //! [`ReentrantLock`](crate::reentrant_lock::ReentrantLock) has no async form: its

@@ -110,11 +110,10 @@ use crate::events::{EventQueue, EventStream};
 use crate::runtime::Task;
 use crate::{RecipeError, Result};
 use buffer::CacheBuffer;
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use zookeeper::Stat;
 
 /// A cached node: its path, data and `Stat` as last read.
@@ -191,7 +190,8 @@ struct Shared {
     /// Every cached node by full path.
     view: RwLock<BTreeMap<String, Arc<NodeData>>>,
     status: Mutex<Status>,
-    changed: Condvar,
+    /// Woken at each change of `status`.
+    changed: crate::runtime::Wakers,
     /// Watches the cache holds armed now.
     armed: AtomicUsize,
 }
@@ -206,7 +206,7 @@ struct Status {
 impl Shared {
     fn set_initialized(&self) {
         self.status.lock().initialized = true;
-        self.changed.notify_all();
+        self.changed.wake_all();
     }
 
     fn set_ended(&self, reason: Option<RecipeError>) {
@@ -215,7 +215,7 @@ impl Shared {
             status.running = false;
             status.end = reason;
         }
-        self.changed.notify_all();
+        self.changed.wake_all();
     }
 }
 
@@ -264,32 +264,23 @@ impl Core {
         })
     }
 
-    fn wait_initialized(&self, timeout: Duration) -> Result<()> {
-        let deadline = crate::events::deadline_after(timeout);
-        let mut status = self.shared.status.lock();
-        loop {
+    async fn wait_initialized(&self, timeout: zookeeper::Timeout) -> Result<()> {
+        let initialized = self.shared.changed.until(|| {
+            let status = self.shared.status.lock();
             if status.initialized {
-                return Ok(());
-            }
-            if !status.running {
-                return Err(status
+                Some(Ok(()))
+            } else if !status.running {
+                Some(Err(status
                     .end
                     .clone()
-                    .unwrap_or(RecipeError::Lost(LossReason::Closed)));
+                    .unwrap_or(RecipeError::Lost(LossReason::Closed))))
+            } else {
+                None
             }
-            if self
-                .shared
-                .changed
-                .wait_until(&mut status, deadline)
-                .timed_out()
-            {
-                return if status.initialized {
-                    Ok(())
-                } else {
-                    Err(RecipeError::Timeout)
-                };
-            }
-        }
+        });
+        crate::runtime::until(timeout.deadline(), initialized)
+            .await
+            .unwrap_or(Err(RecipeError::Timeout))
     }
 
     fn shutdown(&mut self) {
@@ -323,12 +314,15 @@ macro_rules! cache_methods {
             &self,
             timeout: impl Into<zookeeper::Timeout>,
         ) -> crate::Result<()> {
-            self.core.wait_initialized(
-                timeout
-                    .into()
-                    .duration()
-                    .unwrap_or(std::time::Duration::MAX),
-            )
+            crate::runtime::block_on(self.core.wait_initialized(timeout.into()))
+        }
+
+        /// [`wait_initialized`](Self::wait_initialized), async.
+        pub async fn wait_initialized_async(
+            &self,
+            timeout: impl Into<zookeeper::Timeout>,
+        ) -> crate::Result<()> {
+            self.core.wait_initialized(timeout.into()).await
         }
 
         /// Whether the initial load is complete.

@@ -133,6 +133,11 @@ impl Group {
         self.cache.wait_initialized(timeout)
     }
 
+    /// [`wait_initialized`](Self::wait_initialized), async.
+    pub async fn wait_initialized_async(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        self.cache.wait_initialized_async(timeout).await
+    }
+
     /// The members now (as last read), ordered by id, then node name.
     pub fn members(&self) -> Vec<Member> {
         let mut members: Vec<Member> = self

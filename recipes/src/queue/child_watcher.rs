@@ -1,7 +1,7 @@
 //! One child watch shared by every caller waiting on the same recipe value.
 
 use super::*;
-use crate::runtime::{block_on, until};
+use crate::runtime::until;
 use crate::support::{reconnected, Counted};
 use std::future::Future;
 use std::pin::Pin;
@@ -113,16 +113,6 @@ impl ChildWatcher {
         }
     }
 
-    /// [`list_async`](Self::list_async), blocking.
-    pub(super) fn list(
-        &self,
-        zk: &ZooKeeper,
-        patience: Patience,
-        deadline: Deadline,
-    ) -> Result<(Vec<String>, u64)> {
-        block_on(self.list_async(zk, patience, deadline))
-    }
-
     /// Lists the children; a child watch registered no later than this listing is armed
     /// when it returns. Returns the children and the epoch to pass to `wait_change`.
     /// `Err(Timeout)` if `deadline` passes while another caller is registering the watch.
@@ -217,11 +207,6 @@ impl ChildWatcher {
                 Err(error) => return Err(error.into()),
             }
         }
-    }
-
-    /// [`wait_change_async`](Self::wait_change_async), blocking.
-    pub(super) fn wait_change(&self, epoch: u64, deadline: Deadline) -> Result<bool> {
-        block_on(self.wait_change_async(epoch, deadline))
     }
 
     /// Waits until the watch armed at `epoch` fires (`Ok(true)`) or `deadline` passes

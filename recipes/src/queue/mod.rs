@@ -384,15 +384,15 @@ impl Queue {
 
     /// Lists the items directory with this value's shared child watch armed no later
     /// than the listing; pass the epoch to [`wait_change`](Self::wait_change).
-    pub(crate) fn watched_listing(&self, deadline: Deadline) -> Result<(Vec<String>, u64)> {
+    pub(crate) async fn watched_listing(&self, deadline: Deadline) -> Result<(Vec<String>, u64)> {
         let patience = self.patience.before(deadline);
-        self.watcher.list(&self.zk, patience, deadline)
+        self.watcher.list_async(&self.zk, patience, deadline).await
     }
 
     /// Waits until the directory changed after the listing of `epoch` (`Ok(true)`) or
     /// `deadline` passes (`Ok(false)`).
-    pub(crate) fn wait_change(&self, epoch: u64, deadline: Deadline) -> Result<bool> {
-        self.watcher.wait_change(epoch, deadline)
+    pub(crate) async fn wait_change(&self, epoch: u64, deadline: Deadline) -> Result<bool> {
+        self.watcher.wait_change_async(epoch, deadline).await
     }
 
     /// Forgets the cached listing unless the order is plain FIFO: a priority or delayed
