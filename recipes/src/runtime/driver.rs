@@ -85,6 +85,8 @@ impl Wake for TaskCell {
 /// handle asks it to stop without waiting.
 pub(crate) struct Task {
     cell: Arc<TaskCell>,
+    /// Whether dropping the handle asks the task to stop (not once detached).
+    stop_on_drop: bool,
 }
 
 impl std::fmt::Debug for Task {
@@ -161,7 +163,10 @@ where
     queue.runnable.push_back(Arc::clone(&cell));
     drop(queue);
     RUNNABLE.notify_one();
-    Ok(Task { cell })
+    Ok(Task {
+        cell,
+        stop_on_drop: true,
+    })
 }
 
 /// Starts `future` on the driver for work that must finish even though nobody waits
@@ -224,14 +229,16 @@ impl Task {
     }
 
     /// Lets the task run on without a handle (a stop is never requested).
-    pub(crate) fn detach(self) {
-        std::mem::forget(self);
+    pub(crate) fn detach(mut self) {
+        self.stop_on_drop = false;
     }
 }
 
 impl Drop for Task {
     fn drop(&mut self) {
-        self.stop();
+        if self.stop_on_drop {
+            self.stop();
+        }
     }
 }
 
