@@ -97,24 +97,11 @@ impl ItemStore {
             .map(drop)
     }
 
-    /// [`put_async`](Self::put_async) of an item named `item-<guid>-<tag>-<seq>` (a variant's ordering
-    /// key; no `-` in it) whose multi also carries the `guard` operations (a bounded
+    /// [`put_async`](Self::put_async) of an item named `item-<guid>-<tag>-<seq>` (a
+    /// variant's ordering key; no `-` in it) whose multi also carries the `guard` operations (a bounded
     /// queue's versioned gate): `Ok(false)` if a guard operation refused it (nothing was
     /// enqueued; the caller reads again and decides), `Ok(true)` once enqueued exactly
-    /// once.
-    pub(crate) fn put_with(
-        &self,
-        zk: &ZooKeeper,
-        data: &[u8],
-        tag: &str,
-        guard: &[Op],
-        patience: Patience,
-    ) -> Result<bool> {
-        block_on(self.put_with_async(zk, data, tag, guard, patience))
-    }
-
-    /// [`put_with`](Self::put_with), async (see [`put_async`](Self::put_async) on
-    /// dropping it).
+    /// once. Dropped, as [`put_async`](Self::put_async).
     pub(crate) async fn put_with_async(
         &self,
         zk: &ZooKeeper,

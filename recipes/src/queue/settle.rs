@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::runtime::sleep_for;
-use crate::support::retry;
 
 /// What became of a take (delete + marker) whose reply was lost.
 pub(super) enum LostTake {
@@ -104,31 +103,30 @@ impl Drop for PendingClaim<'_> {
             marker: self.marker.to_string(),
             data: self.data.to_vec(),
         };
-        // Detached: the settling runs to its end whatever happens to this future. The
-        // put-back is blocking code (it may open a new session), so it has a worker.
-        drop(crate::asynchronous::unblock(move || {
-            let outcome = block_on(async {
-                match stage {
-                    ClaimStage::Sent(claim) => match claim.await {
-                        Ok(_) => LostTake::Ours,
-                        Err(error) if error.is_connection_loss() => {
-                            lost_take(&zk, stray.patience, &stray.path, &stray.marker).await
-                        }
-                        // Not applied (a failed multi), or the session was over before
-                        // it was sent.
-                        Err(_) => LostTake::NotApplied,
-                    },
-                    ClaimStage::ReplyLost => {
+        // Detached: the settling runs to its end on the driver, whatever happens to
+        // this future.
+        let what = format!("settling the take of {}", stray.path);
+        crate::runtime::spawn_detached(&what, async move {
+            let outcome = match stage {
+                ClaimStage::Sent(claim) => match claim.await {
+                    Ok(_) => LostTake::Ours,
+                    Err(error) if error.is_connection_loss() => {
                         lost_take(&zk, stray.patience, &stray.path, &stray.marker).await
                     }
+                    // Not applied (a failed multi), or the session was over before it
+                    // was sent.
+                    Err(_) => LostTake::NotApplied,
+                },
+                ClaimStage::ReplyLost => {
+                    lost_take(&zk, stray.patience, &stray.path, &stray.marker).await
                 }
-            });
+            };
             match outcome {
                 LostTake::NotApplied | LostTake::Others => {}
-                LostTake::Ours => put_back_surely(&zk, &stray, false),
-                LostTake::Unknown => put_back_surely(&zk, &stray, true),
+                LostTake::Ours => put_back_surely(&zk, &stray, false).await,
+                LostTake::Unknown => put_back_surely(&zk, &stray, true).await,
             }
-        }));
+        });
     }
 }
 
@@ -138,13 +136,15 @@ impl Drop for PendingClaim<'_> {
 /// where the item's absence is checked again first. Only an `unknown` outcome can
 /// deliver an item twice (taken meanwhile by another consumer whose marker is gone):
 /// at least once, never lost.
-fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
+async fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
     let mut pause = Duration::from_millis(100);
     let mut ours = if unknown { Ours::Unknown } else { Ours::Yes };
     let mut fresh: Option<ZooKeeper> = None;
     loop {
         if fresh.is_none() && zk.state().is_terminal() {
-            match zk.new_session() {
+            // Connecting waits for the new session: on a worker thread, not the driver.
+            let like = zk.clone();
+            match crate::asynchronous::unblock(move || like.new_session()).await {
                 Ok(new) => {
                     log::warn!(
                         "queue: putting back {} on a new session (the taking one is over)",
@@ -166,7 +166,7 @@ fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
             None => None,
         };
         if let Some(session) = session {
-            match put_back_once(session, stray, &mut ours) {
+            match put_back_once(session, stray, &mut ours).await {
                 Ok(()) => break,
                 Err(error) => {
                     log::warn!(
@@ -176,11 +176,12 @@ fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
                 }
             }
         }
-        block_on(sleep_for(pause));
+        sleep_for(pause).await;
         pause = (pause * 2).min(Duration::from_secs(5));
     }
     if let Some(session) = fresh {
-        let _ = session.close();
+        // Closing waits for the server's answer: on a worker thread too.
+        drop(crate::asynchronous::unblock(move || session.close()));
     }
 }
 
@@ -195,19 +196,18 @@ enum Ours {
 }
 
 /// One try of [`put_back_surely`] on `zk` (the taking session, or a new one).
-fn put_back_once(zk: &ZooKeeper, stray: &Stray, ours: &mut Ours) -> Result<()> {
+async fn put_back_once(zk: &ZooKeeper, stray: &Stray, ours: &mut Ours) -> Result<()> {
     match *ours {
         Ours::Yes => {}
-        Ours::Unknown => {
-            match block_on(lost_take(zk, stray.patience, &stray.path, &stray.marker)) {
-                LostTake::NotApplied | LostTake::Others => return Ok(()),
-                LostTake::Ours => *ours = Ours::Yes,
-                LostTake::Unknown => return Err(RecipeError::ZooKeeper(Error::ConnectionLoss)),
-            }
-        }
+        Ours::Unknown => match lost_take(zk, stray.patience, &stray.path, &stray.marker).await {
+            LostTake::NotApplied | LostTake::Others => return Ok(()),
+            LostTake::Ours => *ours = Ours::Yes,
+            LostTake::Unknown => return Err(RecipeError::ZooKeeper(Error::ConnectionLoss)),
+        },
         Ours::UnknownMarkerGone => {
-            retry(zk, stray.patience, || zk.sync(&stray.path))?;
-            if retry(zk, stray.patience, || zk.exists(&stray.path))?.is_some() {
+            retry_async(zk, stray.patience, || zk.sync_async(&stray.path)).await?;
+            let exists = retry_async(zk, stray.patience, || zk.exists_async(&stray.path)).await?;
+            if exists.is_some() {
                 return Ok(()); // the take never applied
             }
             *ours = Ours::Yes;
@@ -217,6 +217,7 @@ fn put_back_once(zk: &ZooKeeper, stray: &Stray, ours: &mut Ours) -> Result<()> {
     let tag = tag_of(&stray.name).unwrap_or("");
     stray
         .store
-        .put_with(zk, &stray.data, tag, &[], stray.patience)
+        .put_with_async(zk, &stray.data, tag, &[], stray.patience)
+        .await
         .map(drop)
 }
