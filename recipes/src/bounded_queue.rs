@@ -80,7 +80,7 @@ use crate::queue::{split_items, Queue};
 use crate::recovery::children_or_none_async;
 use crate::runtime::block_on;
 use crate::support::{check_base_path, ensure_dir_async, retry_async, Deadline};
-use crate::{NodeOptions, RecipeError, Result};
+use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use std::time::Duration;
 use zookeeper::{Error, Op, Timeout, ZooKeeper};
 
@@ -121,13 +121,31 @@ impl BoundedQueue {
         })
     }
 
-    /// How long an operation waits for a dropped connection to come back (default:
-    /// twice the session timeout).
+    /// How long an operation waits for a dropped connection to come back before it
+    /// fails with `ConnectionLoss` (default: twice the session timeout). Shorthand for
+    /// [`with_retry_policy`](Self::with_retry_policy) with the current policy's
+    /// [`with_reconnect_timeout`](RetryPolicy::with_reconnect_timeout).
     pub fn with_reconnect_timeout(self, timeout: Duration) -> BoundedQueue {
         BoundedQueue {
             queue: self.queue.with_reconnect_timeout(timeout),
             ..self
         }
+    }
+
+    /// How operations ride out a lost connection: the reconnect timeout and the pauses
+    /// between tries of a failed request (see [`RetryPolicy`]; default:
+    /// [`RetryPolicy::default()`]).
+    pub fn with_retry_policy(self, policy: RetryPolicy) -> BoundedQueue {
+        BoundedQueue {
+            queue: self.queue.with_retry_policy(policy),
+            ..self
+        }
+    }
+
+    /// The policy set with [`with_retry_policy`](Self::with_retry_policy) (or
+    /// [`with_reconnect_timeout`](Self::with_reconnect_timeout)), else the default.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.queue.retry_policy()
     }
 
     /// ACL of every node it creates and whether the items directories are containers

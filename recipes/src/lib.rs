@@ -36,6 +36,14 @@
 //! behind would block every later acquirer. It stops when the session ends (the nodes
 //! went with it) or once every clone of the handle is dropped (which closes it and ends
 //! the session); it never keeps a session open by itself.
+//!
+//! ## Riding out a lost connection
+//!
+//! The queues, the lock and the work queue wait at most their reconnect timeout for a
+//! dropped connection to come back, then fail with `ConnectionLoss`; a [`RetryPolicy`]
+//! (`with_retry_policy`) sets it and the pauses between tries of a failed request. The
+//! other waiting recipes ride out a loss until the call's own deadline, and the
+//! background ones (caches, latches, watches) for as long as it takes.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
@@ -72,6 +80,7 @@ pub mod work_queue;
 pub use error::{LossReason, OptionalExtension, RecipeError, Result};
 pub use events::EventStream;
 pub use nodes::NodeOptions;
+pub use support::{PauseGrowth, RetryPolicy};
 
 /// Background tasks alive on the recipes' driver (caches, latches, persistent nodes,
 /// value and config watches, settling what dropped futures left in flight): for tests

@@ -56,7 +56,7 @@
 //! ```
 
 use crate::queue::{Order, Queue};
-use crate::{NodeOptions, Result};
+use crate::{NodeOptions, Result, RetryPolicy};
 use std::time::Duration;
 use zookeeper::{Timeout, ZooKeeper};
 
@@ -74,12 +74,29 @@ impl PriorityQueue {
         })
     }
 
-    /// How long an operation waits for a dropped connection to come back (default:
-    /// twice the session timeout).
+    /// How long an operation waits for a dropped connection to come back before it
+    /// fails with `ConnectionLoss` (default: twice the session timeout). Shorthand for
+    /// [`with_retry_policy`](Self::with_retry_policy) with the current policy's
+    /// [`with_reconnect_timeout`](RetryPolicy::with_reconnect_timeout).
     pub fn with_reconnect_timeout(self, timeout: Duration) -> PriorityQueue {
         PriorityQueue {
             queue: self.queue.with_reconnect_timeout(timeout),
         }
+    }
+
+    /// How operations ride out a lost connection: the reconnect timeout and the pauses
+    /// between tries of a failed request (see [`RetryPolicy`]; default:
+    /// [`RetryPolicy::default()`]).
+    pub fn with_retry_policy(self, policy: RetryPolicy) -> PriorityQueue {
+        PriorityQueue {
+            queue: self.queue.with_retry_policy(policy),
+        }
+    }
+
+    /// The policy set with [`with_retry_policy`](Self::with_retry_policy) (or
+    /// [`with_reconnect_timeout`](Self::with_reconnect_timeout)), else the default.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.queue.retry_policy()
     }
 
     /// ACL and directory kind of the nodes it creates (see [`NodeOptions`]).

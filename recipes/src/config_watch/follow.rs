@@ -14,12 +14,7 @@ use crate::{RecipeError, Result};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
-use std::time::Duration;
 use zookeeper::{Watch, WatchedEvent, ZooKeeper};
-
-/// The longest pause between tries of a read that failed (the state feed may not show a
-/// connection loss yet).
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The future of one [`NodeReader::read`].
 pub(crate) type ReadFuture<'a> =

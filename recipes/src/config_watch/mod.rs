@@ -65,7 +65,7 @@
 mod follow;
 mod receiver;
 
-pub(crate) use follow::{first_read, follow, NodeReader, ReadFuture, MAX_BACKOFF};
+pub(crate) use follow::{first_read, follow, NodeReader, ReadFuture};
 
 use crate::error::LossReason;
 use crate::events::{EventStream, RecvTimeoutError};
@@ -73,7 +73,7 @@ use crate::lifecycle::following::Following;
 use crate::lifecycle::Client;
 use crate::runtime::{block_on, spawn, Task};
 use crate::support::op_deadline;
-use crate::{RecipeError, Result};
+use crate::{RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
 use receiver::Hub;
 use std::sync::Arc;
@@ -135,7 +135,7 @@ impl ConfigWatch {
     /// [`start`](Self::start), async: the first read is awaited, not waited for.
     pub async fn start_async(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
         // Subscribed to the client's states before the first read: nothing is missed.
-        let following = Following::new(client.into(), true, MAX_BACKOFF);
+        let following = Following::new(client.into(), true, RetryPolicy::FOLLOWING);
         let hub = Arc::new(Hub::default());
         let mut reader = ConfigReader {
             path: path.to_string(),

@@ -8,9 +8,6 @@ mod protocol;
 // The latch's task.
 // ---------------------------------------------------------------------------------------
 
-/// The longest pause between retries after a failed request.
-pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);
-
 /// What the latch's one watch is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Target {
@@ -81,7 +78,7 @@ impl Worker {
             config,
             // Subscribes before the first request, so no state change is missed. A
             // read-only server cannot take the latch's writes.
-            following: Following::new(client, false, MAX_BACKOFF),
+            following: Following::new(client, false, crate::RetryPolicy::FOLLOWING),
             shared,
             out,
             commands,

@@ -17,11 +17,9 @@
 use super::*;
 use crate::runtime::{timer::sleep_at, StopSignal};
 use crate::support::session_error;
+use crate::RetryPolicy;
 use std::future::{poll_fn, Future};
 use zookeeper::Error;
-
-/// The first pause after a failed request; it doubles up to the follower's maximum.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
 /// A connection-state change, after the common rules were applied.
 #[derive(Debug)]
@@ -56,8 +54,10 @@ pub(crate) struct Following {
     pub(crate) sync_first: bool,
     /// No retry before this.
     retry_at: Option<Instant>,
-    backoff: Duration,
-    max_backoff: Duration,
+    /// Consecutive failed requests, for the pause before the next try.
+    failures: u32,
+    /// Its pauses pace the retries.
+    retry: RetryPolicy,
     /// The state of the session last reported `Lost` (expired, closed, authentication
     /// failed), read when the change was applied: by the time a follower handles the
     /// change, `zk` may be the next session's handle already.
@@ -66,8 +66,11 @@ pub(crate) struct Following {
 
 impl Following {
     /// Follows `client` (subscribed before anything is read, so no change is missed).
-    /// `read_only_serves`: whether the follower only reads.
-    pub(crate) fn new(client: Client, read_only_serves: bool, max_backoff: Duration) -> Self {
+    /// `read_only_serves`: whether the follower only reads. `retry`'s pauses pace the
+    /// retries of failed requests (the followers' default: [`RetryPolicy::FOLLOWING`]);
+    /// its reconnect timeout is not used, a follower waits for a reconnection as long
+    /// as it takes.
+    pub(crate) fn new(client: Client, read_only_serves: bool, retry: RetryPolicy) -> Self {
         let feed = client.feed();
         let session = client.session();
         Following {
@@ -79,8 +82,8 @@ impl Following {
             read_only_serves,
             sync_first: false,
             retry_at: None,
-            backoff: FIRST_BACKOFF,
-            max_backoff,
+            failures: 0,
+            retry,
             lost_state: None,
         }
     }
@@ -172,8 +175,8 @@ impl Following {
     /// `Lost` is on its way.
     pub(crate) fn failed(&mut self, error: &Error) {
         if error.is_retryable() {
-            self.retry_at = Some(Instant::now() + self.backoff);
-            self.backoff = (self.backoff * 2).min(self.max_backoff);
+            self.failures = self.failures.saturating_add(1);
+            self.retry_at = Some(Instant::now() + self.retry.pause(self.failures));
         } else {
             self.connected = false;
         }
@@ -182,13 +185,13 @@ impl Following {
     /// After a request succeeded: the next failure waits the shortest pause again.
     pub(crate) fn succeeded(&mut self) {
         self.retry_at = None;
-        self.backoff = FIRST_BACKOFF;
+        self.failures = 0;
     }
 
     /// Drops a pending retry pause (fresh work after a reconnection).
     pub(crate) fn retry_now(&mut self) {
         self.retry_at = None;
-        self.backoff = FIRST_BACKOFF;
+        self.failures = 0;
     }
 
     /// Whether a retry pause is pending.

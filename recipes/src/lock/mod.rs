@@ -157,12 +157,12 @@ use loss::*;
 use crate::error::LossReason;
 use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, create_member_async, default_reconnect_timeout, delete_eventually_async,
-    delete_on_drop, ordered_members, retry_async, wait_for_change_async, Deadline, DeleteOnDrop,
-    Member, NodeWait, Patience, SeqDir, ANY_NAME,
+    check_base_path, create_member_async, delete_eventually_async, delete_on_drop, ordered_members,
+    retry_async, wait_for_change_async, Deadline, DeleteOnDrop, Member, NodeWait, Patience, SeqDir,
+    ANY_NAME,
 };
 use crate::util::guid;
-use crate::NodeOptions;
+use crate::{NodeOptions, RetryPolicy};
 use crate::{RecipeError, Result};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
@@ -325,7 +325,7 @@ impl Lock {
             dir: path.to_string(),
             label: Vec::new(),
             nodes: NodeOptions::default(),
-            patience: Patience::reconnect(default_reconnect_timeout(zk)),
+            patience: Patience::of(zk, RetryPolicy::new()),
             grace: Duration::ZERO,
             layout: LockLayout::Native,
             shared: OnceLock::new(),
@@ -371,11 +371,27 @@ impl Lock {
         self
     }
 
-    /// How long an operation waits for a dropped connection to come back before failing
-    /// with `ConnectionLoss` (default: twice the session timeout).
-    pub fn with_reconnect_timeout(mut self, timeout: Duration) -> Lock {
-        self.patience = Patience::reconnect(timeout);
+    /// How long an operation waits for a dropped connection to come back before it
+    /// fails with `ConnectionLoss` (default: twice the session timeout). Shorthand for
+    /// [`with_retry_policy`](Self::with_retry_policy) with the current policy's
+    /// [`with_reconnect_timeout`](RetryPolicy::with_reconnect_timeout).
+    pub fn with_reconnect_timeout(self, timeout: Duration) -> Lock {
+        let policy = self.retry_policy().with_reconnect_timeout(timeout);
+        self.with_retry_policy(policy)
+    }
+
+    /// How operations ride out a lost connection: the reconnect timeout and the pauses
+    /// between tries of a failed request (see [`RetryPolicy`]; default:
+    /// [`RetryPolicy::default()`]).
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Lock {
+        self.patience = Patience::of(&self.zk, policy);
         self
+    }
+
+    /// The policy set with [`with_retry_policy`](Self::with_retry_policy) (or
+    /// [`with_reconnect_timeout`](Self::with_reconnect_timeout)), else the default.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.patience.policy()
     }
 
     /// The lock's path.

@@ -111,7 +111,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 use zookeeper::{CreateMode, Error, EventType, Timeout, Watch, WatchedEvent, ZooKeeper};
 
 #[cfg(test)]

@@ -7,8 +7,6 @@ use super::*;
 // The persistent node's task.
 // ---------------------------------------------------------------------------------------
 
-pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(1);
-
 /// What the one watch is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum WatchOn {
@@ -109,7 +107,7 @@ impl NodeWorker {
     pub(super) fn new(client: Client, config: Arc<NodeConfig>, shared: Arc<NodeShared>) -> Self {
         NodeWorker {
             config,
-            following: Following::new(client, false, MAX_BACKOFF),
+            following: Following::new(client, false, crate::RetryPolicy::FOLLOWING),
             shared,
             dirty: true,
             node: None,

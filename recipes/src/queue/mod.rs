@@ -70,7 +70,8 @@
 //!   during its take reconnects, `sync`s and looks: the item still there means its take
 //!   did not apply; its own take marker there means it did; neither means another
 //!   consumer took the item, which is then not returned here. The one exception: if the
-//!   outcome cannot be learnt (the reconnect timeout passed, or the session ended and its
+//!   outcome cannot be learnt (the reconnect timeout of the queue's
+//!   [`RetryPolicy`] passed, or the session ended and its
 //!   marker with it), the item is returned (at least once rather than lost). Use
 //!   [`WorkQueue`](crate::work_queue::WorkQueue) when items must be acknowledged after
 //!   processing.
@@ -125,11 +126,10 @@ use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 use crate::recovery::{children_or_none_async, name_in_range, Restart};
 use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, check_event, default_reconnect_timeout, ensure_dir, members, reconnected,
-    retry_async, Deadline, Patience,
+    check_base_path, check_event, ensure_dir, members, reconnected, retry_async, Deadline, Patience,
 };
 use crate::util::guid;
-use crate::{NodeOptions, RecipeError, Result};
+use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -263,7 +263,7 @@ impl Queue {
                 receipts_inside: true,
                 nodes: NodeOptions::default(),
             },
-            patience: Patience::reconnect(default_reconnect_timeout(zk)),
+            patience: Patience::of(zk, RetryPolicy::new()),
             order: Order::Fifo,
             cache: Mutex::new(VecDeque::new()),
             watcher: ChildWatcher::new(path),
@@ -272,10 +272,26 @@ impl Queue {
     }
 
     /// How long an operation waits for a dropped connection to come back before it
-    /// fails with `ConnectionLoss` (default: twice the session timeout).
-    pub fn with_reconnect_timeout(mut self, timeout: Duration) -> Queue {
-        self.patience = Patience::reconnect(timeout);
+    /// fails with `ConnectionLoss` (default: twice the session timeout). Shorthand for
+    /// [`with_retry_policy`](Self::with_retry_policy) with the current policy's
+    /// [`with_reconnect_timeout`](RetryPolicy::with_reconnect_timeout).
+    pub fn with_reconnect_timeout(self, timeout: Duration) -> Queue {
+        let policy = self.retry_policy().with_reconnect_timeout(timeout);
+        self.with_retry_policy(policy)
+    }
+
+    /// How operations ride out a lost connection: the reconnect timeout and the pauses
+    /// between tries of a failed request (see [`RetryPolicy`]; default:
+    /// [`RetryPolicy::default()`]).
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Queue {
+        self.patience = Patience::of(&self.zk, policy);
         self
+    }
+
+    /// The policy set with [`with_retry_policy`](Self::with_retry_policy) (or
+    /// [`with_reconnect_timeout`](Self::with_reconnect_timeout)), else the default.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.patience.policy()
     }
 
     /// The ACL of every node the queue creates (queue node, receipts node, items,

@@ -98,7 +98,7 @@ pub use counters::*;
 use layout::*;
 pub use watching::*;
 
-use crate::config_watch::{first_read, follow, NodeReader, ReadFuture, MAX_BACKOFF};
+use crate::config_watch::{first_read, follow, NodeReader, ReadFuture};
 use crate::error::LossReason;
 use crate::lifecycle::following::Following;
 use crate::lifecycle::Client;
@@ -106,7 +106,7 @@ use crate::runtime::{block_on, sleep_for, spawn, until, Task};
 use crate::support::{
     check_base_path, reconnected, retry_async, Deadline, DeadlineExt, Patience, SeqDir,
 };
-use crate::{NodeOptions, RecipeError, Result};
+use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
 use std::fmt;
 use std::marker::PhantomData;

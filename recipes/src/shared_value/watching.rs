@@ -84,7 +84,7 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
     /// and the current value is there at once), then follows it on the driver.
     pub(super) async fn start<L: Layout<Value = T>>(cell: &Cell<L>) -> Result<ValueWatch<T>> {
         // Subscribed to the client's states before the first read: nothing is missed.
-        let following = Following::new(cell.client.clone(), true, MAX_BACKOFF);
+        let following = Following::new(cell.client.clone(), true, RetryPolicy::FOLLOWING);
         let zk = following.zk.clone();
         let latest = Arc::new(Latest::new());
         let mut reader = ValueReader::<L> {

@@ -9,11 +9,12 @@ use super::*;
 /// After a retryable failure (connection loss, throttling): waits until the session is
 /// connected again, within `patience`; a terminal session reports its error. `attempt`
 /// counts consecutive failures: the session state is updated on the completion thread
-/// and may still say "connected" just after a loss, so tries back off (5 ms longer each
-/// time, up to 100 ms) instead of spinning.
+/// and may still say "connected" just after a loss, so tries back off by the patience's
+/// [`RetryPolicy`] pauses (by default 5 ms longer each time, up to 100 ms) instead of
+/// spinning.
 pub(crate) async fn reconnected(zk: &ZooKeeper, patience: Patience, attempt: u32) -> Result<()> {
     if zk.state().is_connected() {
-        let pause = Duration::from_millis(5 * u64::from(attempt.clamp(1, 20)));
+        let pause = patience.pause(attempt);
         sleep_for(pause.min(patience.reconnect_wait()?)).await;
     }
     let deadline = Deadline::after(patience.reconnect_wait()?);
@@ -39,7 +40,8 @@ pub(crate) async fn reconnected(zk: &ZooKeeper, patience: Patience, attempt: u32
 }
 
 /// Runs an idempotent request (a read, or a write whose repetition is harmless),
-/// retrying it after retryable failures within `patience` (see [`reconnected`]).
+/// retrying it after retryable failures within `patience`, paced by its pauses (see
+/// [`reconnected`]).
 pub(crate) async fn retry_async<T, F>(
     zk: &ZooKeeper,
     patience: Patience,

@@ -6,7 +6,8 @@
 //! (barrier, election, read-write lock, semaphore, config watch, id generator) wait until
 //! the call's deadline and then report `Timeout`; the recipes with a reconnect timeout
 //! (queue, lock, work queue) wait at most that long for each reconnection and then
-//! report the `ConnectionLoss`.
+//! report the `ConnectionLoss`; their [`RetryPolicy`] (public) sets it and the pauses
+//! between tries.
 
 mod connection;
 mod dirs;
@@ -20,6 +21,7 @@ pub(crate) use dirs::*;
 pub(crate) use owned::*;
 pub(crate) use sequential::*;
 pub(crate) use time::*;
+pub use time::{PauseGrowth, RetryPolicy};
 pub(crate) use watches::*;
 
 use crate::runtime::{block_on, sleep_for, until};
@@ -100,6 +102,57 @@ mod tests {
         let until = Patience::from(Deadline::after(Duration::ZERO));
         assert_eq!(until.reconnect_wait(), Err(RecipeError::Timeout));
         assert_eq!(until.gave_up(), RecipeError::Timeout);
+    }
+
+    #[test]
+    fn default_retry_pauses_are_the_old_rules() {
+        // `reconnected` paused 5 ms x the attempt, clamped to 1..=20.
+        let recipes = RetryPolicy::default();
+        for attempt in 0..=100 {
+            let old = Duration::from_millis(5 * u64::from(attempt.clamp(1, 20)));
+            assert_eq!(recipes.pause(attempt), old, "attempt {attempt}");
+            assert_eq!(Patience::from(Deadline::never()).pause(attempt), old);
+        }
+        assert_eq!(recipes.pause(u32::MAX), Duration::from_millis(100));
+        // A follower's pause started at 10 ms and doubled after each failure, up to 1 s.
+        let mut backoff = Duration::from_millis(10);
+        for failures in 1..=100 {
+            assert_eq!(RetryPolicy::FOLLOWING.pause(failures), backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+        assert_eq!(
+            RetryPolicy::FOLLOWING.pause(u32::MAX),
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn patience_carries_its_policy() {
+        let policy = RetryPolicy::new()
+            .with_pauses(
+                Duration::from_millis(1),
+                PauseGrowth::Exponential(3),
+                Duration::from_millis(50),
+            )
+            .unwrap()
+            .with_reconnect_timeout(Duration::from_millis(300));
+        let patience = Patience::of_resolved(policy, Duration::from_millis(300));
+        assert_eq!(patience.policy(), policy);
+        assert_eq!(patience.pause(3), Duration::from_millis(9));
+        assert_eq!(patience.pause(5), Duration::from_millis(50));
+        assert_eq!(
+            patience.reconnect_wait().unwrap(),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            patience.gave_up(),
+            RecipeError::ZooKeeper(Error::ConnectionLoss)
+        );
+        let reconnect = Patience::reconnect(Duration::from_secs(3));
+        assert_eq!(
+            reconnect.policy(),
+            RetryPolicy::new().with_reconnect_timeout(Duration::from_secs(3))
+        );
     }
 
     #[test]

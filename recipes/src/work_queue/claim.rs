@@ -65,7 +65,7 @@ impl WorkQueue {
                     let _ = self
                         .spread
                         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(s / 2));
-                    return Ok(Some(item));
+                    return Ok(Some(*item));
                 }
                 Claim::Missed => {
                     bump(&self.counters.races_lost);
@@ -182,7 +182,7 @@ impl WorkQueue {
             return Ok(Claim::Missed);
         }
         bump(&self.counters.claims);
-        Ok(Claim::Taken(WorkItem {
+        Ok(Claim::Taken(Box::new(WorkItem {
             zk: self.zk.clone(),
             name: name.to_string(),
             item_path,
@@ -192,7 +192,7 @@ impl WorkQueue {
             claim_id,
             patience: self.patience,
             finished: false,
-        }))
+        })))
     }
 
     /// The lock node after a lost reply: reconnected, then read after a `sync`.

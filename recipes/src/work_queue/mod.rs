@@ -159,14 +159,13 @@ use crate::recovery::{
 };
 use crate::runtime::{block_on, spawn_detached, until};
 use crate::support::{
-    check_base_path, check_event, create_sequential_async, default_reconnect_timeout,
-    delete_eventually_async, ensure_dir_async, finish_later, members, reconnected, retry_async,
-    wait_for_change_async, withdraw_watch, Counted, Deadline, DeleteOnDrop, NodeWait, Patience,
-    ANY_NAME,
+    check_base_path, check_event, create_sequential_async, delete_eventually_async,
+    ensure_dir_async, finish_later, members, reconnected, retry_async, wait_for_change_async,
+    withdraw_watch, Counted, Deadline, DeleteOnDrop, NodeWait, Patience, ANY_NAME,
 };
 use crate::util::guid;
 use crate::NodeOptions;
-use crate::{RecipeError, Result};
+use crate::{RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::fmt;
@@ -274,7 +273,8 @@ impl fmt::Debug for WorkQueue {
 
 /// What a claim attempt found.
 enum Claim {
-    Taken(WorkItem),
+    /// Boxed: a work item (with its patience) is much larger than the other variants.
+    Taken(Box<WorkItem>),
     /// In progress (locked) when looked at.
     Locked,
     /// Completed, or claimed by someone else meanwhile.
@@ -310,7 +310,7 @@ impl WorkQueue {
             },
             locks: format!("{path}/locks"),
             waiters: format!("{path}/waiters"),
-            patience: Patience::reconnect(default_reconnect_timeout(zk)),
+            patience: Patience::of(zk, RetryPolicy::new()),
             head: Mutex::new(Head::default()),
             cache: Mutex::new(VecDeque::new()),
             spread: AtomicUsize::new(0),
@@ -321,10 +321,26 @@ impl WorkQueue {
     }
 
     /// How long an operation waits for a dropped connection to come back before it
-    /// fails with `ConnectionLoss` (default: twice the session timeout).
-    pub fn with_reconnect_timeout(mut self, timeout: Duration) -> WorkQueue {
-        self.patience = Patience::reconnect(timeout);
+    /// fails with `ConnectionLoss` (default: twice the session timeout). Shorthand for
+    /// [`with_retry_policy`](Self::with_retry_policy) with the current policy's
+    /// [`with_reconnect_timeout`](RetryPolicy::with_reconnect_timeout).
+    pub fn with_reconnect_timeout(self, timeout: Duration) -> WorkQueue {
+        let policy = self.retry_policy().with_reconnect_timeout(timeout);
+        self.with_retry_policy(policy)
+    }
+
+    /// How operations ride out a lost connection: the reconnect timeout and the pauses
+    /// between tries of a failed request (see [`RetryPolicy`]; default:
+    /// [`RetryPolicy::default()`]).
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> WorkQueue {
+        self.patience = Patience::of(&self.zk, policy);
         self
+    }
+
+    /// The policy set with [`with_retry_policy`](Self::with_retry_policy) (or
+    /// [`with_reconnect_timeout`](Self::with_reconnect_timeout)), else the default.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.patience.policy()
     }
 
     /// The ACL of every node the work queue creates (its directories, items, receipts,

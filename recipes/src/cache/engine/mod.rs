@@ -9,13 +9,13 @@ use crate::events::EventQueue;
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::runtime::StopSignal;
-use crate::RecipeError;
+use crate::{RecipeError, RetryPolicy};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use zookeeper::{Error, EventType, Stat, Watch, WatchedEvent, ZkFuture};
 
 mod reading;
@@ -100,9 +100,6 @@ enum Reply {
     Data(Vec<u8>, Stat, Option<Watch>),
 }
 
-/// Longest pause between retries of a read that failed with a connection loss.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
-
 pub(crate) struct Worker {
     config: Config,
     /// The session followed, whether reads can be made now, and the retry pause.
@@ -130,7 +127,7 @@ impl Worker {
         shared: Arc<Shared>,
     ) -> Worker {
         // A cache only reads: a read-only server serves it.
-        let following = Following::new(client, true, MAX_BACKOFF);
+        let following = Following::new(client, true, RetryPolicy::FOLLOWING);
         let mut nodes = HashMap::new();
         nodes.insert(config.root.clone(), Node::new(0));
         Worker {
