@@ -44,9 +44,10 @@ binaries=$(cargo test -p zookeeper-rs -p zookeeper-recipes --no-run --message-fo
            | (if .target.kind[0] == "lib" then "unit-" + .target.name else .target.name end)
              + " " + .executable')
 
-# `steps` is left out: it checks protocol outcomes over a few hundred sessions (no new
-# memory paths), which under memcheck would take longer than every other binary together.
-default_set=$(awk '{ print $1 }' <<<"$binaries" | grep -vx steps | sort)
+# `steps` and `drop_steps` are left out: they check protocol outcomes over a few hundred
+# sessions (no new memory paths), which under memcheck would take longer than every other
+# binary together.
+default_set=$(awk '{ print $1 }' <<<"$binaries" | grep -vx -e steps -e drop_steps | sort)
 wanted=${*:-$default_set}
 
 skip=()

@@ -249,11 +249,8 @@ fn run() {
     loop {
         if let Some(cell) = queue.runnable.pop_front() {
             drop(queue);
-            let finished = poll_task(&cell);
+            poll_task(&cell);
             queue = QUEUE.lock();
-            if finished {
-                queue.live -= 1;
-            }
             continue;
         }
         if queue.live > 0 {
@@ -268,19 +265,20 @@ fn run() {
     }
 }
 
-/// Polls `cell` once; true when it has just finished (completed or panicked).
-fn poll_task(cell: &Arc<TaskCell>) -> bool {
+/// Polls `cell` once; a task that completes (or panics) is counted out and its handle
+/// told, in that order: whoever joined it sees the live count without it.
+fn poll_task(cell: &Arc<TaskCell>) {
     // Cleared before the poll: a wake during the poll queues it again.
     cell.queued.store(false, Ordering::Release);
     let mut slot = cell.future.lock();
     let Some(future) = slot.as_mut() else {
-        return false; // finished already; a stale wake-up
+        return; // finished already; a stale wake-up
     };
     let waker = Waker::from(Arc::clone(cell));
     let mut cx = Context::from_waker(&waker);
     let outcome = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)));
     let panicked = match outcome {
-        Ok(Poll::Pending) => return false,
+        Ok(Poll::Pending) => return,
         Ok(Poll::Ready(())) => false,
         Err(_) => true,
     };
@@ -297,9 +295,9 @@ fn poll_task(cell: &Arc<TaskCell>) -> bool {
         }
     }
     cell.on_panic.lock().take();
+    QUEUE.lock().live -= 1;
     *cell.control.finished.lock() = true;
     cell.control.done.notify_all();
-    true
 }
 
 /// Tasks alive now (for tests and the thread-count programs).
