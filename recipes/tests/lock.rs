@@ -616,3 +616,60 @@ fn foreign_layouts_find_a_lost_create() {
         guard.release().unwrap();
     }
 }
+
+/// With a disconnect grace, the monitor times it: once the connection has been down for
+/// the grace, the guard's `lost()` receiver hears of it without anyone asking, not
+/// before.
+#[test]
+fn a_disconnection_past_the_grace_is_reported_when_it_runs_out() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let server = hosts.split(',').next().unwrap().split('/').next().unwrap();
+    let proxy = Proxy::start(server);
+    let zk = connect_to(&proxy.addr);
+    let grace = Duration::from_secs(1);
+    let lock = Lock::new(&zk, &unique_path("grace"))
+        .unwrap()
+        .with_disconnect_grace(grace);
+    let guard = lock.acquire(Timeout::Never).unwrap();
+    let lost = guard.lost();
+    let events = zk.session_events();
+    proxy.cut();
+    // The moment the client hears of the disconnection.
+    loop {
+        let event = events.recv_timeout(Duration::from_secs(20)).unwrap();
+        if !event.state.is_connected() {
+            break;
+        }
+    }
+    let disconnected = Instant::now();
+    assert_eq!(
+        lost.recv_timeout(Duration::from_secs(20)).unwrap(),
+        LockLost::Disconnected
+    );
+    let waited = disconnected.elapsed();
+    eprintln!("reported {waited:?} after the disconnection (grace {grace:?})");
+    assert!(
+        waited + Duration::from_millis(50) >= grace,
+        "reported after {waited:?}"
+    );
+    proxy.restore();
+    zk.wait_connected(Duration::from_secs(20)).unwrap();
+    assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
+}
+
+/// Closing the handle is reported to a guard waiting on `lost()`.
+#[test]
+fn closing_the_handle_is_reported() {
+    let zk = connect();
+    let lock = Lock::new(&zk, &unique_path("closed")).unwrap();
+    let guard = lock.acquire(Timeout::Never).unwrap();
+    let lost = guard.lost();
+    wait_until("own-node watch set", || zk.live_contexts() == 1);
+    zk.close().unwrap();
+    assert_eq!(
+        lost.recv_timeout(Duration::from_secs(10)).unwrap(),
+        LockLost::Closed
+    );
+    assert_eq!(guard.lost_reason(), Some(LockLost::Closed));
+    assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
+}

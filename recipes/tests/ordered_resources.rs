@@ -53,7 +53,7 @@ fn lock_paths() -> usize {
 
 /// 10,000 lock paths, each with its own `Lock` value holding a guard, on one handle: the
 /// process has no more threads than before (no thread per lock), and the guards still
-/// hear of losses; asking 100 of them for `lost()` costs one shared monitor thread.
+/// hear of losses; asking 100 of them for `lost()` costs one shared monitor task (on the driver thread).
 #[test]
 fn many_lock_paths_cost_no_thread_each() {
     let _serial = serial();
@@ -111,7 +111,7 @@ fn many_lock_paths_cost_no_thread_each() {
     let threads_asked = threads_named("");
     assert!(
         threads_asked <= threads_before + 1,
-        "more than one monitor thread: {threads_before} -> {threads_asked}"
+        "more than the driver thread: {threads_before} -> {threads_asked}"
     );
     connect().delete(held[7].1.node(), None).unwrap();
     assert_eq!(
@@ -130,7 +130,7 @@ fn many_lock_paths_cost_no_thread_each() {
     assert!(
         eventually(Duration::from_secs(10), || threads_named("")
             <= threads_before),
-        "the monitor thread did not end"
+        "the driver thread did not end"
     );
     for path in paths.iter().step_by(97) {
         assert!(zk.get_children(path).unwrap().is_empty(), "{path}");
@@ -165,32 +165,35 @@ fn background_cleanup_lets_the_session_go_with_the_last_handle() {
     );
 }
 
-/// A lock with a disconnect grace has the monitor thread time it while a guard is held;
+/// A lock with a disconnect grace has the monitor task time it while a guard is held;
 /// once the guard is released and the user drops the lock and the handle, the monitor
-/// lets go of the handle too: the client's threads and the monitor end.
+/// lets go of the handle too: the client's threads, the monitor and the driver end.
 #[test]
 fn the_monitor_lets_go_of_the_handle() {
     let _serial = serial();
     connect().close().unwrap(); // warm up what lives as long as the process
     let baseline = threads_named("");
+    let tasks = zookeeper_recipes::live_background_tasks();
     {
         let zk = connect();
         let lock = Lock::new(&zk, &unique_path("grace"))
             .unwrap()
             .with_disconnect_grace(Duration::from_secs(5));
         let guard = lock.acquire(Timeout::Never).unwrap();
-        assert!(
-            eventually(Duration::from_secs(5), || threads_named("zk-lock-monitor")
-                == 1),
-            "the grace is timed by the monitor thread"
+        assert_eq!(
+            zookeeper_recipes::live_background_tasks(),
+            tasks + 1,
+            "the grace is timed by the monitor task"
         );
         guard.release().unwrap();
     }
     assert!(
-        eventually(Duration::from_secs(20), || threads_named("") <= baseline),
-        "threads stayed above the baseline {baseline}: {} (monitor: {})",
+        eventually(Duration::from_secs(20), || threads_named("") <= baseline
+            && zookeeper_recipes::live_background_tasks() == tasks),
+        "threads stayed above the baseline {baseline}: {} (driver: {}, tasks: {})",
         threads_named(""),
-        threads_named("zk-lock-monitor")
+        threads_named("zk-recipe-driver"),
+        zookeeper_recipes::live_background_tasks()
     );
 }
 

@@ -97,9 +97,10 @@ impl LockGuard {
     /// known to be). Each call makes an independent receiver; use it with `recv_timeout`
     /// or `crossbeam_channel::select!`. It never fires after a normal release.
     ///
-    /// The first call also has the process's lock monitor thread watch the lock node
-    /// (one `get` with a watch), so that its deletion by someone else is reported as
-    /// [`LockLost::NodeDeleted`], including a deletion that happened before the call.
+    /// The first call also has the process's lock monitor (a task on the recipes'
+    /// driver) watch the lock node (one `get` with a watch), so that its deletion by
+    /// someone else is reported as [`LockLost::NodeDeleted`], including a deletion that
+    /// happened before the call.
     /// Acquisitions whose guard is never asked cost no such request.
     pub fn lost(&self) -> Receiver<LockLost> {
         self.shared.refresh();

@@ -1,9 +1,11 @@
-//! How a guard learns of its loss: its shared state and each `Lock` value's view of its session (and the monitor thread applying session events).
+//! How a guard learns of its loss: its shared state and each `Lock` value's view of its
+//! session (and the monitor task applying session events).
 
 use super::*;
+use std::task::{Context, Poll};
+use zookeeper::{SessionEvents, WeakZooKeeper};
 
-/// A guard's loss state, shared with the [`Shared`] view of its [`Lock`] and the monitor
-/// thread.
+/// A guard's loss state, shared with the [`Shared`] view of its [`Lock`] and the monitor.
 pub(super) struct GuardState {
     pub(super) node: String,
     pub(super) inner: Mutex<GuardInner>,
@@ -74,22 +76,46 @@ impl GuardState {
         inner.subscribers.clear();
         inner.reason
     }
+
+    /// Runs `call` with the handle while the guard is held and not lost; `None`
+    /// otherwise. The guard's owner keeps a clone of the handle until after its release,
+    /// which waits for this lock: the clone made here is never the last one, so dropping
+    /// it never closes the handle (a close blocks; the monitor runs on the driver).
+    pub(super) fn while_held<R>(
+        &self,
+        zk: &WeakZooKeeper,
+        call: impl FnOnce(&ZooKeeper) -> R,
+    ) -> Option<R> {
+        let inner = self.inner.lock();
+        if inner.released || inner.reason.is_some() {
+            return None;
+        }
+        let zk = zk.upgrade()?;
+        let result = call(&zk);
+        drop(zk);
+        drop(inner);
+        Some(result)
+    }
 }
 
 /// What one [`Lock`] value knows of its session, for its guards: its own subscription to
 /// the session events and the view they build. The events are applied by whoever looks
 /// first (a guard asked whether it is lost, an acquisition registering its guard, the
-/// monitor thread), always under the view's lock, so a guard is judged on every event
-/// that came before the look.
+/// monitor task), always under the view's lock, so a guard is judged on every event
+/// that came before the look, and each event is applied once, in order.
+///
+/// The handle is held weakly: the monitor must never keep it open, nor drop its last
+/// clone (see [`GuardState::while_held`]).
 pub(super) struct Shared {
-    pub(super) zk: ZooKeeper,
+    pub(super) zk: WeakZooKeeper,
     pub(super) grace: Duration,
-    pub(super) events: Receiver<WatchedEvent>,
     pub(super) view: Mutex<SessionView>,
 }
 
-#[derive(Default)]
 pub(super) struct SessionView {
+    /// This value's subscription to the session events: read only under the view's
+    /// lock.
+    events: SessionEvents,
     /// The guards held now (registered when acquired, removed when released).
     pub(super) guards: Vec<Arc<GuardState>>,
     /// The session is over (expired, closed): every guard is lost, now and later.
@@ -98,17 +124,40 @@ pub(super) struct SessionView {
     pub(super) disconnected_since: Option<Instant>,
     /// The current disconnection has outlasted the grace (and was reported).
     pub(super) grace_over: bool,
-    /// Guards whose node the monitor thread is to watch, not yet taken by it.
+    /// Guards whose node the monitor is to watch, not yet taken by it.
     pub(super) to_watch: Vec<Arc<GuardState>>,
-    /// Whether the monitor thread serves this value now.
+    /// Whether the monitor serves this value now.
     pub(super) monitored: bool,
+}
+
+impl SessionView {
+    /// Connected as far as the events applied so far tell.
+    pub(super) fn connected(&self) -> bool {
+        self.ended.is_none() && self.disconnected_since.is_none()
+    }
+
+    /// When the current disconnection outlasts `grace`, unless reported already.
+    pub(super) fn grace_deadline(&self, grace: Duration) -> Option<Instant> {
+        match self.disconnected_since {
+            Some(since) if !self.grace_over && self.ended.is_none() => Some(since + grace),
+            _ => None,
+        }
+    }
 }
 
 impl Shared {
     pub(super) fn new(zk: &ZooKeeper, grace: Duration) -> Shared {
         // Subscribe first, then read the state: no change falls between the two.
-        let events = zk.session_events().into_receiver();
-        let mut view = SessionView::default();
+        let events = zk.session_events();
+        let mut view = SessionView {
+            events,
+            guards: Vec::new(),
+            ended: None,
+            disconnected_since: None,
+            grace_over: false,
+            to_watch: Vec::new(),
+            monitored: false,
+        };
         match zk.state() {
             state if state.is_connected() => {}
             SessionState::Expired => view.ended = Some(LockLost::SessionExpired),
@@ -116,9 +165,8 @@ impl Shared {
             _ => view.disconnected_since = Some(Instant::now()),
         }
         Shared {
-            zk: zk.clone(),
+            zk: zk.downgrade(),
             grace,
-            events,
             view: Mutex::new(view),
         }
     }
@@ -127,31 +175,58 @@ impl Shared {
     /// grace check (so with no grace a disconnection counts even if the reconnection
     /// arrived before anyone looked).
     pub(super) fn catch_up(&self, view: &mut SessionView) {
+        self.apply_events(view, None);
+    }
+
+    /// [`catch_up`](Self::catch_up) for the monitor: also has `cx` woken by the next
+    /// event. Whether any event (or the stream's end) was applied.
+    pub(super) fn poll_events(&self, view: &mut SessionView, cx: &mut Context<'_>) -> bool {
+        self.apply_events(view, Some(cx))
+    }
+
+    /// The one place events are applied: with `cx`, the events' waker is left
+    /// registered (only the monitor gives one: the stream wakes one waker, the last
+    /// given).
+    fn apply_events(&self, view: &mut SessionView, mut cx: Option<&mut Context<'_>>) -> bool {
+        let mut applied = false;
         loop {
-            match self.events.try_recv() {
-                Ok(event) => match event.state {
-                    SessionState::Expired => self.end(view, LockLost::SessionExpired),
-                    SessionState::AuthFailed | SessionState::Closed => {
-                        self.end(view, LockLost::Closed)
-                    }
-                    state if state.is_connected() => {
-                        view.disconnected_since = None;
-                        view.grace_over = false;
-                    }
-                    _ => {
-                        view.disconnected_since.get_or_insert_with(Instant::now);
-                        self.check_grace(view);
-                    }
+            let next = match cx.as_deref_mut() {
+                Some(cx) => view.events.poll_recv(cx),
+                None => match view.events.try_recv() {
+                    Ok(event) => Poll::Ready(Some(event)),
+                    Err(TryRecvError::Empty) => Poll::Pending,
+                    Err(TryRecvError::Disconnected) => Poll::Ready(None),
                 },
-                Err(TryRecvError::Empty) => break,
+            };
+            match next {
+                Poll::Ready(Some(event)) => {
+                    applied = true;
+                    match event.state {
+                        SessionState::Expired => self.end(view, LockLost::SessionExpired),
+                        SessionState::AuthFailed | SessionState::Closed => {
+                            self.end(view, LockLost::Closed)
+                        }
+                        state if state.is_connected() => {
+                            view.disconnected_since = None;
+                            view.grace_over = false;
+                        }
+                        _ => {
+                            view.disconnected_since.get_or_insert_with(Instant::now);
+                            self.check_grace(view);
+                        }
+                    }
+                }
                 // The handle was closed: the stream has ended.
-                Err(TryRecvError::Disconnected) => {
+                Poll::Ready(None) => {
+                    applied = true;
                     self.end(view, LockLost::Closed);
                     break;
                 }
+                Poll::Pending => break,
             }
         }
         self.check_grace(view);
+        applied
     }
 
     /// Reports a disconnection that has outlasted the grace (once).
@@ -193,7 +268,7 @@ impl Shared {
                 guard.declare(LockLost::Disconnected);
             }
             view.guards.push(Arc::clone(guard));
-            // A grace is timed by the monitor thread while guards are held.
+            // A grace is timed by the monitor while guards are held.
             !self.grace.is_zero() && !std::mem::replace(&mut view.monitored, true)
         };
         if serve {
@@ -201,8 +276,8 @@ impl Shared {
         }
     }
 
-    /// A released guard. The last one tells the monitor thread (if it serves this
-    /// value), which then lets go of it: it must not keep the handle open.
+    /// A released guard. The last one tells the monitor (if it serves this value),
+    /// which then lets go of it.
     pub(super) fn forget(self: &Arc<Self>, guard: &Arc<GuardState>) {
         let tell_monitor = {
             let mut view = self.view.lock();
@@ -216,7 +291,7 @@ impl Shared {
         }
     }
 
-    /// Has the monitor thread watch the guard's node.
+    /// Has the monitor watch the guard's node.
     pub(super) fn watch(self: &Arc<Self>, guard: &Arc<GuardState>) {
         {
             let mut view = self.view.lock();
@@ -225,72 +300,100 @@ impl Shared {
         }
         monitor::serve(Arc::clone(self));
     }
-
-    /// When the current disconnection outlasts the grace, unless reported already.
-    pub(super) fn grace_deadline(&self) -> Option<Instant> {
-        let view = self.view.lock();
-        match view.disconnected_since {
-            Some(since) if !view.grace_over && view.ended.is_none() => Some(since + self.grace),
-            _ => None,
-        }
-    }
 }
 
-/// The one thread of the process that serves what needs someone awake: the node watches
+/// The one task of the process that serves what needs someone awake: the node watches
 /// of guards asked for [`LockGuard::lost`] and the grace timers of locks with a
-/// disconnect grace. It runs while it has something to serve (and a second longer).
+/// disconnect grace. It runs on the recipes' driver while it has something to serve; a
+/// later request starts a new one.
+///
+/// Each time it is woken it looks at everything: its inbox, every served value's
+/// session events (applied under the view's lock, as any look does), every watch and
+/// `get` in flight, and its timer (a grace running out, a watch to arm again).
 pub(super) mod monitor {
     use super::{GuardState, LockLost, Shared};
-    use crate::support::withdraw_watch;
-    use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
+    use crate::runtime::timer::{sleep_at, Sleep};
     use parking_lot::Mutex;
+    use std::future::Future;
+    use std::pin::Pin;
     use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
     use std::time::{Duration, Instant};
-    use zookeeper::{Error, EventType, SessionState, Watch};
+    use zookeeper::{Error, EventType, SessionState, Stat, Watch, ZkFuture};
 
-    /// The thread's inbox: values to serve (again); `None` while no thread runs.
-    static INBOX: Mutex<Option<Sender<Arc<Shared>>>> = Mutex::new(None);
+    /// The task's inbox: values to serve (again), and whether a task runs.
+    struct Inbox {
+        pending: Vec<Arc<Shared>>,
+        running: bool,
+        /// The running task's waker, taken by the next request.
+        waker: Option<Waker>,
+    }
 
-    /// How long the thread stays with nothing to serve, for the next request.
-    const LINGER: Duration = Duration::from_secs(1);
+    static INBOX: Mutex<Inbox> = Mutex::new(Inbox {
+        pending: Vec::new(),
+        running: false,
+        waker: None,
+    });
 
     /// How soon an own-node watch that could not be set for a connection loss is tried
     /// again while the session says it is connected (it may have reconnected meanwhile).
     const REARM_RETRY: Duration = Duration::from_millis(100);
 
-    /// Has the thread look at `shared` (new guards to watch, a grace to time), starting
-    /// the thread if none runs.
+    /// Has the task look at `shared` (new guards to watch, a grace to time), starting
+    /// it if none runs.
     pub(super) fn serve(shared: Arc<Shared>) {
         let mut inbox = INBOX.lock();
-        if let Some(sender) = inbox.as_ref() {
-            // The thread drops its receiver only after taking the sender out under this
-            // lock: the send cannot fail here.
-            let _ = sender.send(shared);
+        inbox.pending.push(shared);
+        if inbox.running {
+            let waker = inbox.waker.take();
+            drop(inbox);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
             return;
         }
-        let (sender, receiver) = crossbeam_channel::unbounded();
-        let spawned = std::thread::Builder::new()
-            .name("zk-lock-monitor".into())
-            .spawn(move || Monitor::default().run(receiver));
+        let spawned = crate::runtime::spawn(
+            "zk-lock-monitor",
+            |_stop| Monitor::default().run(),
+            || {
+                log::error!("lock: the loss monitor failed; the next request starts another");
+                let mut inbox = INBOX.lock();
+                inbox.running = false;
+                inbox.waker = None;
+            },
+        );
         match spawned {
-            Ok(_) => {
-                let _ = sender.send(shared);
-                *inbox = Some(sender);
+            // Never stopped: it ends when it has nothing to serve.
+            Ok(task) => {
+                task.detach();
+                inbox.running = true;
             }
             // Guards still learn of session losses when asked (`is_lost`); only the
             // pushes to `lost()` receivers and node deletions are missing.
-            Err(error) => log::warn!("lock: cannot start the loss monitor: {error}"),
+            Err(error) => {
+                inbox.pending.clear();
+                log::warn!("lock: cannot start the loss monitor: {error}");
+            }
         }
     }
 
-    /// A guard whose node the thread watches.
-    struct Watched {
-        guard: Arc<GuardState>,
-        /// `None`: to be (re)armed once connected.
-        watch: Option<Watch>,
+    /// Where the watch on a guard's node stands.
+    enum Arming {
+        /// To be set once connected, at `.0` at the latest (at once after a session
+        /// event).
+        Idle(Instant),
+        /// The `get` that sets it is in flight.
+        Asking(ZkFuture<(Vec<u8>, Stat, Watch)>),
+        Armed(Watch),
     }
 
-    /// A [`Shared`] the thread serves, with the watches of its guards.
+    /// A guard whose node the task watches.
+    struct Watched {
+        guard: Arc<GuardState>,
+        arming: Arming,
+    }
+
+    /// A [`Shared`] the task serves, with the watches of its guards.
     struct Source {
         shared: Arc<Shared>,
         watched: Vec<Watched>,
@@ -299,50 +402,55 @@ pub(super) mod monitor {
     #[derive(Default)]
     struct Monitor {
         sources: Vec<Source>,
-    }
-
-    /// What woke the thread.
-    enum Wake {
-        Inbox,
-        Events(usize),
-        Watch(usize, usize),
-        Timer,
+        /// The pending timer and its deadline.
+        timer: Option<(Instant, Sleep)>,
     }
 
     impl Monitor {
-        fn run(mut self, inbox: Receiver<Arc<Shared>>) {
+        async fn run(mut self) {
+            std::future::poll_fn(|cx| self.poll_round(cx)).await
+        }
+
+        /// Serves everything that is ready; `Ready` once nothing is left to serve (and
+        /// the inbox is empty, checked under its lock, so no request is missed).
+        fn poll_round(&mut self, cx: &mut Context<'_>) -> Poll<()> {
             loop {
-                while let Ok(shared) = inbox.try_recv() {
+                let requests = {
+                    let mut inbox = INBOX.lock();
+                    inbox.waker = Some(cx.waker().clone());
+                    std::mem::take(&mut inbox.pending)
+                };
+                for shared in requests {
                     self.add(shared);
+                }
+                let now = Instant::now();
+                let mut deadline: Option<Instant> = None;
+                for source in &mut self.sources {
+                    if let Some(at) = serve_source(source, cx, now) {
+                        deadline = Some(deadline.map_or(at, |d| d.min(at)));
+                    }
                 }
                 self.tidy();
                 if self.sources.is_empty() {
-                    match inbox.recv_timeout(LINGER) {
-                        Ok(shared) => self.add(shared),
-                        Err(_) => {
-                            let mut slot = INBOX.lock();
-                            match inbox.try_recv() {
-                                Ok(shared) => self.add(shared),
-                                Err(_) => {
-                                    *slot = None;
-                                    return;
-                                }
-                            }
-                        }
+                    let mut inbox = INBOX.lock();
+                    if inbox.pending.is_empty() {
+                        inbox.running = false;
+                        inbox.waker = None;
+                        return Poll::Ready(());
                     }
                     continue;
                 }
-                match self.next_wake(&inbox) {
-                    Wake::Inbox | Wake::Timer => self.refresh_all(),
-                    Wake::Events(source) => {
-                        let source = &mut self.sources[source];
-                        source.shared.refresh();
-                        if source.shared.zk.state().is_connected() {
-                            rearm(source);
-                        }
-                    }
-                    Wake::Watch(source, index) => self.fired(source, index),
+                if self.timer.as_ref().map(|(at, _)| *at) != deadline {
+                    self.timer = deadline.map(|at| (at, sleep_at(Some(at))));
                 }
+                let due = match &mut self.timer {
+                    Some((_, sleep)) => Pin::new(sleep).poll(cx).is_ready(),
+                    None => false,
+                };
+                if !due {
+                    return Poll::Pending;
+                }
+                self.timer = None; // due: look at everything again
             }
         }
 
@@ -361,165 +469,155 @@ pub(super) mod monitor {
             });
             let source = &mut self.sources[index];
             let to_watch = std::mem::take(&mut source.shared.view.lock().to_watch);
-            for guard in to_watch {
-                watch(source, guard);
-            }
+            let now = Instant::now();
+            source.watched.extend(
+                to_watch
+                    .into_iter()
+                    .filter(|guard| !guard.is_released())
+                    .map(|guard| Watched {
+                        guard,
+                        arming: Arming::Idle(now),
+                    }),
+            );
         }
 
         /// Drops the watches of released guards and the sources with nothing left to
-        /// serve (under their view's lock, so a new request re-adds them).
+        /// serve (under their view's lock, so a new request re-adds them). A dropped
+        /// watch or `get` in flight leaves nothing registered.
         fn tidy(&mut self) {
-            let mut withdrawn = Vec::new();
             self.sources.retain_mut(|source| {
-                let (released, kept): (Vec<_>, Vec<_>) = source
-                    .watched
-                    .drain(..)
-                    .partition(|w| w.guard.is_released());
-                source.watched = kept;
-                let zk = &source.shared.zk;
-                withdrawn.extend(released.into_iter().map(|w| (zk.clone(), w.watch)));
-                let needed = {
-                    let mut view = source.shared.view.lock();
-                    let needed = view.ended.is_none()
-                        && !view.guards.is_empty()
-                        && (!source.shared.grace.is_zero()
-                            || !source.watched.is_empty()
-                            || !view.to_watch.is_empty());
-                    if !needed {
-                        view.monitored = false;
-                    }
-                    needed
-                };
+                source.watched.retain(|w| !w.guard.is_released());
+                let mut view = source.shared.view.lock();
+                let needed = view.ended.is_none()
+                    && !view.guards.is_empty()
+                    && (!source.shared.grace.is_zero()
+                        || !source.watched.is_empty()
+                        || !view.to_watch.is_empty());
                 if !needed {
-                    withdrawn.extend(source.watched.drain(..).map(|w| (zk.clone(), w.watch)));
+                    view.monitored = false;
                 }
                 needed
             });
-            // Outside every view lock: a removal may wait for the client's handle lock.
-            for (zk, watch) in withdrawn {
-                if let Some(watch) = watch {
-                    withdraw_watch(&zk, &watch);
-                }
-            }
         }
+    }
 
-        /// Applies every source's events and timers, and re-arms the watches a
-        /// connection loss kept from being set.
-        fn refresh_all(&mut self) {
-            for source in &mut self.sources {
-                source.shared.refresh();
-                if source.shared.zk.state().is_connected() {
-                    rearm(source);
-                }
+    /// Applies the source's session events (and its grace), then moves each of its
+    /// watches on. Returns when it wants to be looked at again.
+    fn serve_source(source: &mut Source, cx: &mut Context<'_>, now: Instant) -> Option<Instant> {
+        let shared = &source.shared;
+        let (event, connected, grace_at) = {
+            let mut view = shared.view.lock();
+            let event = shared.poll_events(&mut view, cx);
+            (event, view.connected(), view.grace_deadline(shared.grace))
+        };
+        let mut deadline = grace_at;
+        source.watched.retain_mut(|watched| {
+            let step = advance(shared, watched, cx, now, connected, event);
+            if let Some(at) = step.again_at {
+                deadline = Some(deadline.map_or(at, |d| d.min(at)));
             }
-        }
+            step.keep
+        });
+        deadline
+    }
 
-        /// Waits for the inbox, a source's session events, an armed watch, or the next
-        /// timer (a grace running out, a watch to re-arm).
-        fn next_wake(&self, inbox: &Receiver<Arc<Shared>>) -> Wake {
-            let mut deadline: Option<Instant> = None;
-            let mut earliest = |at: Instant| {
-                deadline = Some(deadline.map_or(at, |d: Instant| d.min(at)));
-            };
-            let mut select = Select::new();
-            select.recv(inbox);
-            let mut operations = vec![Wake::Inbox];
-            for (s, source) in self.sources.iter().enumerate() {
-                select.recv(&source.shared.events);
-                operations.push(Wake::Events(s));
-                if let Some(at) = source.shared.grace_deadline() {
-                    earliest(at);
+    /// What [`advance`] left: whether the watch stays, and a time to look again.
+    struct Step {
+        keep: bool,
+        again_at: Option<Instant>,
+    }
+
+    /// Moves one guard's watch on as far as it goes now: arms it (when connected), polls
+    /// the `get` in flight and the armed watch, and reports what they tell.
+    fn advance(
+        shared: &Shared,
+        watched: &mut Watched,
+        cx: &mut Context<'_>,
+        now: Instant,
+        connected: bool,
+        event: bool,
+    ) -> Step {
+        let done = Step {
+            keep: false,
+            again_at: None,
+        };
+        loop {
+            match &mut watched.arming {
+                Arming::Idle(at) => {
+                    if !connected {
+                        // A session event wakes the task once connected again.
+                        return Step {
+                            keep: true,
+                            again_at: None,
+                        };
+                    }
+                    if *at > now && !event {
+                        return Step {
+                            keep: true,
+                            again_at: Some(*at),
+                        };
+                    }
+                    let guard = &watched.guard;
+                    match guard.while_held(&shared.zk, |zk| zk.get_watch_async(&guard.node)) {
+                        Some(request) => watched.arming = Arming::Asking(request),
+                        None => return done, // released or lost meanwhile
+                    }
                 }
-                for (w, watched) in source.watched.iter().enumerate() {
-                    match &watched.watch {
-                        Some(watch) => {
-                            select.recv(watch.receiver());
-                            operations.push(Wake::Watch(s, w));
+                Arming::Asking(request) => match Pin::new(request).poll(cx) {
+                    Poll::Pending => {
+                        return Step {
+                            keep: true,
+                            again_at: None,
                         }
-                        None => earliest(Instant::now() + REARM_RETRY),
                     }
-                }
-            }
-            let ready = match deadline {
-                Some(at) => select.ready_deadline(at),
-                None => Ok(select.ready()),
-            };
-            match ready {
-                Ok(index) => operations.swap_remove(index),
-                Err(_) => Wake::Timer,
-            }
-        }
-
-        /// A watch (may have) fired.
-        fn fired(&mut self, s: usize, w: usize) {
-            let source = &mut self.sources[s];
-            let outcome = match &source.watched[w].watch {
-                Some(watch) => watch.receiver().try_recv(),
-                None => return,
-            };
-            let event = match outcome {
-                Ok(event) => event,
-                Err(TryRecvError::Empty) => return, // not ready after all
-                Err(TryRecvError::Disconnected) => {
-                    source
-                        .watched
-                        .swap_remove(w)
-                        .guard
-                        .declare(LockLost::Closed);
-                    return;
-                }
-            };
-            let guard = source.watched.swap_remove(w).guard;
-            match event.event_type {
-                EventType::NodeDeleted => guard.declare(LockLost::NodeDeleted),
-                EventType::Session => guard.declare(match event.state {
-                    SessionState::Expired => LockLost::SessionExpired,
-                    _ => LockLost::Closed,
-                }),
-                // Data changed or the watch was removed: watch again.
-                _ => watch(source, guard),
-            }
-        }
-    }
-
-    /// Starts watching the guard's node.
-    fn watch(source: &mut Source, guard: Arc<GuardState>) {
-        if guard.is_released() {
-            return;
-        }
-        match arm(source, &guard.node) {
-            Ok(watch) => source.watched.push(Watched { guard, watch }),
-            Err(reason) => guard.declare(reason),
-        }
-    }
-
-    /// Arms again the watches that a connection loss kept from being set.
-    fn rearm(source: &mut Source) {
-        let mut index = 0;
-        while index < source.watched.len() {
-            if source.watched[index].watch.is_none() {
-                let node = source.watched[index].guard.node.clone();
-                match arm(source, &node) {
-                    Ok(watch) => source.watched[index].watch = watch,
-                    Err(reason) => {
-                        source.watched.swap_remove(index).guard.declare(reason);
-                        continue;
+                    Poll::Ready(Ok((_, _, watch))) => watched.arming = Arming::Armed(watch),
+                    Poll::Ready(Err(error)) if error.is_retryable() => {
+                        // Armed again on reconnect (or after a pause if connected).
+                        let at = now + REARM_RETRY;
+                        watched.arming = Arming::Idle(at);
+                        return Step {
+                            keep: true,
+                            again_at: connected.then_some(at),
+                        };
                     }
-                }
+                    Poll::Ready(Err(error)) => {
+                        watched.guard.declare(match error {
+                            Error::NoNode => LockLost::NodeDeleted,
+                            Error::SessionExpired => LockLost::SessionExpired,
+                            _ => LockLost::Closed,
+                        });
+                        return done;
+                    }
+                },
+                Arming::Armed(watch) => match Pin::new(watch).poll(cx) {
+                    Poll::Pending => {
+                        return Step {
+                            keep: true,
+                            again_at: None,
+                        }
+                    }
+                    Poll::Ready(Ok(fired)) => match fired.event_type {
+                        EventType::NodeDeleted => {
+                            watched.guard.declare(LockLost::NodeDeleted);
+                            return done;
+                        }
+                        EventType::Session => {
+                            watched.guard.declare(match fired.state {
+                                SessionState::Expired => LockLost::SessionExpired,
+                                _ => LockLost::Closed,
+                            });
+                            return done;
+                        }
+                        // Data changed or the watch was removed: watch again.
+                        _ => watched.arming = Arming::Idle(now),
+                    },
+                    // The watch ended without an event: the handle is closed.
+                    Poll::Ready(Err(_)) => {
+                        watched.guard.declare(LockLost::Closed);
+                        return done;
+                    }
+                },
             }
-            index += 1;
-        }
-    }
-
-    /// Sets the watch on a lock node: `Ok(None)` if the connection is down (armed again
-    /// on reconnect), `Err(reason)` if the node or the session is gone.
-    fn arm(source: &Source, node: &str) -> Result<Option<Watch>, LockLost> {
-        match source.shared.zk.get_watch(node) {
-            Ok((_, _, watch)) => Ok(Some(watch)),
-            Err(Error::NoNode) => Err(LockLost::NodeDeleted),
-            Err(error) if error.is_retryable() => Ok(None),
-            Err(Error::SessionExpired) => Err(LockLost::SessionExpired),
-            Err(_) => Err(LockLost::Closed),
         }
     }
 }

@@ -76,9 +76,10 @@
 //! create, list the children, delete. No thread is started per lock or per acquisition:
 //! each `Lock` value follows the session through its own subscription to the session
 //! events, read when a guard is asked ([`is_lost`](LockGuard::is_lost)) or acquired. One
-//! thread for the whole process serves what needs someone awake: the guards asked for
-//! [`lost`](LockGuard::lost) (whose nodes it watches, one more request each) and the
-//! grace timers of locks with a disconnect grace. It ends when it has nothing to serve.
+//! task for the whole process, on the recipes' driver thread, serves what needs someone
+//! awake: the guards asked for [`lost`](LockGuard::lost) (whose nodes it watches, one
+//! more request each) and the grace timers of locks with a disconnect grace. It ends
+//! when it has nothing to serve, and never keeps a handle open.
 //! Dropping a guard waits for its delete only as long as a connected client needs (at
 //! most two seconds); an unanswered delete goes on in the background.
 //!
@@ -170,7 +171,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use zookeeper::{Error, SessionState, Timeout, WatchedEvent, ZooKeeper};
+use zookeeper::{Error, SessionState, Timeout, ZooKeeper};
 
 /// Why a held lock was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
