@@ -9,6 +9,9 @@
 //!   stream to any number of receivers ([`ZooKeeper::session_events`]).
 //! - Every context handed to C is freed exactly once ([`ZooKeeper::live_contexts`]
 //!   reads 0 after close).
+//! - Session lifecycle: [`connection_states`] reports a handle's session events as
+//!   Apache Curator's connection states ([`ConnectionState`]), and a
+//!   [`ManagedZooKeeper`] makes a new session after the server expired the old one.
 //!
 //! # Which thread runs what
 //!
@@ -65,6 +68,7 @@ mod context;
 mod error;
 mod in_flight;
 mod logging;
+mod managed;
 mod multi;
 mod ops;
 mod path;
@@ -72,6 +76,7 @@ mod reply;
 mod request;
 mod security;
 mod session;
+mod states;
 mod timeout;
 mod types;
 mod watch;
@@ -81,6 +86,7 @@ pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
 pub use error::{Error, Result};
 pub use in_flight::MAX_IN_FLIGHT;
 pub use logging::set_c_log_level;
+pub use managed::{ManagedSession, ManagedZooKeeper};
 pub use multi::{Op, OpResult};
 pub use path::{validate_path, MAX_DATA_LEN};
 pub use reply::ZkFuture;
@@ -91,6 +97,10 @@ pub use security::SaslConfig;
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use security::TlsConfig;
 pub use session::{NextSessionEvent, SessionEvents};
+pub use states::{
+    connection_states, ConnectionEvent, ConnectionState, ConnectionStates,
+    ConnectionStatesIntoIter, ConnectionStatesIter, NextConnectionEvent,
+};
 pub use timeout::{Deadline, Timeout, Version};
 pub use types::{
     Acl, ClientId, CreateMode, CreateOptions, EventType, Perms, Reconfig, SessionState, Stat,
