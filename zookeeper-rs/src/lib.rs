@@ -27,8 +27,14 @@
 //! - A waker may run its task inline: such a task may send requests and close the handle
 //!   (the close is then finished by the binding's closer thread, one per process). It must
 //!   not block waiting for something only the completion thread can deliver: there,
-//!   [`ZkFuture::wait`], [`Watch::wait`], [`SessionEvents::recv`] and
-//!   [`ZooKeeper::wait_connected`] fail at once instead of blocking.
+//!   [`ZkFuture::wait`], [`Watch::wait`], [`SessionEvents::recv`],
+//!   [`ZooKeeper::wait_connected`], [`ConnectionStates::recv`] and
+//!   [`ManagedZooKeeper::wait_connected`] fail at once instead of blocking.
+//! - Connection-state streams and the [`ManagedZooKeeper`] have no thread or task: the
+//!   session event is translated and recorded where it is delivered (the completion
+//!   thread, or the closing thread for the end), without blocking. The managed client
+//!   starts a thread only after an expiry, to connect the new session (its connector may
+//!   block) and close the old handle.
 //! - Sync calls are the async calls waited on: they return in the same order.
 //! - The C client's log callback runs on whichever C thread logs; it only forwards the
 //!   message to the `log` crate from a thread of its own.

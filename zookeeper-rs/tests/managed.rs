@@ -2,8 +2,9 @@
 //! `Lost` then a new session of the next generation, made like the old one (credentials
 //! too) or by a connector that is retried after a failure; a server restart gives
 //! `Suspended` then `Reconnected` of the same session; closing the client (or its
-//! handle) gives `Lost` and the end of every stream; neither a plain stream nor a managed
-//! client adds a thread while its session lives.
+//! handle, or a waker on the C completion thread dropping it) gives `Lost` and the end of
+//! every stream, and waits for a connection attempt in progress; neither a plain stream
+//! nor a managed client adds a thread while its session lives.
 //!
 //! A client behind a [`Proxy`] is cut off while another handle takes its session over
 //! and closes it: the server expires it deterministically. The tests run one at a time
@@ -43,10 +44,7 @@ fn event(state: ConnectionState, generation: u64) -> ConnectionEvent {
 const RECONNECT_WAIT: Duration = Duration::from_secs(90);
 
 fn connect_via(proxy: &Proxy) -> ZooKeeper {
-    ZooKeeper::builder(&proxy.connect_string())
-        .session_timeout(Duration::from_secs(6))
-        .connect()
-        .unwrap()
+    connect_via_string(&proxy.connect_string()).unwrap()
 }
 
 /// Held by each test: they count the process's threads.
@@ -354,4 +352,91 @@ fn plain_streams_add_no_thread_and_end_with_their_session() {
     zk.exists("/").unwrap();
     zk.close().unwrap();
     assert_eq!(zk.live_contexts(), 0);
+}
+
+#[test]
+fn the_last_clone_dropped_by_a_waker_on_the_completion_thread_closes_it() {
+    use std::future::Future;
+    use std::task::{Context, Wake, Waker};
+    let _serial = serial();
+    /// Drops the managed client it holds when woken (on the C completion thread).
+    struct DropOnWake(std::sync::Mutex<Option<ManagedZooKeeper>>);
+    impl Wake for DropOnWake {
+        fn wake(self: Arc<Self>) {
+            let taken = self.0.lock().unwrap().take();
+            drop(taken);
+        }
+    }
+    let managed = ManagedZooKeeper::connect(&hosts(), Duration::from_secs(10)).unwrap();
+    let zk = managed.current();
+    let states = managed.states();
+    assert_eq!(next(&states), event(ConnectionState::Connected, 1));
+    let path = unique("managed-waker");
+    let (_, mut watch) = zk.exists_watch(&path).unwrap();
+    let waker = Waker::from(Arc::new(DropOnWake(std::sync::Mutex::new(Some(managed)))));
+    assert!(std::pin::Pin::new(&mut watch)
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    drop(waker);
+    // The watch event wakes the waker on the completion thread, which closes the client
+    // there without waiting (the handle's close is finished by the closer thread).
+    let other = common::connect();
+    other.create(&path, b"", CreateMode::Ephemeral).unwrap();
+    assert_eq!(next(&states), event(ConnectionState::Lost, 1));
+    assert!(states.recv().is_err());
+    common::poll_until("the handle to close", WAIT, || {
+        zk.state() == SessionState::Closed
+    });
+    assert_eq!(zk.live_contexts(), 0);
+}
+
+#[test]
+fn close_waits_for_a_connection_attempt_in_progress() {
+    let _serial = serial();
+    let proxy = Proxy::start(&hosts());
+    let via_proxy = proxy.connect_string();
+    let (started, attempt_started) = zookeeper::crossbeam_channel::unbounded::<()>();
+    let (release, released) = zookeeper::crossbeam_channel::unbounded::<()>();
+    let made = Arc::new(std::sync::Mutex::new(Vec::<ZooKeeper>::new()));
+    let kept = Arc::clone(&made);
+    let calls = AtomicUsize::new(0);
+    let managed = ManagedZooKeeper::with_connector(move || {
+        if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+            // The attempt after the expiry waits for the test.
+            started.send(()).unwrap();
+            released.recv_timeout(WAIT).unwrap();
+        }
+        let zk = connect_via_string(&via_proxy)?;
+        kept.lock().unwrap().push(zk.clone());
+        Ok(zk)
+    })
+    .unwrap();
+    let states = managed.states();
+    assert_eq!(next(&states), event(ConnectionState::Connected, 1));
+    expire(&managed.current(), &proxy, &states, 1);
+    assert_eq!(next(&states), event(ConnectionState::Lost, 1));
+    attempt_started.recv_timeout(WAIT).unwrap();
+
+    let closing = managed.clone();
+    let closer = std::thread::spawn(move || closing.close());
+    // The stream ends as the close starts; the close then waits for the attempt.
+    assert!(states.recv_timeout(WAIT).is_err());
+    assert!(!closer.is_finished(), "close returned during the attempt");
+    release.send(()).unwrap();
+    closer.join().unwrap();
+    assert_eq!(managed.generation(), 1, "no session installed after close");
+    let made = made.lock().unwrap();
+    assert_eq!(made.len(), 2);
+    assert_eq!(made[0].state(), SessionState::Expired);
+    assert_eq!(
+        made[1].state(),
+        SessionState::Closed,
+        "the session made during the close was closed"
+    );
+}
+
+fn connect_via_string(hosts: &str) -> zookeeper::Result<ZooKeeper> {
+    ZooKeeper::builder(hosts)
+        .session_timeout(Duration::from_secs(6))
+        .connect()
 }
