@@ -14,8 +14,8 @@ use crate::states::{
 use crate::timeout::Timeout;
 use crate::types::SessionState;
 use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// One session of a [`ManagedZooKeeper`]: its handle and generation.
@@ -36,15 +36,19 @@ enum Connector {
 }
 
 /// Whether a thread is making a new session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Renewal {
     Idle,
-    /// For the session of `generation` (its handle once the spawn returned).
-    Running {
-        generation: u64,
-        thread: Option<JoinHandle<()>>,
-    },
+    /// From the moment it is decided until the new session is installed, or, if the
+    /// client was closed meanwhile, until what was made is closed (`close` waits for it).
+    Running,
     /// The thread could not be started; [`ManagedZooKeeper::wait_connected`] tries again.
     SpawnFailed,
+}
+
+thread_local! {
+    /// Set on a renewal thread: a `close` run there (by a waker) must not wait for it.
+    static RENEWING: Cell<bool> = const { Cell::new(false) };
 }
 
 struct ManagedState {
@@ -104,11 +108,8 @@ impl Shared {
                 // Someone closed the handle itself: the managed client is over too.
                 current.closed = true;
                 current.end_streams(after);
-            } else if !matches!(current.renewal, Renewal::Running { .. }) {
-                current.renewal = Renewal::Running {
-                    generation,
-                    thread: None,
-                };
+            } else if current.renewal != Renewal::Running {
+                current.renewal = Renewal::Running;
                 let shared = Arc::clone(self);
                 after.then(move || start_renewal(shared, generation));
             }
@@ -148,33 +149,34 @@ impl Target for ManagedTarget {
     }
 }
 
-/// Starts the thread that makes the session after `generation`.
+/// Starts the thread that makes the session after `generation` (`renewal` is
+/// `Running`).
 fn start_renewal(shared: Arc<Shared>, generation: u64) {
     let runner = Arc::clone(&shared);
     let spawned = std::thread::Builder::new()
         .name("zk-new-session".into())
         .spawn(move || renew(runner, generation));
-    let mut state = shared.state.lock();
-    match spawned {
-        Ok(handle) => {
-            if let Renewal::Running {
-                generation: running,
-                thread,
-            } = &mut state.renewal
-            {
-                if *running == generation {
-                    *thread = Some(handle);
-                }
-            }
-            // Otherwise it has finished already (or the client was closed): detached.
-        }
-        Err(error) => {
-            log::error!("zookeeper-rs: managed client: no thread for a new session: {error}");
-            if matches!(state.renewal, Renewal::Running { .. }) {
-                state.renewal = Renewal::SpawnFailed;
-            }
-            drop(state);
-            shared.changed.notify_all();
+    if let Err(error) = spawned {
+        log::error!("zookeeper-rs: managed client: no thread for a new session: {error}");
+        let mut state = shared.state.lock();
+        state.renewal = Renewal::SpawnFailed;
+        drop(state);
+        shared.changed.notify_all();
+    }
+}
+
+/// Ends a renewal (`renewal` back to `Idle`, `close` woken) when dropped, unless the
+/// new session was installed (which ends it under the same lock).
+struct Renewing<'a> {
+    shared: &'a Shared,
+    installed: bool,
+}
+
+impl Drop for Renewing<'_> {
+    fn drop(&mut self) {
+        if !self.installed {
+            self.shared.state.lock().renewal = Renewal::Idle;
+            self.shared.changed.notify_all();
         }
     }
 }
@@ -182,6 +184,11 @@ fn start_renewal(shared: Arc<Shared>, generation: u64) {
 /// The renewal thread: connects until it succeeds or the client is closed, installs
 /// the new session, follows it, and closes the old handle.
 fn renew(shared: Arc<Shared>, lost: u64) {
+    RENEWING.with(|flag| flag.set(true));
+    let mut renewing = Renewing {
+        shared: &shared,
+        installed: false,
+    };
     let mut pause = Duration::from_millis(100);
     let new = loop {
         let old = {
@@ -218,12 +225,14 @@ fn renew(shared: Arc<Shared>, lost: u64) {
         let mut state = shared.state.lock();
         if state.closed {
             drop(state);
+            // Closed before `renewing` ends: `close` returns after this.
             close_quietly(&new, "a new session made as the client closed");
             return;
         }
         state.generation = generation;
         state.last = ConnectionState::NewSession;
         state.renewal = Renewal::Idle;
+        renewing.installed = true;
         state.publish(
             ConnectionEvent {
                 state: ConnectionState::NewSession,
@@ -233,6 +242,7 @@ fn renew(shared: Arc<Shared>, lost: u64) {
         );
         std::mem::replace(&mut state.zk, new.clone())
     };
+    drop(renewing);
     shared.changed.notify_all();
     after.run();
     // What happened to the new session since it connected is reported now.
@@ -264,7 +274,7 @@ impl Drop for Owner {
 impl Owner {
     fn close(&self) {
         let mut after = After::default();
-        let (zk, renewal) = {
+        let zk = {
             let mut state = self.shared.state.lock();
             if state.closed {
                 return;
@@ -279,23 +289,21 @@ impl Owner {
                 state.publish(event, &mut after);
             }
             state.end_streams(&mut after);
-            let renewal = match std::mem::replace(&mut state.renewal, Renewal::Idle) {
-                Renewal::Running { thread, .. } => thread,
-                _ => None,
-            };
-            (state.zk.clone(), renewal)
+            state.zk.clone()
         };
         self.shared.changed.notify_all();
         after.run();
-        if let Some(thread) = renewal {
-            // Not where the renewal could be waiting for this thread: on a C thread (the
-            // renewal closes the old handle, which joins them), in a close's final sweep,
-            // or on the renewal thread itself (a waker it ran).
-            let may_wait = !crate::context::in_c_callback()
-                && !crate::closer::is_closing_here()
-                && thread.thread().id() != std::thread::current().id();
-            if may_wait {
-                let _ = thread.join();
+        // A connection attempt in progress ends (and closes what it made) before this
+        // returns, except where the renewal could be waiting for this thread: on a C
+        // thread (the renewal closes the old handle, which joins them), in a close's
+        // final sweep, or on the renewal thread itself (a waker it ran).
+        let may_wait = !crate::context::in_c_callback()
+            && !crate::closer::is_closing_here()
+            && !RENEWING.with(Cell::get);
+        if may_wait {
+            let mut state = self.shared.state.lock();
+            while state.renewal == Renewal::Running {
+                self.shared.changed.wait(&mut state);
             }
         }
         close_quietly(&zk, "the session");
@@ -505,12 +513,9 @@ impl ManagedZooKeeper {
             if !may_wait {
                 return Err(crate::reply::COMPLETION_THREAD_WAIT);
             }
-            if matches!(state.renewal, Renewal::SpawnFailed) {
+            if state.renewal == Renewal::SpawnFailed {
                 let generation = state.generation;
-                state.renewal = Renewal::Running {
-                    generation,
-                    thread: None,
-                };
+                state.renewal = Renewal::Running;
                 drop(state);
                 start_renewal(Arc::clone(shared), generation);
                 state = shared.state.lock();
