@@ -18,8 +18,7 @@ use std::time::Duration;
 use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper::{CreateMode, ZooKeeper};
 use zookeeper_recipes::cache::{CacheEvent, NodeCache};
-use zookeeper_recipes::events::EventStream;
-use zookeeper_recipes::lifecycle::{ConnectionEvent, ConnectionState, ManagedZooKeeper};
+use zookeeper_recipes::lifecycle::{ConnectionState, ConnectionStates, ManagedZooKeeper};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
@@ -114,7 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Prints connection states until `wanted` arrives; fails after 30 s without an event.
 fn next_state(
-    states: &EventStream<ConnectionEvent>,
+    states: &ConnectionStates,
     wanted: ConnectionState,
 ) -> Result<(), Box<dyn std::error::Error>> {
     loop {

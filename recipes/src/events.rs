@@ -4,10 +4,16 @@
 //! |---|---|---|
 //! | cache changes | [`CacheEvent`](crate::cache::CacheEvent) | [`NodeCache::events`](crate::cache::NodeCache::events), [`ChildrenCache::events`](crate::cache::ChildrenCache::events), [`TreeCache::events`](crate::cache::TreeCache::events) |
 //! | leadership | [`LeadershipEvent`](crate::leader_latch::LeadershipEvent) | [`LeaderLatch::events`](crate::leader_latch::LeaderLatch::events) |
-//! | connection states | [`ConnectionEvent`](crate::lifecycle::ConnectionEvent) | [`connection_states`](crate::lifecycle::connection_states), [`ManagedZooKeeper::states`](crate::lifecycle::ManagedZooKeeper::states), [`Client::states`](crate::lifecycle::Client::states) |
 //! | group members | [`GroupEvent`](crate::membership::GroupEvent) | [`Group::events`](crate::membership::Group::events) |
 //! | config states | [`ConfigEvent`](crate::config_watch::ConfigEvent) | [`ConfigWatch::receiver`](crate::config_watch::ConfigWatch::receiver) |
 //! | values | `Result<`[`Versioned<T>`](crate::shared_value::Versioned)`>` | [`ValueWatch::into_stream`](crate::shared_value::ValueWatch::into_stream) |
+//!
+//! Connection states are the client crate's own stream,
+//! [`ConnectionStates`](crate::lifecycle::ConnectionStates) (from
+//! [`connection_states`](crate::lifecycle::connection_states),
+//! [`ManagedZooKeeper::states`](crate::lifecycle::ManagedZooKeeper::states),
+//! [`Client::states`](crate::lifecycle::Client::states)): the same contract and the same
+//! forms, fed where the C client delivers session events.
 //!
 //! # The stream contract
 //! - **One producer, any readers.** A recipe's own task feeds the stream; threads read
@@ -18,11 +24,10 @@
 //!   needed: the producer wakes the reader.
 //! - **Bounded.** What a reader has not taken yet is kept by the producer's coalescing
 //!   rule, never by how far behind the reader is: a cache keeps one entry per changed
-//!   node plus at most 32 connection signals; a latch and a connection-state stream keep
-//!   at most 64 events (dropping the oldest complete term, or the oldest
-//!   `Suspended`/`Reconnected` pair: `Lost` and `NewSession` stay); a config receiver
-//!   keeps only the newest state; a value stream the newest value and the reason it
-//!   ended. See each producer's docs for its rule.
+//!   node plus at most 32 connection signals; a latch keeps at most 64 events (dropping
+//!   the oldest complete term); a config receiver keeps only the newest state; a value
+//!   stream the newest value and the reason it ended. See each producer's docs for its
+//!   rule.
 //! - **Never missing the final value.** Coalescing drops or merges only older items: the
 //!   last item queued is always kept. When the producer ends the stream (the recipe
 //!   stopped, its session ended), every item still queued is received, *then* the end:
@@ -399,7 +404,7 @@ impl<T> Stream for EventStream<T> {
     type Item = T;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        self.source.poll_recv(cx)
+        self.poll_recv(cx)
     }
 }
 
@@ -414,7 +419,7 @@ impl<T> Stream for &EventStream<T> {
     type Item = T;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        self.source.poll_recv(cx)
+        self.poll_recv(cx)
     }
 }
 
@@ -435,7 +440,7 @@ impl<T> Future for Next<'_, T> {
     type Output = Option<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        self.stream.source.poll_recv(cx)
+        self.stream.poll_recv(cx)
     }
 }
 

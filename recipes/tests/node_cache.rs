@@ -152,8 +152,7 @@ fn caches_and_streams_are_send_and_sync() {
     check::<zookeeper_recipes::cache::ChildrenCache>();
     check::<zookeeper_recipes::cache::TreeCache>();
     check::<zookeeper_recipes::events::EventStream<CacheEvent>>();
-    check::<zookeeper_recipes::events::EventStream<zookeeper_recipes::lifecycle::ConnectionEvent>>(
-    );
+    check::<zookeeper_recipes::lifecycle::ConnectionStates>();
     check::<zookeeper_recipes::lifecycle::ManagedZooKeeper>();
     check::<zookeeper_recipes::events::Next<'static, CacheEvent>>();
 }

@@ -295,6 +295,12 @@ impl ZooKeeper {
         self.inner.session.subscribe()
     }
 
+    /// A session-event subscription and the state it starts from, read together (see
+    /// `Session::subscribe_with_state`).
+    pub(crate) fn session_events_with_state(&self) -> (SessionEvents, SessionState) {
+        self.inner.session.subscribe_with_state()
+    }
+
     /// Waits until the session is connected again (after a connection loss), or fails
     /// with `Timeout`, or with the terminal error. On the C completion thread (a waker
     /// running its task inline), which delivers the connection event, it does not wait:

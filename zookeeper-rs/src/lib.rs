@@ -9,6 +9,9 @@
 //!   stream to any number of receivers ([`ZooKeeper::session_events`]).
 //! - Every context handed to C is freed exactly once ([`ZooKeeper::live_contexts`]
 //!   reads 0 after close).
+//! - Session lifecycle: [`connection_states`] reports a handle's session events as
+//!   Apache Curator's connection states ([`ConnectionState`]), and a
+//!   [`ManagedZooKeeper`] makes a new session after the server expired the old one.
 //!
 //! # Which thread runs what
 //!
@@ -24,8 +27,14 @@
 //! - A waker may run its task inline: such a task may send requests and close the handle
 //!   (the close is then finished by the binding's closer thread, one per process). It must
 //!   not block waiting for something only the completion thread can deliver: there,
-//!   [`ZkFuture::wait`], [`Watch::wait`], [`SessionEvents::recv`] and
-//!   [`ZooKeeper::wait_connected`] fail at once instead of blocking.
+//!   [`ZkFuture::wait`], [`Watch::wait`], [`SessionEvents::recv`],
+//!   [`ZooKeeper::wait_connected`], [`ConnectionStates::recv`] and
+//!   [`ManagedZooKeeper::wait_connected`] fail at once instead of blocking.
+//! - Connection-state streams and the [`ManagedZooKeeper`] have no thread or task: the
+//!   session event is translated and recorded where it is delivered (the completion
+//!   thread, or the closing thread for the end), without blocking. The managed client
+//!   starts a thread only after an expiry, to connect the new session (its connector may
+//!   block) and close the old handle.
 //! - Sync calls are the async calls waited on: they return in the same order.
 //! - The C client's log callback runs on whichever C thread logs; it only forwards the
 //!   message to the `log` crate from a thread of its own.
@@ -65,6 +74,7 @@ mod context;
 mod error;
 mod in_flight;
 mod logging;
+mod managed;
 mod multi;
 mod ops;
 mod path;
@@ -72,6 +82,7 @@ mod reply;
 mod request;
 mod security;
 mod session;
+mod states;
 mod timeout;
 mod types;
 mod watch;
@@ -81,6 +92,7 @@ pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
 pub use error::{Error, Result};
 pub use in_flight::MAX_IN_FLIGHT;
 pub use logging::set_c_log_level;
+pub use managed::{ManagedSession, ManagedZooKeeper};
 pub use multi::{Op, OpResult};
 pub use path::{validate_path, MAX_DATA_LEN};
 pub use reply::ZkFuture;
@@ -91,6 +103,10 @@ pub use security::SaslConfig;
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use security::TlsConfig;
 pub use session::{NextSessionEvent, SessionEvents};
+pub use states::{
+    connection_states, ConnectionEvent, ConnectionState, ConnectionStates,
+    ConnectionStatesIntoIter, ConnectionStatesIter, NextConnectionEvent,
+};
 pub use timeout::{Deadline, Timeout, Version};
 pub use types::{
     Acl, ClientId, CreateMode, CreateOptions, EventType, Perms, Reconfig, SessionState, Stat,

@@ -234,16 +234,27 @@ impl Session {
     }
 
     pub(crate) fn subscribe(&self) -> SessionEvents {
+        self.subscribe_with_state().0
+    }
+
+    /// A subscription and the state it starts from, read as one step (see
+    /// [`transition`](Self::transition)): every later state change reaches the
+    /// subscription, every earlier one is in the state.
+    pub(crate) fn subscribe_with_state(&self) -> (SessionEvents, SessionState) {
         let (sender, receiver) = crossbeam_channel::unbounded();
         let waker = Arc::new(Mutex::new(None));
+        let mut subscribers = self.subscribers.lock();
         // After close the sender is dropped at once: the stream has already ended.
-        if let Some(subscribers) = self.subscribers.lock().as_mut() {
+        if let Some(subscribers) = subscribers.as_mut() {
             subscribers.push(Subscriber {
                 sender,
                 waker: Arc::clone(&waker),
             });
         }
-        SessionEvents { receiver, waker }
+        // The order is always subscribers, then state (as in `publish_then`).
+        let state = self.state();
+        drop(subscribers);
+        (SessionEvents { receiver, waker }, state)
     }
 
     /// Ends every subscription (receivers see the channel close after the last event),

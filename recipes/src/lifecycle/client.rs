@@ -2,10 +2,6 @@
 
 use super::*;
 
-// ---------------------------------------------------------------------------------------
-// Either client.
-// ---------------------------------------------------------------------------------------
-
 /// The client a long-lived recipe follows: a plain handle (one session: its loss ends
 /// the recipe) or a [`ManagedZooKeeper`] (the recipe carries on in each new session).
 /// Made from `&ZooKeeper`, `ZooKeeper`, `&ManagedZooKeeper` or `ManagedZooKeeper`.
@@ -63,55 +59,28 @@ impl Client {
 
     /// A stream of the client's connection states ([`connection_states`] of a plain
     /// handle, [`ManagedZooKeeper::states`]).
-    pub fn states(&self) -> Result<EventStream<ConnectionEvent>> {
+    pub fn states(&self) -> ConnectionStates {
         match self {
             Client::Plain(zk) => connection_states(zk),
-            Client::Managed(managed) => Ok(managed.states()),
+            Client::Managed(managed) => managed.states(),
         }
     }
 
     /// The connection states for a recipe's follower (a task on the driver): drained
     /// without waiting, or polled.
     pub(crate) fn feed(&self) -> StateFeed {
-        let source = match self {
-            Client::Plain(zk) => {
-                let events = zk.session_events();
-                let mut translator = Translator::default();
-                let first = translator.initial(zk.state());
-                let mut pending = VecDeque::new();
-                pending.push_back(ConnectionEvent {
-                    state: first,
-                    generation: 1,
-                });
-                let ended = first == ConnectionState::Lost;
-                return StateFeed {
-                    source: Source::Plain { events, translator },
-                    pending,
-                    ended,
-                };
-            }
-            Client::Managed(managed) => Source::Managed(managed.states()),
-        };
         StateFeed {
-            source,
+            states: self.states(),
             pending: VecDeque::new(),
             ended: false,
         }
     }
 }
 
-/// Where a [`StateFeed`] reads from.
-enum Source {
-    Plain {
-        events: zookeeper::SessionEvents,
-        translator: Translator,
-    },
-    Managed(EventStream<ConnectionEvent>),
-}
-
-/// A recipe follower's view of its client's connection states.
+/// A recipe follower's view of its client's connection states: the client crate's
+/// stream (fed where the C client delivers session events), read without blocking.
 pub(crate) struct StateFeed {
-    source: Source,
+    states: ConnectionStates,
     /// Received and not drained yet.
     pending: VecDeque<ConnectionEvent>,
     /// Nothing more will come.
@@ -119,54 +88,16 @@ pub(crate) struct StateFeed {
 }
 
 impl StateFeed {
-    /// Moves what has arrived into `pending`; `cx` (if any) is woken by the next arrival.
-    fn receive(&mut self, cx: Option<&mut Context<'_>>) {
-        let StateFeed {
-            source,
-            pending,
-            ended,
-        } = self;
-        match source {
-            Source::Plain { events, translator } => {
-                let mut noop = Context::from_waker(crate::runtime::noop_waker());
-                let cx = cx.unwrap_or(&mut noop);
-                while !*ended {
-                    let state = match events.poll_recv(cx) {
-                        Poll::Ready(Some(event)) if event.event_type == EventType::Session => {
-                            event.state
-                        }
-                        Poll::Ready(Some(_)) => continue,
-                        Poll::Ready(None) => SessionState::Closed,
-                        Poll::Pending => break,
-                    };
-                    if let Some(state) = translator.on_session(state) {
-                        pending.push_back(ConnectionEvent {
-                            state,
-                            generation: 1,
-                        });
-                    }
-                    if translator.last() == Some(ConnectionState::Lost) {
-                        *ended = true;
-                    }
-                }
-            }
-            Source::Managed(states) => {
-                let mut noop = Context::from_waker(crate::runtime::noop_waker());
-                let cx = cx.unwrap_or(&mut noop);
-                while !*ended {
-                    match states.poll_recv(cx) {
-                        Poll::Ready(Some(event)) => pending.push_back(event),
-                        Poll::Ready(None) => *ended = true,
-                        Poll::Pending => break,
-                    }
-                }
+    /// Ready when [`drain`](Self::drain) has something to report (an event, or the end);
+    /// otherwise `cx` is woken by the next one.
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        while !self.ended {
+            match self.states.poll_recv(cx) {
+                Poll::Ready(Some(event)) => self.pending.push_back(event),
+                Poll::Ready(None) => self.ended = true,
+                Poll::Pending => break,
             }
         }
-    }
-
-    /// Ready when [`drain`](Self::drain) has something to report (an event, or the end).
-    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.receive(Some(cx));
         if self.pending.is_empty() && !self.ended {
             Poll::Pending
         } else {
@@ -177,7 +108,14 @@ impl StateFeed {
     /// Every event available now, without blocking; the flag says whether the feed
     /// has ended (nothing more will come).
     pub(crate) fn drain(&mut self) -> (Vec<ConnectionEvent>, bool) {
-        self.receive(None);
+        use zookeeper::crossbeam_channel::TryRecvError;
+        while !self.ended {
+            match self.states.try_recv() {
+                Ok(event) => self.pending.push_back(event),
+                Err(TryRecvError::Disconnected) => self.ended = true,
+                Err(TryRecvError::Empty) => break,
+            }
+        }
         (self.pending.drain(..).collect(), self.ended)
     }
 }

@@ -162,6 +162,8 @@ impl Following {
                 self.retry_now();
                 Change::NewSession
             }
+            // A state added to the client crate later: nothing a follower acts on yet.
+            _ => return None,
         })
     }
 

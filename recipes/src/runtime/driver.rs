@@ -121,6 +121,7 @@ impl StopSignal {
     }
 
     /// Completes once a stop is requested.
+    #[allow(dead_code)] // its last user (the managed client's monitor) moved to zookeeper-rs
     pub(crate) async fn stopped(&self) {
         std::future::poll_fn(|cx| self.poll_stopped(cx)).await
     }
