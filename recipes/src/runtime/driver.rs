@@ -119,12 +119,6 @@ impl StopSignal {
             Poll::Pending
         }
     }
-
-    /// Completes once a stop is requested.
-    #[allow(dead_code)] // its last user (the managed client's monitor) moved to zookeeper-rs
-    pub(crate) async fn stopped(&self) {
-        std::future::poll_fn(|cx| self.poll_stopped(cx)).await
-    }
 }
 
 /// Starts `make(stop)` as a task on the driver. `on_panic` runs (on the driver thread)
@@ -320,7 +314,7 @@ mod tests {
                 spawn(
                     "test",
                     move |stop| async move {
-                        stop.stopped().await;
+                        std::future::poll_fn(|cx| stop.poll_stopped(cx)).await;
                         counter.fetch_add(1, Ordering::SeqCst);
                     },
                     || {},

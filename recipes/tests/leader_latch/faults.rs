@@ -152,7 +152,12 @@ fn seeded_faults_never_make_two_leaders() {
                     wait_until("the client notices the isolation", T, || {
                         !clients[target].current().state().is_connected()
                     });
-                    thread::sleep(Duration::from_millis(300));
+                    // And the latch itself: with no disconnect grace, a leader ends its
+                    // term as soon as it hears of the disconnection (a fixed pause here
+                    // was too short on a loaded machine).
+                    wait_until("the latch ends a term it held", T, || {
+                        latches[target].status() != LatchStatus::Leading
+                    });
                     expire(&clients[target].current());
                     proxy.unblock();
                 }
