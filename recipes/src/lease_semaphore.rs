@@ -47,8 +47,8 @@ use crate::lock::{uuid_text, Lock, LockLayout};
 use crate::runtime::block_on;
 use crate::support::{
     await_watch_async, check_base_path, create_dir_async, create_member_async,
-    delete_eventually_async, delete_on_drop, op_deadline, retry_async, Deadline, DeleteOnDrop,
-    Patience, SeqDir,
+    delete_eventually_async, delete_in_background, delete_on_drop, op_deadline, retry_async,
+    Deadline, DeleteOnDrop, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
@@ -162,11 +162,24 @@ impl LeaseSemaphore {
             let left = deadline.map_or(Duration::MAX, |at| {
                 at.saturating_duration_since(Instant::now())
             });
-            match self.acquire_one(left).await? {
-                Some(lease) => leases.push(lease),
-                // Dropping `leases` returns the ones taken so far.
-                None => return Err(RecipeError::Timeout),
+            let outcome = match self.acquire_one(left).await {
+                Ok(Some(lease)) => {
+                    leases.push(lease);
+                    continue;
+                }
+                Ok(None) => Err(RecipeError::Timeout),
+                Err(error) => Err(error),
+            };
+            // All or nothing: the leases taken so far go back (awaited).
+            for lease in leases {
+                if let Err(error) = lease.release_async().await {
+                    log::debug!("recipes: lease semaphore: returning a lease: {error}");
+                }
             }
+            return outcome;
+        }
+        for lease in &mut leases {
+            lease.handed_out = true;
         }
         Ok(leases)
     }
@@ -182,7 +195,9 @@ impl LeaseSemaphore {
             SemaphoreLayout::Kazoo => self.kazoo_lease(deadline).await,
         };
         // The guard lock goes in any case (also on error or timeout).
-        drop(lock);
+        if let Err(error) = lock.release_async().await {
+            log::debug!("recipes: lease semaphore: releasing the guard lock: {error}");
+        }
         result
     }
 
@@ -199,6 +214,7 @@ impl LeaseSemaphore {
         let lease = Lease {
             zk: self.zk.clone(),
             path: format!("{}/{}", self.leases_dir, created.name),
+            handed_out: false,
         };
         loop {
             let (children, mut watch) = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
@@ -215,7 +231,10 @@ impl LeaseSemaphore {
             }
             let fired = await_watch_async(&self.zk, &mut watch, deadline, &self.waiting).await?;
             if fired.is_none() {
-                // `lease` is dropped: withdrawn.
+                // Withdrawn (awaited: nothing is left when the call returns).
+                if let Err(error) = lease.release_async().await {
+                    log::debug!("recipes: lease semaphore: withdrawing a lease: {error}");
+                }
                 return Ok(None);
             }
         }
@@ -271,6 +290,7 @@ impl LeaseSemaphore {
                 return Ok(Some(Lease {
                     zk: zk.clone(),
                     path,
+                    handed_out: false,
                 }));
             }
             if await_watch_async(zk, &mut watch, deadline, &self.waiting)
@@ -290,6 +310,9 @@ pub struct Lease {
     zk: ZooKeeper,
     /// Empty once released.
     path: String,
+    /// Handed to the caller: dropped, it waits briefly for the delete (the lease is gone
+    /// when the drop returns). Inside the acquiring future it never waits.
+    handed_out: bool,
 }
 
 impl Lease {
@@ -328,8 +351,14 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if !self.path.is_empty() {
-            delete_on_drop(&self.zk, &std::mem::take(&mut self.path));
+        if self.path.is_empty() {
+            return;
+        }
+        let path = std::mem::take(&mut self.path);
+        if self.handed_out {
+            delete_on_drop(&self.zk, &path);
+        } else {
+            delete_in_background(&self.zk, &path);
         }
     }
 }

@@ -252,10 +252,17 @@ impl ReadWriteLock {
                     other => other,
                 })?;
         let node = OwnedNode::new(&self.zk, &self.dir, created);
-        // On error (or a dropped future) `node` is dropped, which withdraws the request.
-        self.wait_granted(&node, kind, deadline, create_deadline)
-            .await?;
-        Ok(node)
+        // A dropped future drops `node`, which withdraws the request in the background.
+        match self
+            .wait_granted(&node, kind, deadline, create_deadline)
+            .await
+        {
+            Ok(()) => Ok(node.hand_out()),
+            Err(error) => {
+                node.withdraw().await;
+                Err(error)
+            }
+        }
     }
 
     async fn wait_granted(

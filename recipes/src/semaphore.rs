@@ -226,14 +226,25 @@ impl Semaphore {
         let lease = Lease {
             node: OwnedNode::new(&self.zk, &self.dir, created),
         };
-        // On error `lease` is dropped, which withdraws the request.
-        self.wait_granted(&lease, deadline, step_deadline).await?;
-        // Tell a successor that watches this node that it may now be the first waiter.
-        retry_async(&self.zk, step_deadline.into(), || {
-            self.zk.set_async(lease.node.path(), HELD, None)
-        })
-        .await?;
-        Ok(lease)
+        // A dropped future drops `lease`, which withdraws the request in the background.
+        let granted = match self.wait_granted(&lease, deadline, step_deadline).await {
+            // Tell a successor that watches this node that it may now be the first waiter.
+            Ok(()) => retry_async(&self.zk, step_deadline.into(), || {
+                self.zk.set_async(lease.node.path(), HELD, None)
+            })
+            .await
+            .map(drop),
+            Err(error) => Err(error),
+        };
+        match granted {
+            Ok(()) => Ok(Lease {
+                node: lease.node.hand_out(),
+            }),
+            Err(error) => {
+                lease.node.withdraw().await;
+                Err(error)
+            }
+        }
     }
 
     /// A permit if one is free now, else `None`.

@@ -198,8 +198,10 @@ impl ChildWatcher {
         loop {
             match zk.get_children_watch_async(&self.path).await {
                 Ok(listed) => return Ok(listed),
-                // Rare (an empty container the server removed): a short blocking step.
-                Err(Error::NoNode) => ensure_dir(zk, &self.path, &self.nodes, patience)?,
+                // Rare: never created, or an empty container the server removed.
+                Err(Error::NoNode) => {
+                    ensure_dir_async(zk, &self.path, &self.nodes, patience).await?
+                }
                 Err(error) if error.is_retryable() => {
                     attempt += 1;
                     reconnected(zk, patience, attempt).await?;

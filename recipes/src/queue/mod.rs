@@ -126,7 +126,8 @@ use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 use crate::recovery::{children_or_none_async, name_in_range, Restart};
 use crate::runtime::block_on;
 use crate::support::{
-    check_base_path, check_event, ensure_dir, members, reconnected, retry_async, Deadline, Patience,
+    check_base_path, check_event, ensure_dir_async, members, reconnected, retry_async, Deadline,
+    Patience,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result, RetryPolicy};

@@ -73,16 +73,6 @@ pub(super) async fn make_dir_async(
 }
 
 /// [`create_dir`] within `patience`.
-pub(crate) fn ensure_dir(
-    zk: &ZooKeeper,
-    dir: &str,
-    nodes: &NodeOptions,
-    patience: impl Into<Patience>,
-) -> Result<()> {
-    block_on(ensure_dir_async(zk, dir, nodes, patience.into()))
-}
-
-/// [`ensure_dir`], async.
 pub(crate) async fn ensure_dir_async(
     zk: &ZooKeeper,
     dir: &str,

@@ -114,6 +114,10 @@ pub(crate) struct OwnedNode {
     pub(super) czxid: i64,
     /// Empty once released.
     pub(super) path: String,
+    /// Handed to the caller (in a guard): dropped, it waits briefly for the delete, so
+    /// the node is gone when the drop returns. Inside a call's future it never waits: a
+    /// dropped future must not block its executor.
+    pub(super) handed_out: bool,
 }
 
 impl OwnedNode {
@@ -124,6 +128,22 @@ impl OwnedNode {
             path: format!("{dir}/{}", created.name),
             name: created.name,
             czxid: created.czxid,
+            handed_out: false,
+        }
+    }
+
+    /// The node, now the caller's (see `handed_out`).
+    pub(crate) fn hand_out(mut self) -> OwnedNode {
+        self.handed_out = true;
+        self
+    }
+
+    /// Withdraws a request the call gives up on (a timeout, an error): the delete is
+    /// awaited, so nothing is left when the call returns; a connection that does not
+    /// come back in time leaves it to the background.
+    pub(crate) async fn withdraw(mut self) {
+        if let Err(error) = self.release().await {
+            log::debug!("recipes: withdrawing {}: {error}", self.name);
         }
     }
 
@@ -164,8 +184,14 @@ impl OwnedNode {
 
 impl Drop for OwnedNode {
     fn drop(&mut self) {
-        if !self.path.is_empty() {
-            delete_on_drop(&self.zk, &std::mem::take(&mut self.path));
+        if self.path.is_empty() {
+            return;
+        }
+        let path = std::mem::take(&mut self.path);
+        if self.handed_out {
+            delete_on_drop(&self.zk, &path);
+        } else {
+            delete_in_background(&self.zk, &path);
         }
     }
 }
