@@ -472,8 +472,10 @@ impl WorkQueue {
 
     /// [`take`](Self::take), async (the timeout counts from this call); no thread waits
     /// for it. Dropping the future at any point withdraws the take: its place in line
-    /// and its watches; a claim in flight is settled in the background, an item it took
-    /// released again (see the [module docs](self#async)).
+    /// and the watches of a wait in progress; a claim in flight is settled in the
+    /// background, an item it took released again (see the [module docs](self#async)).
+    /// As after a timed-out take, the head's watches of a wait that has ended stay with
+    /// this value for its next take (at most two; they go when the value is dropped).
     pub fn take_async(
         &self,
         timeout: impl Into<Timeout>,
