@@ -46,9 +46,8 @@ use crate::error::LossReason;
 use crate::lock::{uuid_text, Lock, LockLayout};
 use crate::runtime::block_on;
 use crate::support::{
-    await_watch_async, check_base_path, create_dir_async, create_member_async,
-    delete_eventually_async, delete_in_background, delete_on_drop, op_deadline, retry_async,
-    Deadline, DeleteOnDrop, Patience, SeqDir,
+    await_watch_async, check_base_path, create_dir_async, create_member_async, delete_dropped,
+    delete_eventually_async, op_deadline, retry_async, Deadline, DeleteOnDrop, Patience, SeqDir,
 };
 use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
@@ -351,14 +350,6 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.path.is_empty() {
-            return;
-        }
-        let path = std::mem::take(&mut self.path);
-        if self.handed_out {
-            delete_on_drop(&self.zk, &path);
-        } else {
-            delete_in_background(&self.zk, &path);
-        }
+        delete_dropped(&self.zk, &mut self.path, self.handed_out);
     }
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Duration;
+use zk_harness::testing::process_threads as threads;
 use zk_harness::testing::under_valgrind;
 use zookeeper::{Timeout, ZooKeeper};
 use zookeeper_recipes::asynchronous::Async;
@@ -18,11 +19,6 @@ use zookeeper_recipes::lock::{Lock, LockGuard};
 use zookeeper_recipes::Result;
 
 type Task = Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>>;
-
-/// Threads of this process now.
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
 
 /// A one-thread executor: polls every task whenever one was woken, until told to stop;
 /// then drops every task still pending (a `select!` that gave up on them) and reports

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 use zk_harness::fault_proxy::OpCode;
+use zk_harness::testing::process_threads as threads;
 use zk_harness::testing::under_valgrind;
 use zk_harness::FaultProxy;
 use zookeeper::{Timeout, ZooKeeper};
@@ -20,10 +21,6 @@ use zookeeper_recipes::queue::Queue;
 use zookeeper_recipes::Result;
 
 type Take = Pin<Box<dyn Future<Output = Result<Vec<u8>>> + Send>>;
-
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
 
 fn wait_until(what: &str, condition: impl FnMut() -> bool) {
     zk_harness::testing::wait_until(what, Duration::from_secs(60), condition);

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::thread;
 use std::time::Duration;
+use zk_harness::testing::process_threads as threads;
 use zookeeper::{Timeout, ZooKeeper};
 use zookeeper_recipes::barrier::{Barrier, DoubleBarrier};
 use zookeeper_recipes::RecipeError;
@@ -281,16 +282,6 @@ fn async_futures_are_send(barrier: &Barrier, double: &DoubleBarrier) {
     send(barrier.wait_async(WAIT));
     send(double.enter_async(WAIT));
     send(double.leave_async(WAIT));
-}
-
-/// Threads of this process now.
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap()
 }
 
 /// Runs `body` as test `test` alone in a child process of this binary, so no other

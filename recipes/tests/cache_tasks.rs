@@ -9,15 +9,11 @@ mod common;
 use cache_common::{create, delete_tree, WAIT};
 use common::unique_path;
 use std::time::{Duration, Instant};
+use zk_harness::testing::process_threads as threads;
 use zookeeper_recipes::cache::{CacheEvent, ChildrenCache, NodeCache};
 use zookeeper_recipes::events::EventStream;
 
 const CACHES: usize = 200;
-
-/// Threads of this process now.
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
 
 /// Polls `condition` until it holds or 10 s pass; whether it held. For states nothing
 /// signals (the driver's count of live tasks, its thread ending).

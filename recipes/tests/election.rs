@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+use zk_harness::testing::process_threads as threads;
 use zookeeper::Timeout;
 use zookeeper_recipes::election::LeaderElection;
 use zookeeper_recipes::{NodeOptions, RecipeError};
@@ -210,15 +211,6 @@ fn node_options_acl_protects_the_candidates() {
         Some(RecipeError::ZooKeeper(zookeeper::Error::NoAuth))
     );
     assert!(me.is_leader().unwrap());
-}
-
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap()
 }
 
 #[test]

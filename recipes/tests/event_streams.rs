@@ -13,6 +13,7 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::time::Duration;
 use zk_harness::executor::block_on;
+use zk_harness::testing::process_threads as threads;
 use zookeeper_recipes::events::RecvTimeoutError;
 use zookeeper_recipes::lifecycle::{connection_states, ConnectionState, ConnectionStates};
 use zookeeper_recipes::live_background_tasks;
@@ -22,16 +23,6 @@ use zookeeper_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
 const STREAMS: usize = 200;
-
-/// Threads of this process now.
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|count| count.trim().parse().ok())
-        .expect("Threads: in /proc/self/status")
-}
 
 /// The next item through the `Stream` impl.
 async fn poll_next<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::thread;
 use std::time::{Duration, Instant};
+use zk_harness::testing::process_threads as threads;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::id_generator::{IdGenerator, IdStats};
 use zookeeper_recipes::{NodeOptions, RecipeError};
@@ -378,16 +379,6 @@ fn async_futures_are_send(ids: &IdGenerator) {
     send(ids.next_id_async());
     send(ids.reserve_async(3, Duration::from_secs(1)));
     send(ids.current_async());
-}
-
-/// Threads of this process now.
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap()
 }
 
 /// Runs `body` as test `test` alone in a child process of this binary, so no other

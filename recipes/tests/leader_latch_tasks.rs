@@ -12,6 +12,7 @@ mod common;
 use common::{assert_no_leftover_contexts, connect, unique_path, wait_until};
 use std::sync::Mutex;
 use std::time::Duration;
+use zk_harness::testing::process_threads as threads;
 use zookeeper::Timeout;
 use zookeeper_recipes::leader_latch::{LatchStatus, LeaderLatch, TermEnd};
 use zookeeper_recipes::live_background_tasks;
@@ -21,24 +22,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 const LATCHES: usize = 200;
 
-/// The recipes' own threads now (the driver, the timers, the cleanup worker): their
-/// names start so.
+/// The recipes' own threads now (the driver, the timers): their names start so.
 fn recipe_threads() -> usize {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("zk-recipe"))
-        .count()
-}
-
-/// The process's threads now (`Threads:` of `/proc/self/status`).
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|count| count.trim().parse().ok())
-        .expect("a Threads: line")
+    zk_harness::testing::process_threads_named("zk-recipe")
 }
 
 #[test]

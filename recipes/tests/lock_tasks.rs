@@ -9,33 +9,13 @@ mod common;
 
 use common::{connect, unique_path};
 use std::time::{Duration, Instant};
+use zk_harness::testing::{process_threads as threads, process_threads_named as threads_named};
 use zookeeper::{CreateMode, Op};
 use zookeeper_recipes::live_background_tasks;
 use zookeeper_recipes::lock::{Lock, LockLost};
 use zookeeper_recipes::RecipeError;
 
 const LOCKS: usize = 200;
-
-/// Threads of this process now.
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|count| count.trim().parse().ok())
-        .expect("Threads: in /proc/self/status")
-}
-
-/// Threads of this process whose name starts with `prefix`.
-fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| {
-            let comm = std::fs::read_to_string(task.ok()?.path().join("comm")).ok()?;
-            comm.trim_end().starts_with(prefix).then_some(())
-        })
-        .count()
-}
 
 /// Polls `condition` until it holds or 10 s pass; whether it held. For states nothing
 /// signals (the driver's count of live tasks, a thread ending, a watch being set).

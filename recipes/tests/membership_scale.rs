@@ -6,6 +6,7 @@ mod common;
 
 use common::{assert_no_leftover_contexts, connect, unique_path, wait_until};
 use std::time::Duration;
+use zk_harness::testing::process_threads as threads;
 use zookeeper::ZooKeeper;
 use zookeeper_recipes::live_background_tasks;
 use zookeeper_recipes::membership::PersistentNode;
@@ -18,16 +19,6 @@ const _: fn() = || {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<PersistentNode>();
 };
-
-/// Threads of this process now (`Threads:` in `/proc/self/status`).
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|count| count.trim().parse().ok())
-        .expect("a Threads: line")
-}
 
 fn data_of(zk: &ZooKeeper, path: &str) -> Option<Vec<u8>> {
     zk.get(path).ok().map(|(data, _)| data)

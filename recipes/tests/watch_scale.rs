@@ -8,6 +8,7 @@ mod common;
 
 use common::{connect, unique_path, wait_until};
 use std::time::Duration;
+use zk_harness::testing::process_threads as threads;
 use zookeeper::CreateMode;
 use zookeeper_recipes::config_watch::{ConfigEvent, ConfigWatch};
 use zookeeper_recipes::live_background_tasks;
@@ -18,16 +19,6 @@ use zookeeper_recipes::shared_value::{SharedCount, ValueWatch};
 /// (10 s at most) for it to end.
 const WAIT: Duration = Duration::from_secs(5);
 const EACH: i32 = 200;
-
-/// Threads of this process now.
-fn threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|count| count.trim().parse().ok())
-        .expect("Threads: in /proc/self/status")
-}
 
 fn data_of(event: ConfigEvent) -> Vec<u8> {
     event.data().expect("a value").to_vec()

@@ -127,6 +127,23 @@ pub fn wait_until(what: &str, timeout: Duration, condition: impl FnMut() -> bool
     }
 }
 
+/// The threads of this process now (the entries of `/proc/self/task`), for tests that
+/// check what a recipe or the client costs in threads.
+pub fn process_threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |tasks| tasks.count())
+}
+
+/// The threads of this process whose name starts with `prefix`.
+pub fn process_threads_named(prefix: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end().starts_with(prefix))
+        .count()
+}
+
 /// Whether this process runs under valgrind (its preload library is mapped): big tests
 /// scale down there.
 pub fn under_valgrind() -> bool {

@@ -184,15 +184,22 @@ impl OwnedNode {
 
 impl Drop for OwnedNode {
     fn drop(&mut self) {
-        if self.path.is_empty() {
-            return;
-        }
-        let path = std::mem::take(&mut self.path);
-        if self.handed_out {
-            delete_on_drop(&self.zk, &path);
-        } else {
-            delete_in_background(&self.zk, &path);
-        }
+        delete_dropped(&self.zk, &mut self.path, self.handed_out);
+    }
+}
+
+/// The delete of a node whose holder is dropped (once: `path` is emptied): a node the
+/// caller held waits briefly ([`delete_on_drop`]); one dropped inside a call's future goes
+/// to the background at once, so the drop never blocks an executor.
+pub(crate) fn delete_dropped(zk: &ZooKeeper, path: &mut String, handed_out: bool) {
+    if path.is_empty() {
+        return;
+    }
+    let path = std::mem::take(path);
+    if handed_out {
+        delete_on_drop(zk, &path);
+    } else {
+        delete_in_background(zk, &path);
     }
 }
 
