@@ -3,8 +3,8 @@
 //! `bench/before-after.sh`, which builds it with this tree's scenario files, so both
 //! binaries run the same scenario code and only the libraries differ); "after" is this
 //! binary. Every pair runs each row once through each binary, back to back (which goes
-//! first alternates), then once through each peer client that has the row (C, zkpython,
-//! kazoo, Curator), for reference. The table gives each version's median ops/s, the
+//! first alternates, so an even number of pairs balances the order), then once through
+//! each peer client that has the row (C, zkpython, kazoo, Curator), for reference. The table gives each version's median ops/s, the
 //! median of the per-pair after/before ratios with min–max, and CPU time, context switches
 //! and watch wake-ups per op.
 
@@ -180,7 +180,7 @@ pub fn main(flags: &Flags) -> Result<()> {
         return Err(format!("--old {}: no such file", old.display()).into());
     }
     let quick = flags.switch("quick");
-    let pairs: u32 = flags.num("pairs", if quick { 1 } else { 5 })?;
+    let pairs: u32 = flags.num("pairs", if quick { 2 } else { 6 })?;
     let timeout = Duration::from_secs(flags.num("timeout", 300)?);
     let mut runs = runs(quick);
     if let Some(only) = flags.get("only") {

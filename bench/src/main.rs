@@ -12,7 +12,7 @@
 //! zookeeper-bench memcheck --per-watch 20000 [--batch 4000] [--hosts H]
 //! zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
 //! zookeeper-bench threads [--quick] [--hosts H] [--check]
-//! zookeeper-bench before-after --old BIN [--pairs 5] [--peers c,...] [--only ROWS] [--hosts H]
+//! zookeeper-bench before-after --old BIN [--pairs 6] [--peers c,...] [--only ROWS] [--hosts H]
 //! zookeeper-bench serve [--fsync off|on]                    (a server for bench/profile)
 //! zookeeper-bench client --hosts H --scenario S [...]      (the Rust client process)
 //! ```
@@ -117,7 +117,7 @@ usage:
       leader latches, persistent nodes and config watches (--quick: 100 and 20); then
       whether dropping them all gives everything back. --check: exit non-zero if a
       target fails.
-  zookeeper-bench before-after --old BIN [--pairs 5] [--quick] [--hosts H] [--fsync off|on]
+  zookeeper-bench before-after --old BIN [--pairs 6] [--quick] [--hosts H] [--fsync off|on]
                   [--peers c,zkpython,kazoo,curator|none] [--only lock,latch,...]
                   [--old-label L] [--new-label L] [--command TEXT] [--timeout SECS] [--out FILE]
       The recipe rows (queue put/take, lock, lock hand-off, leader latch hand-over, id
