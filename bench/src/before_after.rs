@@ -20,6 +20,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod instructions;
+
 /// One client process per pair and version: a scenario and the rows it reports.
 struct Run {
     /// `--only` name.
@@ -32,11 +34,13 @@ struct Run {
     peers: bool,
     /// (metric, table label).
     rows: Vec<(String, String)>,
+    /// `--instructions`: the smaller n of the callgrind runs, and what one op is.
+    cg: (usize, &'static str),
 }
 
 fn runs(quick: bool) -> Vec<Run> {
     let q = |full: usize, small: usize| if quick { small } else { full };
-    let run = |name, scenario, n, workers, rows: &[(&str, &str)]| Run {
+    let run = |name, scenario, n, workers, cg, rows: &[(&str, &str)]| Run {
         name,
         scenario,
         n,
@@ -47,6 +51,7 @@ fn runs(quick: bool) -> Vec<Run> {
             .iter()
             .map(|(m, l)| (m.to_string(), l.to_string()))
             .collect(),
+        cg,
     };
     let mut v = vec![
         run(
@@ -54,6 +59,7 @@ fn runs(quick: bool) -> Vec<Run> {
             "queue",
             q(2000, 100),
             1,
+            (100, "queue: one put and one take, 1 consumer"),
             &[
                 ("queue_put", "queue put (`Queue::put`)"),
                 ("queue_take_c1", "queue take, 1 consumer (`Queue::take`)"),
@@ -64,51 +70,64 @@ fn runs(quick: bool) -> Vec<Run> {
             "queue",
             q(2000, 100),
             4,
+            (100, "queue: one put and one take, 4 consumers"),
             &[("queue_take_c4", "queue take, 4 consumers")],
         ),
-        run(
-            "lock c1",
-            "lock",
-            q(2000, 80),
-            1,
-            &[("lock_c1", "lock acquire+release, 1 contender")],
-        ),
-        run(
-            "lock c2",
-            "lock",
-            q(2000, 80),
-            2,
-            &[("lock_c2", "lock hand-off between 2 sessions")],
-        ),
-        run(
-            "lock c8",
-            "lock",
-            q(2000, 80),
-            8,
-            &[("lock_c8", "lock acquire+release, 8 contenders")],
-        ),
-        Run {
-            peers: false,
-            ..run(
-                "latch w2",
-                "latch",
-                q(1000, 40),
-                2,
-                &[("latch_w2", "leader latch hand-over between 2 sessions")],
-            )
-        },
     ];
-    for (name, mode, workers, full, small) in [
-        ("id naive w1", "naive", 1, 1000, 80),
-        ("id naive w8", "naive", 8, 1000, 80),
-        ("id batched w1", "batched", 1, 50_000, 2000),
-        ("id batched w8", "batched", 8, 50_000, 2000),
+    for (name, workers, label, cg) in [
+        ("lock c1", 1, "lock acquire+release, 1 contender", "lock c1"),
+        (
+            "lock c2",
+            2,
+            "lock hand-off between 2 sessions",
+            "lock c2 (hand-off)",
+        ),
+        (
+            "lock c8",
+            8,
+            "lock acquire+release, 8 contenders",
+            "lock c8",
+        ),
+    ] {
+        let cg_n = if workers == 8 { 160 } else { 100 };
+        v.push(run(
+            name,
+            "lock",
+            q(2000, 80),
+            workers,
+            (cg_n, cg),
+            &[(&format!("lock_c{workers}"), label)],
+        ));
+    }
+    v.push(Run {
+        peers: false,
+        ..run(
+            "latch w2",
+            "latch",
+            q(1000, 40),
+            2,
+            (100, "leader latch hand-over"),
+            &[("latch_w2", "leader latch hand-over between 2 sessions")],
+        )
+    });
+    for (name, mode, workers, full, small, cg_n) in [
+        ("id naive w1", "naive", 1, 1000, 80, 100),
+        ("id naive w8", "naive", 8, 1000, 80, 160),
+        ("id batched w1", "batched", 1, 50_000, 2000, 2000),
+        ("id batched w8", "batched", 8, 50_000, 2000, 2000),
     ] {
         let metric = format!("id_{mode}_w{workers}");
         let label = format!("id generator {mode}, {workers} worker(s)");
         v.push(Run {
             mode,
-            ..run(name, "idgen", q(full, small), workers, &[(&metric, &label)])
+            ..run(
+                name,
+                "idgen",
+                q(full, small),
+                workers,
+                (cg_n, name),
+                &[(&metric, &label)],
+            )
         });
     }
     v.push(Run {
@@ -118,6 +137,7 @@ fn runs(quick: bool) -> Vec<Run> {
             "queueput",
             q(500, 100),
             1,
+            (100, "queueput: one put, one raw create, one put_all item"),
             &[
                 (
                     "qp_put",
@@ -171,6 +191,7 @@ pub fn main(flags: &Flags) -> Result<()> {
         "out",
         "quick",
         "command",
+        "instructions",
     ];
     if let Some(bad) = flags.unknown(&known).first() {
         return Err(format!("unknown flag --{bad}").into());
@@ -303,6 +324,38 @@ pub fn main(flags: &Flags) -> Result<()> {
             }
         }
     }
+    // Load-independent: instructions per op, once per version (not part of the pairs).
+    let mut instr: Vec<[Option<f64>; 2]> = Vec::new();
+    if flags.switch("instructions") {
+        if !instructions::available() {
+            return Err("--instructions: valgrind cannot be run".into());
+        }
+        let this = std::env::current_exe()?;
+        for run in &runs {
+            let mut pair = [None, None];
+            for (k, bin) in [&old, &this].into_iter().enumerate() {
+                let t = Instant::now();
+                let outcome =
+                    instructions::per_op(bin, &|n| args(run, &hosts, n), run.cg.0, timeout);
+                eprintln!(
+                    "  callgrind {:<14} {:<6} {:>6.1} s {}",
+                    run.name,
+                    ["before", "after"][k],
+                    t.elapsed().as_secs_f64(),
+                    outcome.as_ref().err().map_or("", String::as_str)
+                );
+                match outcome {
+                    Ok(v) => pair[k] = Some(v),
+                    Err(e) => failures.push(format!(
+                        "callgrind {} {}: {e}",
+                        run.name,
+                        ["before", "after"][k]
+                    )),
+                }
+            }
+            instr.push(pair);
+        }
+    }
     drop(server);
     meta.finish(started.elapsed());
     let labels = (
@@ -321,6 +374,7 @@ pub fn main(flags: &Flags) -> Result<()> {
         &runs,
         &peers,
         &got,
+        &instr,
         &failures,
         &meta,
         &server_desc,
@@ -379,6 +433,7 @@ fn render(
     runs: &[Run],
     peers: &[ClientKind],
     got: &BTreeMap<(usize, Who), Vec<Option<Report>>>,
+    instr: &[[Option<f64>; 2]],
     failures: &[String],
     meta: &Meta,
     server: &str,
@@ -495,6 +550,29 @@ fn render(
                 let _ = write!(w, " {cell} |");
             }
             let _ = writeln!(w);
+        }
+    }
+    if !instr.is_empty() {
+        let _ = writeln!(
+            w,
+            "\nInstructions per op (callgrind; every thread of the client process; runs of n \
+             and 3n ops, the difference over the 2n extra; the same server, between the pairs):\n\n\
+             | one op | n | before ({old}) | after ({new}) | after/before |\n|---|---:|---:|---:|---:|"
+        );
+        for (run, [b, a]) in runs.iter().zip(instr) {
+            let cell = |v: &Option<f64>| v.map_or("–".into(), |x| fmt_count(x.round() as u64));
+            let ratio = match (b, a) {
+                (Some(b), Some(a)) if *b > 0.0 => format!("{:.3}", a / b),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} | {ratio} |",
+                run.cg.1,
+                run.cg.0,
+                cell(b),
+                cell(a)
+            );
         }
     }
     let _ = writeln!(w, "\n{}", meta.caption(server));

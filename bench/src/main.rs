@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         "run" => &["quick", "no-zkpython-build"],
         "compare" => &["inject-difference", "no-zkpython-build"],
         "threads" => &["quick", "check"],
-        "before-after" => &["quick"],
+        "before-after" => &["quick", "instructions"],
         _ => &[],
     };
     let flags = match Flags::parse(rest, switches) {
@@ -119,11 +119,13 @@ usage:
       target fails.
   zookeeper-bench before-after --old BIN [--pairs 6] [--quick] [--hosts H] [--fsync off|on]
                   [--peers c,zkpython,kazoo,curator|none] [--only lock,latch,...]
-                  [--old-label L] [--new-label L] [--command TEXT] [--timeout SECS] [--out FILE]
+                  [--instructions] [--old-label L] [--new-label L] [--command TEXT]
+                  [--timeout SECS] [--out FILE]
       The recipe rows (queue put/take, lock, lock hand-off, leader latch hand-over, id
       generator, put cost) through an older build of this bench (BIN, its `client`) and
       this one, alternately, on one server: after/before ratios per row, CPU and context
-      switches per op, and the peers' figures. bench/before-after.sh <commit> builds BIN.
+      switches per op, and the peers' figures; --instructions: also instructions per op
+      under callgrind (load-independent). bench/before-after.sh <commit> builds BIN.
   zookeeper-bench serve [--fsync off|on]
       Starts one standalone server, prints HOSTS <connect string>, stops it when stdin
       closes (bench/profile/profile.py uses it).
