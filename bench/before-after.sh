@@ -21,10 +21,29 @@ old_rev=$(git -C "$repo" rev-parse --short "$old^{commit}")
 new_rev=$(git -C "$repo" describe --always --dirty --abbrev=7)
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zkbench-before.XXXXXX")
-cleanup() { rm -rf "$tmp"; }
+# Each long step runs in the background, in a process group of its own (set -m), and is
+# waited for, so that a signal is handled at once: the step's whole group (cargo and its
+# rustc processes, or the bench and its clients) is stopped, then the directory removed.
+set -m
+child=
+step() { # DIR COMMAND...: runs COMMAND in DIR
+    (cd "$1" && shift && exec "$@") &
+    child=$!
+    wait "$child"
+    child=
+}
+on_signal() {
+    if [ -n "$child" ]; then
+        kill -TERM -- "-$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+        sleep 1 # the group's other processes
+    fi
+    exit "$1"
+}
+cleanup() { rm -rf "$tmp" 2>/dev/null || { sleep 1; rm -rf "$tmp"; }; }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
 
 echo "== exporting $old_rev to $tmp/src" >&2
 mkdir "$tmp/src"
@@ -37,12 +56,12 @@ for f in "${SCENARIO_FILES[@]}"; do
 done
 
 echo "== building before ($old_rev) in $tmp/target" >&2
-(cd "$tmp/src" && CARGO_TARGET_DIR="$tmp/target" cargo build --release -p zookeeper-bench)
+step "$tmp/src" env CARGO_TARGET_DIR="$tmp/target" cargo build --release -p zookeeper-bench
 echo "== building after ($new_rev)" >&2
-(cd "$repo" && cargo build --release -p zookeeper-bench)
+step "$repo" cargo build --release -p zookeeper-bench
 new_bin=$(cd "$repo" && cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/zookeeper-bench
 
-"$new_bin" before-after --old "$tmp/target/release/zookeeper-bench" \
+step "$repo" "$new_bin" before-after --old "$tmp/target/release/zookeeper-bench" \
     --old-label "$old_rev" --new-label "$new_rev" \
     --command "bench/before-after.sh $old $*" "$@"
