@@ -2,7 +2,7 @@
 # The recipe rows of an older commit ("before") and of this tree ("after"), in one run
 # against one throwaway server: `zookeeper-bench before-after` (see bench/README.md).
 #
-#   bench/before-after.sh <old-commit> [before-after flags: --pairs 5 --peers none ...]
+#   bench/before-after.sh <old-commit> [before-after flags: --pairs 6 --instructions --peers none ...]
 #
 # The old commit's tree is exported (git archive: no worktree registered) into a temporary
 # directory and built there in release mode with its own target directory; that directory
