@@ -12,10 +12,12 @@
 //! zookeeper-bench memcheck --per-watch 20000 [--batch 4000] [--hosts H]
 //! zookeeper-bench compare [--hosts H] [--script FILE] [--inject-difference]
 //! zookeeper-bench threads [--quick] [--hosts H] [--check]
+//! zookeeper-bench before-after --old BIN [--pairs 6] [--peers c,...] [--only ROWS] [--hosts H]
 //! zookeeper-bench serve [--fsync off|on]                    (a server for bench/profile)
 //! zookeeper-bench client --hosts H --scenario S [...]      (the Rust client process)
 //! ```
 
+mod before_after;
 mod compare;
 mod flags;
 mod launchers;
@@ -38,9 +40,10 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = match args.first().map(String::as_str) {
-        Some(c @ ("run" | "client" | "memcheck" | "compare" | "threads" | "serve" | "help")) => {
-            (c, &args[1..])
-        }
+        Some(
+            c @ ("run" | "client" | "memcheck" | "compare" | "threads" | "before-after" | "serve"
+            | "help"),
+        ) => (c, &args[1..]),
         Some("--help" | "-h") => ("help", &args[1..]),
         _ => ("run", &args[..]),
     };
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         "run" => &["quick", "no-zkpython-build"],
         "compare" => &["inject-difference", "no-zkpython-build"],
         "threads" => &["quick", "check"],
+        "before-after" => &["quick", "instructions"],
         _ => &[],
     };
     let flags = match Flags::parse(rest, switches) {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         "memcheck" => memcheck::main(&flags),
         "compare" => compare::main(&flags),
         "threads" => threads::main(&flags),
+        "before-after" => before_after::main(&flags),
         "serve" => serve::main(&flags),
         _ => {
             print!("{}", USAGE);
@@ -112,6 +117,15 @@ usage:
       leader latches, persistent nodes and config watches (--quick: 100 and 20); then
       whether dropping them all gives everything back. --check: exit non-zero if a
       target fails.
+  zookeeper-bench before-after --old BIN [--pairs 6] [--quick] [--hosts H] [--fsync off|on]
+                  [--peers c,zkpython,kazoo,curator|none] [--only lock,latch,...]
+                  [--instructions] [--old-label L] [--new-label L] [--command TEXT]
+                  [--timeout SECS] [--out FILE]
+      The recipe rows (queue put/take, lock, lock hand-off, leader latch hand-over, id
+      generator, put cost) through an older build of this bench (BIN, its `client`) and
+      this one, alternately, on one server: after/before ratios per row, CPU and context
+      switches per op, and the peers' figures; --instructions: also instructions per op
+      under callgrind (load-independent). bench/before-after.sh <commit> builds BIN.
   zookeeper-bench serve [--fsync off|on]
       Starts one standalone server, prints HOSTS <connect string>, stops it when stdin
       closes (bench/profile/profile.py uses it).
@@ -119,6 +133,6 @@ usage:
                   [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
                   [--op get|exists|set|create_delete|aget|acreate|get_hop] [--reps R]
                   [--watches K] [--takes T]
-      S: sync async watch queue lock idgen op watchscale sessions queuescale queueput
+      S: sync async watch queue lock latch idgen op watchscale sessions queuescale queueput
       One Rust client process (the runner starts these).
 ";

@@ -1,5 +1,7 @@
-//! The recipe scenarios through `recipes` (the classic queue recipe, the lock): the Rust column,
-//! and the queue's scaling and put-cost measurements.
+//! The recipe scenarios through `recipes` (the classic queue recipe, the lock, the leader
+//! latch's hand-over): the Rust column, and the queue's scaling and put-cost measurements.
+//! The queue, lock and latch rows carry the process's CPU time and context switches over
+//! the timed phase (`cpu_us`, `sys_us`, `csw`), for `before-after`.
 
 use crate::rust_client::{
     connect, delete_tree, ensure_path, pipelined, row, Params, Result, Row, DATA,
@@ -10,6 +12,7 @@ use std::thread;
 use std::time::Instant;
 use zookeeper::Timeout;
 use zookeeper::{Acl, CreateMode};
+use zookeeper_recipes::leader_latch::LeaderLatch;
 use zookeeper_recipes::lock::Lock;
 use zookeeper_recipes::queue::Queue;
 
@@ -29,13 +32,17 @@ pub fn queue(p: &Params, base: &str) -> Result<Vec<Row>> {
         .iter()
         .map(|zk| Queue::new(zk, &qpath))
         .collect::<Result<Vec<_>, _>>()?;
+    let u0 = Usage::now();
     let t = Instant::now();
     for i in 0..p.n {
         producer.put(format!("item-{i}").as_bytes())?;
     }
-    let mut rows = vec![row("queue_put", p.n, t.elapsed().as_secs_f64(), 0)];
+    let mut put = row("queue_put", p.n, t.elapsed().as_secs_f64(), 0);
+    put.4 = u0.fields_since();
+    let mut rows = vec![put];
     let taken = AtomicUsize::new(0);
     let got = std::sync::Mutex::new(Vec::with_capacity(p.n));
+    let u0 = Usage::now();
     let t = Instant::now();
     thread::scope(|s| -> Result<()> {
         let joins: Vec<_> = consumers
@@ -64,6 +71,7 @@ pub fn queue(p: &Params, base: &str) -> Result<Vec<Row>> {
         Ok(())
     })?;
     let secs = t.elapsed().as_secs_f64();
+    let usage = u0.fields_since();
     let mut got = got.into_inner().expect("not poisoned");
     got.sort();
     got.dedup();
@@ -76,7 +84,9 @@ pub fn queue(p: &Params, base: &str) -> Result<Vec<Row>> {
         .into());
     }
     let notif: u64 = consumers.iter().map(Queue::wakeups).sum();
-    rows.push(row(format!("queue_take_c{}", p.workers), p.n, secs, notif));
+    let mut take = row(format!("queue_take_c{}", p.workers), p.n, secs, notif);
+    take.4 = usage;
+    rows.push(take);
     drop(consumers);
     for zk in consumer_zks {
         zk.close()?;
@@ -104,6 +114,7 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
         .collect::<Result<Vec<_>, _>>()?;
     let holders = AtomicUsize::new(0);
     let overlap = AtomicUsize::new(0);
+    let u0 = Usage::now();
     let t = Instant::now();
     thread::scope(|s| -> Result<()> {
         let joins: Vec<_> = locks
@@ -129,6 +140,7 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
         Ok(())
     })?;
     let secs = t.elapsed().as_secs_f64();
+    let usage = u0.fields_since();
     if overlap.load(Ordering::SeqCst) != 0 {
         return Err("two lock holders at once".into());
     }
@@ -139,12 +151,108 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
     }
     delete_tree(&setup, base)?;
     setup.close()?;
-    Ok(vec![row(
-        format!("lock_c{}", p.workers),
-        per * p.workers,
-        secs,
+    let mut r = row(format!("lock_c{}", p.workers), per * p.workers, secs, notif);
+    r.4 = usage;
+    Ok(vec![r])
+}
+
+/// Leader latch hand-over: `workers` participants (own sessions, own `LeaderLatch`
+/// values, ids `p0`, `p1`, ...) on one election; each, on its own thread, waits for
+/// leadership and relinquishes the term at once (a relinquishing latch joins again at the
+/// back). Timed: `n` hand-overs, from the first term's start to the start of term `n`;
+/// one hand-over = the relinquish (the old node's delete, a new node's create), the next
+/// in line's watch firing, its latch seeing it lead and its waiting caller woken. Which
+/// latch leads next is the server's order (two re-joins may race), so no participant
+/// counts its own terms: a participant that gets a term past `n` leaves the election
+/// (`close`) and its thread ends, and so every one does. Notifications = the latches'
+/// predecessor-watch wake-ups. Only the API the latch has had since its threads era
+/// (`builder`, `start`, `await_leadership`, `relinquish`, `close`, `wakeups`), so
+/// `before-after` runs this same code against older trees.
+pub fn latch(p: &Params, base: &str) -> Result<Vec<Row>> {
+    let setup = connect(&p.hosts)?;
+    let dir = format!("{base}/latch");
+    ensure_path(&setup, &dir)?;
+    let handles = (0..p.workers.max(2))
+        .map(|_| connect(&p.hosts))
+        .collect::<Result<Vec<_>>>()?;
+    let latches = handles
+        .iter()
+        .enumerate()
+        .map(|(i, zk)| LeaderLatch::builder(&dir).id(format!("p{i}")).start(zk))
+        .collect::<Result<Vec<_>, _>>()?;
+    let terms = AtomicUsize::new(0);
+    let leaders = AtomicUsize::new(0);
+    let overlap = AtomicUsize::new(0);
+    let wakeups = AtomicUsize::new(0);
+    let marks = std::sync::Mutex::new([None; 2]);
+    thread::scope(|s| -> Result<()> {
+        let joins: Vec<_> = latches
+            .into_iter()
+            .map(|latch| {
+                let (terms, leaders, overlap, wakeups, marks) =
+                    (&terms, &leaders, &overlap, &wakeups, &marks);
+                s.spawn(move || -> Result<()> {
+                    let mut last = None;
+                    loop {
+                        let term = latch.await_leadership(Timeout::Never)?;
+                        let k = terms.fetch_add(1, Ordering::SeqCst);
+                        if k == 0 || k == p.n {
+                            let now = (Instant::now(), Usage::now());
+                            marks.lock().expect("not poisoned")[usize::from(k != 0)] = Some(now);
+                        }
+                        if last.is_some_and(|last| term.term() <= last) {
+                            return Err("a relinquished term was handed out again".into());
+                        }
+                        last = Some(term.term());
+                        if leaders.fetch_add(1, Ordering::SeqCst) != 0 {
+                            overlap.fetch_add(1, Ordering::SeqCst);
+                        }
+                        leaders.fetch_sub(1, Ordering::SeqCst);
+                        if k >= p.n {
+                            wakeups.fetch_add(latch.wakeups() as usize, Ordering::SeqCst);
+                            latch.close();
+                            return Ok(());
+                        }
+                        if !term.relinquish()? {
+                            return Err("a term ended before it was relinquished".into());
+                        }
+                    }
+                })
+            })
+            .collect();
+        for j in joins {
+            j.join().map_err(|_| "participant panicked")??;
+        }
+        Ok(())
+    })?;
+    if overlap.load(Ordering::SeqCst) != 0 {
+        return Err("two leaders at once".into());
+    }
+    let [Some((t0, u0)), Some((t1, u1))] = *marks.lock().expect("not poisoned") else {
+        return Err("fewer terms than hand-overs asked for".into());
+    };
+    for zk in handles {
+        zk.close()?;
+    }
+    delete_tree(&setup, base)?;
+    setup.close()?;
+    // Wake-ups are counted to the end (a few past term `n`): per hand-over they read
+    // slightly high, alike for every version.
+    let notif = wakeups.load(Ordering::SeqCst) as u64;
+    let mut r = row(
+        format!("latch_w{}", p.workers),
+        p.n,
+        (t1 - t0).as_secs_f64(),
         notif,
-    )])
+    );
+    let (cpu, sys) = (u1.cpu_us - u0.cpu_us, u1.sys_us - u0.sys_us);
+    r.4 = std::collections::BTreeMap::from([
+        ("cpu_us".to_string(), format!("{cpu:.0}")),
+        ("user_us".to_string(), format!("{:.0}", cpu - sys)),
+        ("sys_us".to_string(), format!("{sys:.0}")),
+        ("csw".to_string(), (u1.csw - u0.csw).to_string()),
+    ]);
+    Ok(vec![r])
 }
 
 /// Take cost against queue length: fills the queue with `--n` items (pipelined raw

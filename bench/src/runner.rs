@@ -465,7 +465,12 @@ fn side_by_side(
 }
 
 /// A short untimed Rust run so the server's JIT is warm before the first measured client.
-fn warm_up(launchers: &Launchers, hosts: &str, quick: bool, timeout: Duration) -> Result<()> {
+pub(crate) fn warm_up(
+    launchers: &Launchers,
+    hosts: &str,
+    quick: bool,
+    timeout: Duration,
+) -> Result<()> {
     let n = if quick { 2000 } else { 10_000 };
     for (scenario, n) in [("async", n), ("sync", n / 10)] {
         let mut cmd = launchers.command(ClientKind::Rust);

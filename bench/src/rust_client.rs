@@ -98,6 +98,7 @@ pub fn run(p: &Params) -> Result<()> {
             "watch" => watch_latency(p, &base)?,
             "queue" => queue(p, &base)?,
             "lock" => lock(p, &base)?,
+            "latch" => crate::recipes_bench::latch(p, &base)?,
             "idgen" => idgen(p, &base)?,
             "op" => crate::scale_client::op(p, &base)?,
             "watchscale" => crate::scale_client::watch_scale(p, &base)?,
@@ -334,6 +335,7 @@ fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
         .map(|zk| IdGenerator::new(zk, &ctr).and_then(|ids| ids.with_batch(batch)))
         .collect::<Result<Vec<_>, _>>()?;
     let ids = Mutex::new(Vec::with_capacity(per * p.workers));
+    let u0 = crate::usage::Usage::now();
     let t = Instant::now();
     thread::scope(|s| -> Result<()> {
         let joins: Vec<_> = generators
@@ -356,6 +358,7 @@ fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
         Ok(())
     })?;
     let secs = t.elapsed().as_secs_f64();
+    let usage = u0.fields_since();
     let ids = ids.into_inner().expect("not poisoned");
     let distinct: HashSet<_> = ids.iter().collect();
     if distinct.len() != ids.len() {
@@ -367,10 +370,7 @@ fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
     }
     delete_tree(&setup, base)?;
     setup.close()?;
-    Ok(vec![row(
-        format!("id_{}_w{}", p.mode, p.workers),
-        ids.len(),
-        secs,
-        0,
-    )])
+    let mut r = row(format!("id_{}_w{}", p.mode, p.workers), ids.len(), secs, 0);
+    r.4 = usage;
+    Ok(vec![r])
 }

@@ -235,3 +235,39 @@ fn threads_quick_run_prints_every_row() {
         .unwrap();
     assert!(passed.parse::<u32>().unwrap() <= total.parse::<u32>().unwrap());
 }
+
+#[test]
+fn before_after_against_itself_prints_every_selected_row() {
+    // This binary as both versions (an A/A run): the lock hand-off, the latch hand-over and
+    // the queue, one pair, no peers, on a server it starts itself.
+    let (succeeded, stdout) = run_bench(&[
+        "before-after",
+        "--old",
+        BIN,
+        "--quick",
+        "--pairs",
+        "1",
+        "--peers",
+        "none",
+        "--only",
+        "lock c2,latch,queue c1",
+    ]);
+    assert!(succeeded, "{stdout}");
+    for label in [
+        "| queue put (`Queue::put`) |",
+        "| queue take, 1 consumer (`Queue::take`) |",
+        "| lock hand-off between 2 sessions |",
+        "| leader latch hand-over between 2 sessions |",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label:?} in:\n{stdout}"));
+        assert!(!line.contains("no complete pair"), "{line}");
+    }
+    assert!(!stdout.contains("Failed runs"), "{stdout}");
+    assert!(
+        !stdout.contains("lock acquire+release, 8 contenders"),
+        "{stdout}"
+    );
+}
