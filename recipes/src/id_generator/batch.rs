@@ -25,7 +25,8 @@ impl Batch {
         self.ids.end - self.ids.start
     }
 
-    fn take(&mut self) -> Option<u64> {
+    /// The next id of the batch, if any is left (the fast path of `next_id`: no future).
+    pub(super) fn take(&mut self) -> Option<u64> {
         let id = (!self.ids.is_empty()).then_some(self.ids.start)?;
         self.ids.start += 1;
         Some(id)
