@@ -307,9 +307,7 @@ impl ZooKeeper {
     /// it fails at once unless the session is connected already.
     pub fn wait_connected(&self, timeout: impl Into<Timeout>) -> Result<()> {
         let deadline = timeout.into().deadline().instant();
-        if (context::in_c_callback() || closer::is_closing_here())
-            && !self.inner.session.state().is_connected()
-        {
+        if crate::no_wait::here() && !self.inner.session.state().is_connected() {
             return match self.inner.session.state() {
                 SessionState::Expired => Err(Error::SessionExpired),
                 SessionState::AuthFailed => Err(Error::AuthFailed),
@@ -350,7 +348,7 @@ impl ZooKeeper {
     /// A place in flight for one request: waits for room up to the session timeout,
     /// except where waiting could never end (see `in_flight.rs`).
     pub(crate) fn in_flight_permit(&self) -> Result<Permit> {
-        let may_wait = !context::in_c_callback() && !closer::is_closing_here();
+        let may_wait = !crate::no_wait::here();
         let deadline = may_wait.then(|| {
             deadline_after(
                 self.inner
@@ -615,7 +613,7 @@ impl WeakZooKeeper {
 }
 
 fn close_inner(inner: &Inner) -> Result<()> {
-    if context::in_c_callback() || closer::is_closing_here() {
+    if crate::no_wait::here() {
         // On the C completion thread (a waker dropped the last clone or closed one) or
         // inside the final sweep of a close on this thread: never wait here. The closing
         // thread may be joining this very thread, or holding what this would wait for.

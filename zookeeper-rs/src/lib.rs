@@ -76,6 +76,7 @@ mod in_flight;
 mod logging;
 mod managed;
 mod multi;
+mod no_wait;
 mod ops;
 mod path;
 mod reply;
@@ -94,6 +95,7 @@ pub use in_flight::MAX_IN_FLIGHT;
 pub use logging::set_c_log_level;
 pub use managed::{ManagedSession, ManagedZooKeeper};
 pub use multi::{Op, OpResult};
+pub use no_wait::mark_executor_thread;
 pub use path::{validate_path, MAX_DATA_LEN};
 pub use reply::ZkFuture;
 #[cfg(feature = "sasl")]

@@ -297,9 +297,7 @@ impl Owner {
         // returns, except where the renewal could be waiting for this thread: on a C
         // thread (the renewal closes the old handle, which joins them), in a close's
         // final sweep, or on the renewal thread itself (a waker it ran).
-        let may_wait = !crate::context::in_c_callback()
-            && !crate::closer::is_closing_here()
-            && !RENEWING.with(Cell::get);
+        let may_wait = !crate::no_wait::here() && !RENEWING.with(Cell::get);
         if may_wait {
             let mut state = self.shared.state.lock();
             while state.renewal == Renewal::Running {
@@ -497,7 +495,7 @@ impl ManagedZooKeeper {
     /// at once unless a session is connected.
     pub fn wait_connected(&self, timeout: impl Into<Timeout>) -> Result<ManagedSession> {
         let deadline = timeout.into().deadline().instant();
-        let may_wait = !crate::context::in_c_callback() && !crate::closer::is_closing_here();
+        let may_wait = !crate::no_wait::here();
         let shared = self.shared();
         let mut state = shared.state.lock();
         loop {

@@ -164,9 +164,11 @@ impl Drop for Fulfiller {
 }
 
 /// Blocking on the C completion thread (reachable only from a waker) would wait for a
-/// completion or event that only this thread can deliver.
-pub(crate) const COMPLETION_THREAD_WAIT: Error =
-    Error::InvalidArgument("blocking wait on the C completion thread would deadlock");
+/// completion or event that only this thread can deliver; on a marked executor thread
+/// it would stall every task of the executor.
+pub(crate) const COMPLETION_THREAD_WAIT: Error = Error::InvalidArgument(
+    "blocking wait on the C completion thread or an executor thread would stall it",
+);
 
 /// Turns a reply (and the watch the request armed) into the call's result. Most are
 /// closures without captures: boxing them allocates nothing.
@@ -231,7 +233,7 @@ impl<T> ZkFuture<T> {
 
     /// Blocks the calling thread until the reply arrives.
     pub fn wait(mut self) -> Result<T> {
-        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+        if crate::no_wait::here() {
             return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {
@@ -245,7 +247,7 @@ impl<T> ZkFuture<T> {
     /// itself still completes, unobserved).
     pub fn wait_timeout(mut self, timeout: impl Into<Timeout>) -> Result<T> {
         let deadline = timeout.into().deadline().instant();
-        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+        if crate::no_wait::here() {
             return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {

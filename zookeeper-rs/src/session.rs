@@ -348,7 +348,7 @@ impl SessionEvents {
     /// [`recv`](Self::recv).
     pub fn recv_timeout(&self, timeout: impl Into<crate::Timeout>) -> crate::Result<WatchedEvent> {
         use crossbeam_channel::RecvTimeoutError;
-        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+        if crate::no_wait::here() {
             return match self.receiver.try_recv() {
                 Ok(event) => Ok(event),
                 Err(TryRecvError::Disconnected) => Err(crate::Error::Closed),

@@ -505,7 +505,7 @@ impl Watch {
     }
 
     fn wait_until(&self, deadline: Option<Instant>) -> Result<WatchedEvent> {
-        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+        if crate::no_wait::here() {
             // The completion thread (or a closing thread) delivers the event: blocking it would wait forever.
             return match self.try_get()? {
                 Some(event) => Ok(event),

@@ -240,6 +240,10 @@ impl Drop for Task {
 /// The driver thread: polls runnable tasks; sleeps when none is.
 fn run() {
     ON_DRIVER.with(|on| on.set(true));
+    // The client never waits here either: a full handle fails a request at once (a
+    // retryable error the tasks ride out), a blocking wait fails instead of stalling
+    // every task, and a handle whose last clone a task drops is closed elsewhere.
+    zookeeper::mark_executor_thread();
     let mut queue = QUEUE.lock();
     loop {
         if let Some(cell) = queue.runnable.pop_front() {

@@ -94,6 +94,11 @@ pub(super) const DROP_WAIT: Duration = Duration::from_secs(2);
 /// [`DROP_WAIT`] for the answer (enough for a connected client, so the node is gone when
 /// the drop returns); an unanswered or lost delete goes on in the background.
 pub(crate) fn delete_on_drop(zk: &ZooKeeper, path: &str) {
+    if crate::runtime::driver::on_driver_thread() {
+        // Nothing waits on the driver: a guard a task drops goes in the background.
+        delete_in_background(zk, path);
+        return;
+    }
     match zk.delete_async(path, None).wait_timeout(DROP_WAIT) {
         Ok(()) | Err(Error::NoNode) => {}
         Err(error) if error.is_retryable() || error == Error::Timeout => {

@@ -125,7 +125,7 @@ impl ConnectionStates {
     }
 
     fn recv_until(&self, deadline: Option<Instant>) -> Result<ConnectionEvent, RecvTimeoutError> {
-        if crate::context::in_c_callback() || crate::closer::is_closing_here() {
+        if crate::no_wait::here() {
             // The thread that would deliver the next event: never wait for it here.
             return self.try_recv().map_err(|error| match error {
                 TryRecvError::Empty => RecvTimeoutError::Timeout,

@@ -1,0 +1,28 @@
+//! Threads on which the client never waits: the C completion thread (only it completes
+//! requests and delivers events), the final sweep of a close, and the threads an
+//! application marks as executor threads ([`mark_executor_thread`]), whose stall would
+//! stall every task they run.
+
+use std::cell::Cell;
+
+thread_local! {
+    static EXECUTOR: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as an async executor's thread: from now on the client never
+/// waits on it. A request submitted on it while the handle has
+/// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) requests in flight fails at once with
+/// [`Error::TooManyInFlight`](crate::Error::TooManyInFlight) (retryable) instead of
+/// waiting for room; a blocking wait (`ZkFuture::wait`, `Watch::wait`,
+/// `SessionEvents::recv`, `wait_connected`) fails at once with `InvalidArgument` unless
+/// its result is there; closing a handle there hands the close to the client's closer
+/// thread. Await the futures instead. For a runtime's worker threads (tokio's
+/// `on_thread_start`, for instance); the recipes mark their own driver thread.
+pub fn mark_executor_thread() {
+    EXECUTOR.with(|mark| mark.set(true));
+}
+
+/// Whether the client must not wait on this thread.
+pub(crate) fn here() -> bool {
+    crate::context::in_c_callback() || crate::closer::is_closing_here() || EXECUTOR.with(Cell::get)
+}
