@@ -16,16 +16,9 @@ use zookeeper_recipes::events::EventStream;
 const CACHES: usize = 200;
 
 /// Polls `condition` until it holds or 10 s pass; whether it held. For states nothing
-/// signals (the driver's count of live tasks, its thread ending).
-fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
+/// signals (the driver's count of live tasks, a thread ending, a watch being set).
+fn eventually(condition: impl FnMut() -> bool) -> bool {
+    zk_harness::testing::poll_until(Duration::from_secs(10), condition)
 }
 
 /// Reads `events` until `Initialized`; fails the test after `WAIT`.

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{connect, unique_path};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zk_harness::testing::{process_threads as threads, process_threads_named as threads_named};
 use zookeeper::{CreateMode, Op};
 use zookeeper_recipes::live_background_tasks;
@@ -19,15 +19,8 @@ const LOCKS: usize = 200;
 
 /// Polls `condition` until it holds or 10 s pass; whether it held. For states nothing
 /// signals (the driver's count of live tasks, a thread ending, a watch being set).
-fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
+fn eventually(condition: impl FnMut() -> bool) -> bool {
+    zk_harness::testing::poll_until(Duration::from_secs(10), condition)
 }
 
 #[test]
