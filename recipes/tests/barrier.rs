@@ -270,7 +270,7 @@ fn participants_past_the_counters_end_are_not_counted() {
 
 // ---------------------------------------------------------------- async forms
 
-type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use common::{alone, join_all, Boxed};
 
 /// Compile-time check: every async call's future is `Send` (usable on any executor).
 #[allow(dead_code)]
@@ -282,45 +282,6 @@ fn async_futures_are_send(barrier: &Barrier, double: &DoubleBarrier) {
     send(barrier.wait_async(WAIT));
     send(double.enter_async(WAIT));
     send(double.leave_async(WAIT));
-}
-
-/// Runs `body` as test `test` alone in a child process of this binary, so no other
-/// test's threads come and go while it counts threads; the parent checks it passed.
-fn alone(test: &str, body: impl FnOnce()) {
-    if zk_harness::testing::child_role().as_deref() == Some(test) {
-        body();
-        return;
-    }
-    let status = common::child_test(test)
-        .env(
-            zk_harness::TEST_HOSTS_ENV,
-            zk_harness::shared_test_connect_string(),
-        )
-        .status()
-        .expect("starting the child");
-    assert!(status.success(), "{test} failed in its child process");
-}
-
-/// Drives `futures` together on this thread until each is done; their outputs, in order.
-fn join_all<T>(futures: Vec<Boxed<'_, T>>) -> Vec<T> {
-    let mut pending: Vec<Option<Boxed<'_, T>>> = futures.into_iter().map(Some).collect();
-    let mut outputs: Vec<Option<T>> = pending.iter().map(|_| None).collect();
-    zk_harness::executor::block_on(std::future::poll_fn(|cx| {
-        for (slot, output) in pending.iter_mut().zip(outputs.iter_mut()) {
-            if let Some(future) = slot {
-                if let Poll::Ready(value) = future.as_mut().poll(cx) {
-                    *output = Some(value);
-                    *slot = None;
-                }
-            }
-        }
-        if pending.iter().all(Option::is_none) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }));
-    outputs.into_iter().map(Option::unwrap).collect()
 }
 
 /// How far [`advance`] took a future.

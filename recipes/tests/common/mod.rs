@@ -258,3 +258,45 @@ pub fn opcodes_on(requests: &[Request], connection: usize) -> Vec<i32> {
         .map(|r| r.opcode)
         .collect()
 }
+
+/// A boxed future, for driving several different ones together ([`join_all`]).
+pub type Boxed<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Runs `body` as test `test` alone in a child process of this binary, so no other
+/// test's threads come and go while it counts threads; the parent checks it passed.
+pub fn alone(test: &str, body: impl FnOnce()) {
+    if zk_harness::testing::child_role().as_deref() == Some(test) {
+        body();
+        return;
+    }
+    let status = child_test(test)
+        .env(
+            zk_harness::TEST_HOSTS_ENV,
+            zk_harness::shared_test_connect_string(),
+        )
+        .status()
+        .expect("starting the child");
+    assert!(status.success(), "{test} failed in its child process");
+}
+
+/// Drives `futures` together on this thread until each is done; their outputs, in order.
+pub fn join_all<T>(futures: Vec<Boxed<'_, T>>) -> Vec<T> {
+    let mut pending: Vec<Option<Boxed<'_, T>>> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    zk_harness::executor::block_on(std::future::poll_fn(|cx| {
+        for (slot, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(future) = slot {
+                if let std::task::Poll::Ready(value) = future.as_mut().poll(cx) {
+                    *output = Some(value);
+                    *slot = None;
+                }
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    }));
+    outputs.into_iter().map(Option::unwrap).collect()
+}
