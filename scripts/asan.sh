@@ -42,7 +42,7 @@ export ASAN_OPTIONS="detect_leaks=1:check_printf=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=1"
 
 # --no-fail-fast: a failing binary must not hide the binaries after it.
-cargo_test=(cargo test --no-fail-fast --target "$target" --features zookeeper-sys/vendored)
+cargo_test=(cargo test --no-fail-fast --target "$target" --features zookeeper-mt-sys/vendored)
 
 summary=()
 status=0
@@ -76,7 +76,7 @@ run() { # run <label> <command...>
 # without the sanitizer runtime (RUSTFLAGS do not reach it), and they are examples, run
 # natively by the main suite.
 run "client and recipe suites" \
-    "${cargo_test[@]}" --tests -p zookeeper-rs -p zookeeper-recipes -- --test-threads="$threads" "$@"
+    "${cargo_test[@]}" --tests -p zookeeper-mt -p zookeeper-mt-recipes -- --test-threads="$threads" "$@"
 
 # RSS and mallinfo mean nothing under ASan's allocator: the soak checks threads and
 # contexts; LeakSanitizer checks the heap.
@@ -87,7 +87,7 @@ if [[ "${ASAN_SKIP_REPRO:-0}" != 1 && $# -eq 0 ]]; then
     echo "== ZOOKEEPER-4699 reproducer (set_servers while reconnecting; must be reported) =="
     log=$(mktemp)
     set +e
-    "${cargo_test[@]}" -p zookeeper-rs --test set_servers_race -- --ignored --nocapture >"$log" 2>&1
+    "${cargo_test[@]}" -p zookeeper-mt --test set_servers_race -- --ignored --nocapture >"$log" 2>&1
     rc=$?
     set -e
     if grep -q '==ERROR: AddressSanitizer: heap-use-after-free' "$log" &&

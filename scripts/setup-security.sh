@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up for the `tls` and `sasl` features (zookeeper-sys / zookeeper-rs) and
+# Idempotent set-up for the `tls` and `sasl` features (zookeeper-mt-sys / zookeeper-mt) and
 # their tests. Installs only the Debian packages that are missing:
 #
 #   libssl-dev        OpenSSL headers + libssl/libcrypto, for `tls` (HAVE_OPENSSL_H)

@@ -20,9 +20,9 @@ cargo test --workspace --doc
 echo "== every example, each on its own throwaway server, its output checked =="
 ./scripts/examples.sh
 
-echo "== zookeeper-sys against the vendored C client =="
+echo "== zookeeper-mt-sys against the vendored C client =="
 vendor/fetch-c-client.sh
-cargo test -p zookeeper-sys --features vendored
+cargo test -p zookeeper-mt-sys --features vendored
 
 echo "== valgrind memcheck over the client and recipe test binaries =="
 ./scripts/valgrind.sh
@@ -35,5 +35,5 @@ echo "== ThreadSanitizer over the client's concurrency suites (std and C client 
 
 echo "== TLS and SASL through the vendored C client =="
 ./scripts/setup-security.sh
-cargo test -p zookeeper-sys --features tls,sasl
-cargo test -p zookeeper-rs --features tls,sasl --test security
+cargo test -p zookeeper-mt-sys --features tls,sasl
+cargo test -p zookeeper-mt --features tls,sasl --test security

@@ -6,7 +6,7 @@
 #
 #   scripts/tsan.sh [TEST...]
 #
-# TEST: zookeeper-rs integration test names (default below). Every report is sorted by
+# TEST: zookeeper-mt integration test names (default below). Every report is sorted by
 # scripts/tsan_reports.py: reports whose accesses all lie inside the C client are its
 # own races (counted and listed, not failed on: e.g. its xid counter is an inline-asm
 # atomic TSan cannot see, its threads read `zh->state` unlocked); any report with an
@@ -56,13 +56,13 @@ for test in $tests; do
 done
 
 echo "== building with ThreadSanitizer (-Zbuild-std) =="
-cargo test -Zbuild-std --target "$target" -p zookeeper-rs --features zookeeper-sys/vendored \
+cargo test -Zbuild-std --target "$target" -p zookeeper-mt --features zookeeper-mt-sys/vendored \
     "${test_args[@]}" --no-run 2>&1 | grep -E '^(error|warning: unused)' || true
 
 echo "== running: $tests =="
 status=0
 set +e
-cargo test -Zbuild-std --target "$target" -p zookeeper-rs --features zookeeper-sys/vendored \
+cargo test -Zbuild-std --target "$target" -p zookeeper-mt --features zookeeper-mt-sys/vendored \
     --no-fail-fast "${test_args[@]}" -- --test-threads="$threads" 2>&1 |
     grep -E '^(test result|     Running|test .* FAILED|thread .* panicked)'
 tests_rc=${PIPESTATUS[0]}

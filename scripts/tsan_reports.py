@@ -53,7 +53,7 @@ def where(frame):
     """`function file:line` of a frame line, shortened."""
     frame = re.sub(r" \(\S+\+0x[0-9a-f]+\)( \(BuildId: [0-9a-f]+\))?$", "", frame)
     frame = re.sub(r"^0x[0-9a-f]+ ", "", frame)
-    frame = re.sub(r"/\S*/(zookeeper-client-c/|zookeeper-rs/|recipes/|library/)", r"\1", frame)
+    frame = re.sub(r"/\S*/(zookeeper-client-c/|zookeeper-mt/|zookeeper-mt-recipes/|library/)", r"\1", frame)
     return frame
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# valgrind memcheck over the zookeeper-rs test binaries (its unit tests and every
+# valgrind memcheck over the zookeeper-mt test binaries (its unit tests and every
 # integration test file) and recipe test binaries, one test thread each, against the real
 # servers the harness starts (the JVMs run natively: children are not traced).
 #
 #   scripts/valgrind.sh [BINARY...]
 #
-# BINARY is a test target name (`ops`, `close`, `lock`, ...; `unit-zookeeper` and
-# `unit-recipes` for the unit tests). Default: every test binary of zookeeper-rs and of
+# BINARY is a test target name (`ops`, `close`, `lock`, ...; `unit-zookeeper_mt` and
+# `unit-zookeeper_mt_recipes` for the unit tests). Default: every test binary of zookeeper-mt and of
 # the recipes (about 25 binaries, 3-5 minutes on two cores: the tests wait on a real
 # server much more than they compute, so memcheck's slowdown costs little).
 #
@@ -38,8 +38,8 @@ if ! command -v valgrind >/dev/null; then
     exit 2
 fi
 
-# Test binaries of zookeeper-rs and the recipes: "name path" lines.
-binaries=$(cargo test -p zookeeper-rs -p zookeeper-recipes --no-run --message-format=json 2>/dev/null |
+# Test binaries of zookeeper-mt and the recipes: "name path" lines.
+binaries=$(cargo test -p zookeeper-mt -p zookeeper-mt-recipes --no-run --message-format=json 2>/dev/null |
     jq -r 'select(.profile.test == true and .executable != null)
            | (if .target.kind[0] == "lib" then "unit-" + .target.name else .target.name end)
              + " " + .executable')

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the ZooKeeper C client source used by `--features zookeeper-sys/vendored`.
+# Fetches the ZooKeeper C client source used by `--features zookeeper-mt-sys/vendored`.
 #
 # The source (with the generated jute files, which a plain upstream checkout lacks) ships
 # inside the npm registry package `zookeeper@7.3.0` as `deps/zookeeper-client-c.tar.gz`.

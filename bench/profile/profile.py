@@ -42,7 +42,7 @@ CATEGORIES = [
                                          r"ZkFuture|zookeeper::reply::"),
     ("pthread / futex (user side)", r"pthread_|futex|__lll_|syscall( |$)|sem_"),
     ("libc other", r"libc\.so"),
-    ("binding other (zookeeper-rs, std)", r"zookeeper|std::|core::|alloc::"),
+    ("binding other (zookeeper-mt, std)", r"zookeeper|std::|core::|alloc::"),
 ]
 
 # Inclusive cost (the function and all it calls) of the layers worth naming.

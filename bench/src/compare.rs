@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
-use zookeeper::{CreateMode, Error, Stat, Watch, ZooKeeper};
-use zookeeper_recipes::queue::Queue;
-use zookeeper_recipes::OptionalExtension;
-use zookeeper_recipes::RecipeError;
+use zookeeper_mt::{CreateMode, Error, Stat, Watch, ZooKeeper};
+use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::OptionalExtension;
+use zookeeper_mt_recipes::RecipeError;
 
 /// One script step: its line number, text and the stated result (if any).
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ use crate::proto::rss_kb;
 use crate::rust_client::{connect, delete_tree, ensure_path, Result};
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
-use zookeeper::{Acl, CreateMode, EventType};
+use zookeeper_mt::{Acl, CreateMode, EventType};
 
 pub fn main(flags: &Flags) -> Result<()> {
     let known = [
@@ -61,7 +61,7 @@ pub fn main(flags: &Flags) -> Result<()> {
         zk.create(
             p,
             b"",
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+            zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
         )?;
     }
     let mut samples: Vec<(u64, u64, usize)> = vec![(0, rss_kb(), zk.live_contexts())];

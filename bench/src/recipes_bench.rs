@@ -10,11 +10,11 @@ use crate::usage::Usage;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Instant;
-use zookeeper::Timeout;
-use zookeeper::{Acl, CreateMode};
-use zookeeper_recipes::leader_latch::LeaderLatch;
-use zookeeper_recipes::lock::Lock;
-use zookeeper_recipes::queue::Queue;
+use zookeeper_mt::Timeout;
+use zookeeper_mt::{Acl, CreateMode};
+use zookeeper_mt_recipes::leader_latch::LeaderLatch;
+use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::queue::Queue;
 
 const STOP: &[u8] = b"STOP";
 
@@ -264,15 +264,15 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     let qpath = format!("{base}/q");
     let len = Queue::new(&zk, &qpath)?;
     // `Queue` creates its node on first use; the raw creates below need it now.
-    zookeeper_recipes::util::ensure_path(&zk, &qpath)?;
-    let prefix = format!("{qpath}/item-{}-", zookeeper_recipes::util::guid());
+    zookeeper_mt_recipes::util::ensure_path(&zk, &qpath)?;
+    let prefix = format!("{qpath}/item-{}-", zookeeper_mt_recipes::util::guid());
     let acl = Acl::OPEN_UNSAFE;
     let names = vec![prefix; p.n];
     pipelined(&names, 1000, |path| {
         zk.create_async(
             path,
             DATA,
-            zookeeper::CreateOptions::new(CreateMode::PersistentSequential).with_acl(acl),
+            zookeeper_mt::CreateOptions::new(CreateMode::PersistentSequential).with_acl(acl),
         )
     })?;
     let listed = len.len()?;
@@ -341,7 +341,7 @@ pub fn queue_put_cost(p: &Params, base: &str) -> Result<Vec<Row>> {
             zk.create(
                 &raw_prefix,
                 DATA,
-                zookeeper::CreateOptions::new(CreateMode::PersistentSequential).with_acl(acl),
+                zookeeper_mt::CreateOptions::new(CreateMode::PersistentSequential).with_acl(acl),
             )?;
         }
         raw_secs += t.elapsed().as_secs_f64();

@@ -94,7 +94,7 @@ impl Meta {
             load_after: String::new(),
             server_version: "?".into(),
             clients: format!(
-                "Rust zookeeper-rs {} over libzookeeper_mt 3.8.0 (Debian); C: bench/c/zkbench.c on the same \
+                "Rust zookeeper-mt {} over libzookeeper_mt 3.8.0 (Debian); C: bench/c/zkbench.c on the same \
                  libzookeeper_mt; zkpython: Debian source package zookeeper 3.8.0 + 2 fixes, Python {python}; \
                  kazoo {kazoo}, Python {python}; Curator 5.4 (Debian libcurator-recipes-java), {java}",
                 env!("CARGO_PKG_VERSION")
@@ -352,7 +352,7 @@ pub fn render_side(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> S
         w,
         "Each cell: ops/s, median of {} rounds (min–max); each client is its own process, run \
          one at a time. The queue and lock rows run each client's own recipe: Rust \
-         `zookeeper_recipes::queue`/`zookeeper_recipes::lock`/`zookeeper_recipes::id_generator`, Curator \
+         `zookeeper_mt_recipes::queue`/`zookeeper_mt_recipes::lock`/`zookeeper_mt_recipes::id_generator`, Curator \
          `SimpleDistributedQueue`/`InterProcessMutex`/`DistributedAtomicLong`, kazoo its `Lock`; \
          C, zkpython and kazoo's queue and counter run the classic queue algorithm and a versioned \
          get + set.",

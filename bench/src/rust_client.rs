@@ -1,4 +1,4 @@
-//! The benchmark scenarios through our crates (`zookeeper-rs` and `recipes`): the Rust
+//! The benchmark scenarios through our crates (`zookeeper-mt` and `recipes`): the Rust
 //! column of the table. Run as `zookeeper-bench client --hosts H --scenario S ...`, the
 //! same flags and output protocol as `c/zkbench.c` and `py/benchlib.py`, so every client
 //! is its own process with its own peak RSS.
@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
-use zookeeper::{Acl, CreateMode, Error, ZkFuture, ZooKeeper};
+use zookeeper_mt::{Acl, CreateMode, Error, ZkFuture, ZooKeeper};
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -185,7 +185,7 @@ fn sync_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
             zk.create(
                 path,
                 DATA,
-                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+                zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
             )?;
         }
         Ok(())
@@ -257,7 +257,7 @@ fn async_ops(p: &Params, base: &str) -> Result<Vec<Row>> {
         zk.create_async(
             path,
             DATA,
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+            zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
         )
     })?;
     let mut rows = vec![row(format!("async_create_w{w}"), p.n, s, 0)];
@@ -320,11 +320,11 @@ fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
 // ------------------------------------------------------------------ id generator
 
 fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
-    use zookeeper_recipes::id_generator::IdGenerator;
+    use zookeeper_mt_recipes::id_generator::IdGenerator;
     let setup = connect(&p.hosts)?;
     ensure_path(&setup, base)?;
     let ctr = format!("{base}/ctr");
-    IdGenerator::create_counter(&setup, &ctr, &zookeeper_recipes::NodeOptions::default())?;
+    IdGenerator::create_counter(&setup, &ctr, &zookeeper_mt_recipes::NodeOptions::default())?;
     let batch = if p.mode == "naive" { 1 } else { p.batch };
     let per = p.n / p.workers;
     let handles = (0..p.workers)

@@ -9,7 +9,7 @@ use crate::rust_client::{
 use crate::usage::Usage;
 use std::collections::VecDeque;
 use std::time::Instant;
-use zookeeper::{Acl, CreateMode, Stat, Watch, ZkFuture, ZooKeeper};
+use zookeeper_mt::{Acl, CreateMode, Stat, Watch, ZkFuture, ZooKeeper};
 
 /// The op kinds of the paired runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +92,7 @@ fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl
                 zk.create(
                     path,
                     DATA,
-                    zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+                    zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
                 )?;
                 zk.delete(path, None)?;
             }
@@ -105,7 +105,7 @@ fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl
                 zk.create_async(
                     path,
                     DATA,
-                    zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+                    zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
                 )
             })?;
         }
@@ -118,7 +118,7 @@ fn create_all(zk: &ZooKeeper, paths: &[String], acl: &[Acl]) -> Result<()> {
         zk.create_async(
             path,
             DATA,
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+            zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
         )
     })?;
     Ok(())

@@ -5,7 +5,7 @@
 //! latches, persistent nodes and config watches (blocking constructors; the async ones
 //! where the API has them), printing after each step the threads the process gained
 //! (`/proc/self/status`), the live contexts of both sessions and the recipes' background
-//! tasks (`zookeeper_recipes::live_background_tasks`). Then it drops them all (10 items
+//! tasks (`zookeeper_mt_recipes::live_background_tasks`). Then it drops them all (10 items
 //! put into the queue before the takes go, the held lock released after the acquires
 //! went) and waits up to 30 s for those counts to come back to the baseline, and checks
 //! that the dropped ones left no node behind, took no queue item and no lock.
@@ -21,13 +21,13 @@ use crate::rust_client::{connect, delete_tree, ensure_path, Result};
 use pending::Pending;
 use std::time::{Duration, Instant};
 use table::{Snapshot, Table};
-use zookeeper::{CreateMode, Error, ZooKeeper};
-use zookeeper_recipes::cache::NodeCache;
-use zookeeper_recipes::config_watch::ConfigWatch;
-use zookeeper_recipes::leader_latch::{LatchStatus, LeaderLatch};
-use zookeeper_recipes::lock::Lock;
-use zookeeper_recipes::membership::PersistentNode;
-use zookeeper_recipes::queue::Queue;
+use zookeeper_mt::{CreateMode, Error, ZooKeeper};
+use zookeeper_mt_recipes::cache::NodeCache;
+use zookeeper_mt_recipes::config_watch::ConfigWatch;
+use zookeeper_mt_recipes::leader_latch::{LatchStatus, LeaderLatch};
+use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::membership::PersistentNode;
+use zookeeper_mt_recipes::queue::Queue;
 
 /// The timeout of every pending acquire and take (they never get to it).
 const WAIT_TIMEOUT: Duration = Duration::from_secs(600);

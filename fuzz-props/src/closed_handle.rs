@@ -4,7 +4,7 @@ use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::OnceLock;
 use std::time::Duration;
-use zookeeper::ZooKeeper;
+use zookeeper_mt::ZooKeeper;
 
 /// A closed `ZooKeeper` handle, made once per process: the client connects to a
 /// handshake-only fake server on loopback (it answers the connect request and replies

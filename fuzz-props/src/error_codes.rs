@@ -1,6 +1,6 @@
 //! Error codes round-trip.
 
-use zookeeper::Error;
+use zookeeper_mt::Error;
 
 /// Property for one C code: round trip, `Display` and predicates.
 pub fn check_error_code(code: i32) {

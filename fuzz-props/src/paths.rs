@@ -1,6 +1,6 @@
 //! The path oracle: what the server accepts as a path.
 
-use zookeeper::{validate_path, Error, MAX_DATA_LEN};
+use zookeeper_mt::{validate_path, Error, MAX_DATA_LEN};
 
 /// `org.apache.zookeeper.common.PathUtils.validatePath(String)` (3.8.0), over the UTF-16
 /// code units of the path, exactly as the Java loop walks them.

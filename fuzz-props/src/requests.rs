@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use zookeeper::{
+use zookeeper_mt::{
     Acl, CreateMode, Error, Op, Perms, Reconfig, WatchRemoval, WatcherType, ZooKeeper,
     MAX_DATA_LEN, MAX_TTL,
 };
@@ -331,7 +331,7 @@ fn one_request(zk: &ZooKeeper, input: &mut Input<'_>) {
                     zk.create(
                         &path,
                         &data,
-                        zookeeper::CreateOptions::new(mode).with_acl(&acl),
+                        zookeeper_mt::CreateOptions::new(mode).with_acl(&acl),
                     ),
                 );
             } else {
@@ -341,7 +341,7 @@ fn one_request(zk: &ZooKeeper, input: &mut Input<'_>) {
                     zk.create2_async(
                         &path,
                         &data,
-                        zookeeper::CreateOptions::new(mode).with_acl(&acl),
+                        zookeeper_mt::CreateOptions::new(mode).with_acl(&acl),
                     )
                     .wait(),
                 );

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::asynchronous::Async;
-use zookeeper_recipes::election::LeaderElection;
-use zookeeper_recipes::lock::Lock;
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::asynchronous::Async;
+use zookeeper_mt_recipes::election::LeaderElection;
+use zookeeper_mt_recipes::lock::Lock;
 
 /// Wakes the executor's thread.
 struct Unpark(Thread);
@@ -64,7 +64,7 @@ async fn join<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     .await
 }
 
-async fn hold(lock: Async<Lock>, who: &str) -> zookeeper_recipes::Result<()> {
+async fn hold(lock: Async<Lock>, who: &str) -> zookeeper_mt_recipes::Result<()> {
     let guard = lock.acquire(Duration::from_secs(30)).await?;
     println!("{who} holds the lock ({})", guard.node());
     guard.release_async().await?;
@@ -88,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         election.wait_until_leader(Duration::from_secs(30)).await?;
         println!("leading: {}", election.is_leader().await?);
         election.resign().await?;
-        Ok::<_, zookeeper_recipes::RecipeError>(())
+        Ok::<_, zookeeper_mt_recipes::RecipeError>(())
     })?;
     Ok(())
 }

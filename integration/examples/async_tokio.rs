@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use zookeeper::{Timeout, ZooKeeper};
-use zookeeper_recipes::asynchronous::Async;
-use zookeeper_recipes::lock::Lock;
-use zookeeper_recipes::queue::Queue;
+use zookeeper_mt::{Timeout, ZooKeeper};
+use zookeeper_mt_recipes::asynchronous::Async;
+use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::queue::Queue;
 
 const WORKERS: usize = 3;
 const JOBS: usize = 9;
@@ -22,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
     let base = format!("/async-tokio-{}", std::process::id());
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
-    zk.create_async(&base, b"0", zookeeper::CreateMode::Persistent)
+    zk.create_async(&base, b"0", zookeeper_mt::CreateMode::Persistent)
         .await?;
 
     let jobs = Async::new(Queue::new(&zk, &format!("{base}/jobs"))?);

@@ -13,26 +13,26 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
-use zookeeper::Timeout;
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::work_queue::WorkQueue;
+use zookeeper_mt::Timeout;
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::work_queue::WorkQueue;
 
 const PRODUCERS: usize = 2;
 const LINKS_PER_PRODUCER: usize = 8;
 const WORKERS: usize = 3;
 const STOP: &[u8] = b"STOP";
 
-fn connect(hosts: &str) -> Result<ZooKeeper, zookeeper::Error> {
+fn connect(hosts: &str) -> Result<ZooKeeper, zookeeper_mt::Error> {
     ZooKeeper::connect(hosts, Duration::from_secs(10))
 }
 
 /// Deletes `path` and everything below it.
-fn delete_tree(zk: &ZooKeeper, path: &str) -> Result<(), zookeeper::Error> {
+fn delete_tree(zk: &ZooKeeper, path: &str) -> Result<(), zookeeper_mt::Error> {
     for child in zk.get_children(path)? {
         delete_tree(zk, &format!("{path}/{child}"))?;
     }
     match zk.delete(path, None) {
-        Ok(()) | Err(zookeeper::Error::NoNode) => Ok(()),
+        Ok(()) | Err(zookeeper_mt::Error::NoNode) => Ok(()),
         Err(error) => Err(error),
     }
 }
@@ -59,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let queue = WorkQueue::new(&zk, &path)?;
             let crawled_tx = crawled_tx.clone();
             Ok(thread::spawn(
-                move || -> Result<Report, zookeeper_recipes::RecipeError> {
+                move || -> Result<Report, zookeeper_mt_recipes::RecipeError> {
                     let mut report = Report {
                         crawled: Vec::new(),
                         crashed_on: None,
@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|p| {
             let connect_string = connect_string.clone();
             let path = path.clone();
-            thread::spawn(move || -> Result<(), zookeeper_recipes::RecipeError> {
+            thread::spawn(move || -> Result<(), zookeeper_mt_recipes::RecipeError> {
                 let zk = connect(&connect_string)?;
                 let queue = WorkQueue::new(&zk, &path)?;
                 for i in 1..=LINKS_PER_PRODUCER {

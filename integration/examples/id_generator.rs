@@ -10,8 +10,8 @@ use std::collections::HashSet;
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Hosts, HOSTS_ENV};
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::id_generator::{IdGenerator, IdStats};
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::id_generator::{IdGenerator, IdStats};
 
 const WORKERS: usize = 8;
 const IDS_PER_WORKER: usize = 250;
@@ -107,14 +107,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "throwaway server"
         }
     );
-    let tag = format!("{}-{}", std::process::id(), zookeeper_recipes::util::guid());
+    let tag = format!(
+        "{}-{}",
+        std::process::id(),
+        zookeeper_mt_recipes::util::guid()
+    );
     let naive_path = format!("/examples/id-generator/{tag}/naive");
     let batched_path = format!("/examples/id-generator/{tag}/batched");
     // A counter is created once, when it is set up; generators never create it, so one
     // that vanished is an error rather than a restart at 0 (which would repeat ids).
     let setup = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     for path in [&naive_path, &batched_path] {
-        IdGenerator::create_counter(&setup, path, &zookeeper_recipes::NodeOptions::default())?;
+        IdGenerator::create_counter(&setup, path, &zookeeper_mt_recipes::NodeOptions::default())?;
     }
 
     println!("{WORKERS} workers x {IDS_PER_WORKER} ids, each worker with its own session");

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-use zookeeper::Timeout;
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::lock::Lock;
+use zookeeper_mt::Timeout;
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::lock::Lock;
 
 const PROCESSES: usize = 4;
 /// How long each holder keeps the lock (short, so the example is quick).
@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let connect_string = connect_string.clone();
             let resource = resource.clone();
             let holders = Arc::clone(&holders);
-            thread::spawn(move || -> Result<u64, zookeeper_recipes::RecipeError> {
+            thread::spawn(move || -> Result<u64, zookeeper_mt_recipes::RecipeError> {
                 let zk = ZooKeeper::connect(&connect_string, Duration::from_secs(10))?;
                 let lock = Lock::new(&zk, &resource)?.with_label(&format!("process {id}"));
                 println!("{id} Acquiring Lock");

@@ -16,9 +16,9 @@ mod support;
 
 use std::time::Duration;
 use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
-use zookeeper::{CreateMode, ZooKeeper};
-use zookeeper_recipes::cache::{CacheEvent, NodeCache};
-use zookeeper_recipes::lifecycle::{ConnectionState, ConnectionStates, ManagedZooKeeper};
+use zookeeper_mt::{CreateMode, ZooKeeper};
+use zookeeper_mt_recipes::cache::{CacheEvent, NodeCache};
+use zookeeper_mt_recipes::lifecycle::{ConnectionState, ConnectionStates, ManagedZooKeeper};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("ZooKeeper at {connect}");
     let base = format!("/examples/managed-{}", std::process::id());
     let admin = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
-    zookeeper_recipes::util::ensure_path(&admin, &base)?;
+    zookeeper_mt_recipes::util::ensure_path(&admin, &base)?;
     let config = format!("{base}/config");
     admin.create(&config, b"threads=4", CreateMode::Persistent)?;
 

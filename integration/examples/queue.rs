@@ -11,9 +11,9 @@
 //! once the queue stays empty.
 
 use std::time::Duration;
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::queue::Queue;
-use zookeeper_recipes::OptionalExtension;
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::OptionalExtension;
 
 const QUEUE: &str = "/myfirstqueue";
 

@@ -8,13 +8,13 @@
 
 use std::thread;
 use std::time::Duration;
-use zookeeper::Timeout;
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::lock::LockLayout;
-use zookeeper_recipes::reentrant_lock::ReentrantLock;
+use zookeeper_mt::Timeout;
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::lock::LockLayout;
+use zookeeper_mt_recipes::reentrant_lock::ReentrantLock;
 
 /// Takes the lock, then calls a helper that takes it again.
-fn transfer(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> {
+fn transfer(lock: &ReentrantLock) -> Result<(), zookeeper_mt_recipes::RecipeError> {
     let guard = lock.acquire(Timeout::Never)?;
     println!("transfer: holding (holds: {})", guard.hold_count());
     audit(lock)?;
@@ -22,7 +22,7 @@ fn transfer(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> 
     Ok(())
 }
 
-fn audit(lock: &ReentrantLock) -> Result<(), zookeeper_recipes::RecipeError> {
+fn audit(lock: &ReentrantLock) -> Result<(), zookeeper_mt_recipes::RecipeError> {
     let guard = lock.acquire(Timeout::Never)?; // same thread: at once, no new node
     println!(
         "audit: re-entered (holds: {}, node {})",
@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outer = lock.acquire(Timeout::Never)?;
     let other = {
         let (connect_string, path) = (connect_string.clone(), path.clone());
-        thread::spawn(move || -> Result<(), zookeeper_recipes::RecipeError> {
+        thread::spawn(move || -> Result<(), zookeeper_mt_recipes::RecipeError> {
             let zk = ZooKeeper::connect(&connect_string, Duration::from_secs(10))?;
             let lock = ReentrantLock::new(&zk, &path)?.with_layout(LockLayout::Curator);
             println!("other process: waiting");

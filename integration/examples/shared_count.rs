@@ -11,8 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::peers::{Participant, Peer};
 use zk_harness::{Hosts, HOSTS_ENV};
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::shared_value::SharedCount;
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::shared_value::SharedCount;
 
 const THREADS: usize = 4;
 const EACH: u32 = 100;
@@ -20,7 +20,10 @@ const EACH: u32 = 100;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
     let connect = hosts.connect_string();
-    let path = format!("/examples/shared-count-{}", zookeeper_recipes::util::guid());
+    let path = format!(
+        "/examples/shared-count-{}",
+        zookeeper_mt_recipes::util::guid()
+    );
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let count = SharedCount::new(&zk, &path, 0)?;
     println!("counter {path} on {connect}");

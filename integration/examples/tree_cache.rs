@@ -10,10 +10,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Hosts, HOSTS_ENV};
-use zookeeper::{Acl, CreateMode, Op, ZooKeeper};
-use zookeeper_recipes::cache::{CacheEvent, TreeCache};
+use zookeeper_mt::{Acl, CreateMode, Op, ZooKeeper};
+use zookeeper_mt_recipes::cache::{CacheEvent, TreeCache};
 
-fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper::Result<()> {
+fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper_mt::Result<()> {
     zk.create(path, data.as_bytes(), CreateMode::Persistent)
         .map(|_| ())
 }
@@ -36,7 +36,7 @@ fn describe(event: &CacheEvent) -> String {
     }
 }
 
-fn delete_tree(zk: &ZooKeeper, path: &str) -> zookeeper::Result<()> {
+fn delete_tree(zk: &ZooKeeper, path: &str) -> zookeeper_mt::Result<()> {
     for name in zk.get_children(path)? {
         delete_tree(zk, &format!("{path}/{name}"))?;
     }
@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let writer = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let root = format!("/examples/tree-cache-{}", std::process::id());
-    zookeeper_recipes::util::ensure_path(&writer, &root)?;
+    zookeeper_mt_recipes::util::ensure_path(&writer, &root)?;
     for service in ["billing", "search"] {
         create(&writer, &format!("{root}/{service}"), "v1")?;
         for i in 0..2 {

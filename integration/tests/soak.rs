@@ -24,7 +24,7 @@ mod common_chaos;
 use common_chaos::unique;
 use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
-use zookeeper::{CreateMode, Error, EventType, Watch, ZooKeeper};
+use zookeeper_mt::{CreateMode, Error, EventType, Watch, ZooKeeper};
 
 /// Bound of any single wait (only reached when something is broken).
 const WAIT: Duration = Duration::from_secs(60);
@@ -42,8 +42,8 @@ const C_LEAK_PER_PENDING: u64 = 512;
 const WATCH_ROUNDS: usize = 100;
 const WATCHES_PER_ROUND: usize = 1000;
 /// As many as a handle keeps in flight: a frozen server answers none, so one more would
-/// wait for room (see `zookeeper::MAX_IN_FLIGHT`).
-const ASYNC_AT_CLOSE: usize = zookeeper::MAX_IN_FLIGHT;
+/// wait for room (see `zookeeper_mt::MAX_IN_FLIGHT`).
+const ASYNC_AT_CLOSE: usize = zookeeper_mt::MAX_IN_FLIGHT;
 const CYCLES: usize = 50;
 
 #[derive(Debug, Clone, Copy)]
@@ -227,7 +227,7 @@ struct Resolved {
 }
 
 impl Resolved {
-    fn add<T>(&mut self, result: zookeeper::Result<T>) {
+    fn add<T>(&mut self, result: zookeeper_mt::Result<T>) {
         match result {
             Ok(_) => self.ok += 1,
             Err(Error::Closed) => self.closed += 1,

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use zk_harness::{Crafted, Server};
-use zookeeper::{CreateMode, Error, Op, OpResult, ZooKeeper};
+use zookeeper_mt::{CreateMode, Error, Op, OpResult, ZooKeeper};
 
 const MAX: i32 = i32::MAX;
 const MIN: i32 = i32::MIN;
@@ -30,7 +30,7 @@ fn suffix(path: &str, prefix: &str) -> i32 {
 }
 
 /// Creates a persistent sequential node and returns its suffix.
-fn create_seq(zk: &ZooKeeper, prefix: &str) -> zookeeper::Result<i32> {
+fn create_seq(zk: &ZooKeeper, prefix: &str) -> zookeeper_mt::Result<i32> {
     zk.create(prefix, b"", CreateMode::PersistentSequential)
         .map(|path| suffix(&path, prefix))
 }

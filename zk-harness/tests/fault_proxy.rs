@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use zk_harness::fault_proxy::{live_proxy_threads, FaultKind};
 use zk_harness::testing::{unique_path, wait_until, Seed};
 use zk_harness::{four_letter, shared_server, FaultProxy, OpCode, Server, ServerOptions};
-use zookeeper::{CreateMode, Error, Op, SessionState, ZkFuture, ZooKeeper};
+use zookeeper_mt::{CreateMode, Error, Op, SessionState, ZkFuture, ZooKeeper};
 
 /// Upper bound of every wait; reached only when something is broken.
 const WAIT: Duration = Duration::from_secs(20);
@@ -34,7 +34,7 @@ fn connect(hosts: &str, timeout: Duration) -> ZooKeeper {
 
 /// Waits for `future` on a thread: the receiver can then be polled with several
 /// deadlines (a `ZkFuture` is consumed by one bounded wait).
-fn background<T: Send + 'static>(future: ZkFuture<T>) -> mpsc::Receiver<zookeeper::Result<T>> {
+fn background<T: Send + 'static>(future: ZkFuture<T>) -> mpsc::Receiver<zookeeper_mt::Result<T>> {
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(future.wait_timeout(WAIT));
@@ -42,7 +42,7 @@ fn background<T: Send + 'static>(future: ZkFuture<T>) -> mpsc::Receiver<zookeepe
     rx
 }
 
-fn create(zk: &ZooKeeper, path: &str) -> zookeeper::Result<String> {
+fn create(zk: &ZooKeeper, path: &str) -> zookeeper_mt::Result<String> {
     zk.create(path, b"", CreateMode::Persistent)
 }
 
@@ -350,7 +350,7 @@ fn drop_joins_every_thread_and_closes_every_socket() {
 }
 
 /// Creates `<dir>/0` .. `<dir>/3`, stopping at the first error.
-fn four_creates(zk: &ZooKeeper, dir: &str) -> zookeeper::Result<()> {
+fn four_creates(zk: &ZooKeeper, dir: &str) -> zookeeper_mt::Result<()> {
     for i in 0..4 {
         create(zk, &format!("{dir}/{i}"))?;
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use zk_harness::fault_proxy::FaultKind;
 use zk_harness::testing::unique_path;
 use zk_harness::{LaggingEnsemble, ServerOptions};
-use zookeeper::{CreateMode, Error, ZooKeeper};
+use zookeeper_mt::{CreateMode, Error, ZooKeeper};
 
 /// Upper bound of every wait; reached only when something is broken.
 const WAIT: Duration = Duration::from_secs(30);

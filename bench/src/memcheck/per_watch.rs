@@ -23,8 +23,8 @@ use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
-use zookeeper::Watch;
-use zookeeper_sys as sys;
+use zookeeper_mt::Watch;
+use zookeeper_mt_sys as sys;
 
 /// Bytes in use on the heap, every arena and mmapped block.
 fn heap() -> i64 {
@@ -58,7 +58,7 @@ pub fn main(flags: &Flags) -> Result<()> {
         zk.create(
             &format!("{base}/watched"),
             b"",
-            zookeeper::CreateMode::Persistent,
+            zookeeper_mt::CreateMode::Persistent,
         )?;
         zk.close()?;
     }
@@ -71,7 +71,7 @@ pub fn main(flags: &Flags) -> Result<()> {
     let t = Instant::now();
     let rust = rust_phase(&hosts, n, batch, &base, absent)?;
     let c = c_phase(&hosts, n, batch, &base, absent)?;
-    println!("| heap per watch | zookeeper-rs | C client | ratio |\n|---|---:|---:|---:|");
+    println!("| heap per watch | zookeeper-mt | C client | ratio |\n|---|---:|---:|---:|");
     println!(
         "| distinct path (B/watch) | {:.0} | {:.0} | {:.2} |",
         rust.distinct,

@@ -2,7 +2,7 @@
 //! tasks) and how it prints them: Markdown rows printed as they are measured, each
 //! target's verdict kept for the summary and `--check`.
 
-use zookeeper::ZooKeeper;
+use zookeeper_mt::ZooKeeper;
 
 /// The counts at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,7 +11,7 @@ pub(crate) struct Snapshot {
     pub(crate) threads: u64,
     /// Live contexts of the measured session plus those of the lock holder's.
     pub(crate) contexts: usize,
-    /// `zookeeper_recipes::live_background_tasks()`.
+    /// `zookeeper_mt_recipes::live_background_tasks()`.
     pub(crate) tasks: usize,
 }
 
@@ -20,7 +20,7 @@ impl Snapshot {
         Snapshot {
             threads: crate::proto::threads(),
             contexts: handles.iter().map(|zk| zk.live_contexts()).sum(),
-            tasks: zookeeper_recipes::live_background_tasks(),
+            tasks: zookeeper_mt_recipes::live_background_tasks(),
         }
     }
 

@@ -3,7 +3,7 @@
 use std::error::Error;
 use std::time::{Duration, Instant};
 use zk_harness::FaultProxy;
-use zookeeper::ZooKeeper;
+use zookeeper_mt::ZooKeeper;
 
 /// How long the client may take to notice it was cut off.
 const NOTICE: Duration = Duration::from_secs(30);
@@ -39,7 +39,7 @@ pub fn expire_session(
     }
     thief.close()?;
     match ZooKeeper::builder(hosts).session(id).connect() {
-        Err(zookeeper::Error::SessionExpired) => {}
+        Err(zookeeper_mt::Error::SessionExpired) => {}
         Ok(_) => {
             return Err(format!("session {:#x} still alive after close", id.session_id).into())
         }

@@ -18,7 +18,7 @@ fn connect_child(hosts: &str, session: Duration) -> ZooKeeper {
 }
 
 /// Retries a recipe constructor (it creates its nodes, which can fail under chaos).
-fn make<T>(zk: &ZooKeeper, what: &str, f: impl Fn() -> zookeeper_recipes::Result<T>) -> T {
+fn make<T>(zk: &ZooKeeper, what: &str, f: impl Fn() -> zookeeper_mt_recipes::Result<T>) -> T {
     loop {
         match f() {
             Ok(value) => return value,
@@ -114,7 +114,7 @@ pub(super) fn lock_child(spec: &Spec) {
 
 /// Entering the critical section: move the owner znode from the previous holder's token
 /// to ours by compare-and-set. `Err` is the outcome to report.
-fn enter_section(zk: &ZooKeeper, token: u64, owner: &str) -> Result<zookeeper::Stat, String> {
+fn enter_section(zk: &ZooKeeper, token: u64, owner: &str) -> Result<zookeeper_mt::Stat, String> {
     let (data, stat) = zk
         .get(owner)
         .map_err(|e| format!("abort:get:{}", word(&e)))?;

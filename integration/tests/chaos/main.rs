@@ -32,13 +32,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Ensemble, Mode, ServerOptions};
-use zookeeper::crossbeam_channel::Receiver;
-use zookeeper::{CreateMode, Error, EventType, SessionState, WatchedEvent, ZooKeeper};
-use zookeeper_recipes::id_generator::{IdGenerator, IdStats};
-use zookeeper_recipes::lock::{Lock, LockGuard};
-use zookeeper_recipes::work_queue::WorkQueue;
-use zookeeper_recipes::OptionalExtension;
-use zookeeper_recipes::RecipeError;
+use zookeeper_mt::crossbeam_channel::Receiver;
+use zookeeper_mt::{CreateMode, Error, EventType, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper_mt_recipes::id_generator::{IdGenerator, IdStats};
+use zookeeper_mt_recipes::lock::{Lock, LockGuard};
+use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::OptionalExtension;
+use zookeeper_mt_recipes::RecipeError;
 
 /// Session timeout of the clients in the client tests: the server's maximum with the
 /// harness's 500 ms tick (20 ticks), so a member can die without the session expiring.
@@ -68,7 +68,7 @@ fn connect(hosts: &str, session: Duration) -> ZooKeeper {
 
 /// Runs `op`, waiting for the connection and retrying while it fails with a connection
 /// loss (only for idempotent operations).
-fn retry<T>(zk: &ZooKeeper, what: &str, mut op: impl FnMut() -> zookeeper::Result<T>) -> T {
+fn retry<T>(zk: &ZooKeeper, what: &str, mut op: impl FnMut() -> zookeeper_mt::Result<T>) -> T {
     let deadline = Instant::now() + WAIT;
     loop {
         match op() {
@@ -90,7 +90,7 @@ fn create(zk: &ZooKeeper, path: &str, data: &[u8], mode: CreateMode) {
     loop {
         match zk.create(path, data, mode) {
             Ok(_) => return,
-            Err(zookeeper::Error::NodeExists) if retried => return,
+            Err(zookeeper_mt::Error::NodeExists) if retried => return,
             Err(e) if e.is_retryable() && Instant::now() < deadline => {
                 let _ = zk.wait_connected(WAIT);
                 retried = true;
@@ -148,15 +148,15 @@ fn poll_until(what: &str, mut condition: impl FnMut() -> bool) {
 }
 
 /// True if a watch wait timed out; false once the watch fired (panics if it ended).
-fn timed_out(waited: zookeeper::Result<zookeeper::WatchedEvent>) -> bool {
+fn timed_out(waited: zookeeper_mt::Result<zookeeper_mt::WatchedEvent>) -> bool {
     match waited {
         Ok(_) => false,
-        Err(zookeeper::Error::Timeout) => true,
+        Err(zookeeper_mt::Error::Timeout) => true,
         Err(e) => panic!("the watch ended: {e}"),
     }
 }
 
-fn expect_event(watch: &zookeeper::Watch, event_type: EventType, path: &str) {
+fn expect_event(watch: &zookeeper_mt::Watch, event_type: EventType, path: &str) {
     let event = watch
         .wait_timeout(WAIT)
         .unwrap_or_else(|e| panic!("the watch on {path} did not fire: {e}"));

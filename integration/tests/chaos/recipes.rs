@@ -72,7 +72,7 @@ fn recipes_survive_member_kills_expiry_and_consumer_kills() {
     IdGenerator::create_counter(
         &zk,
         &counter_path,
-        &zookeeper_recipes::NodeOptions::default(),
+        &zookeeper_mt_recipes::NodeOptions::default(),
     )
     .expect("id counter");
 

@@ -247,7 +247,7 @@ fn election_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
                     }
                     break;
                 }
-                Err(zookeeper_recipes::RecipeError::Timeout) => {}
+                Err(zookeeper_mt_recipes::RecipeError::Timeout) => {}
                 Err(_) => {
                     ctx.back_off();
                     break;
@@ -278,7 +278,7 @@ fn semaphore_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
                 }
                 let _ = lease.release();
             }
-            Err(zookeeper_recipes::RecipeError::Timeout) => {}
+            Err(zookeeper_mt_recipes::RecipeError::Timeout) => {}
             Err(_) => ctx.back_off(),
         }
     }
@@ -458,7 +458,7 @@ fn latch_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
                 }
                 let _ = guard.relinquish();
             }
-            Err(zookeeper_recipes::RecipeError::Timeout) => {}
+            Err(zookeeper_mt_recipes::RecipeError::Timeout) => {}
             Err(_) => ctx.back_off(),
         }
     }
@@ -491,7 +491,7 @@ fn lease_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
                     let _ = lease.release();
                 }
             }
-            Err(zookeeper_recipes::RecipeError::Timeout) => {}
+            Err(zookeeper_mt_recipes::RecipeError::Timeout) => {}
             Err(_) => ctx.back_off(),
         }
     }
@@ -565,7 +565,7 @@ fn config_role(hosts: &str, path: &str, history: &Path, name: &str, stop: &Atomi
                         n += 1;
                     }
                 }
-                Err(zookeeper_recipes::RecipeError::Timeout) => {}
+                Err(zookeeper_mt_recipes::RecipeError::Timeout) => {}
                 Err(_) => break, // the watch ended: start another
             }
             if !watch.is_running() {

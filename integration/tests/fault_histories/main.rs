@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-use zookeeper_recipes::OptionalExtension;
+use zookeeper_mt_recipes::OptionalExtension;
 
 mod children;
 mod judge;
@@ -72,18 +72,18 @@ use zk_harness::testing::{
     child_role, report, unique_name, unique_path, watch_parent, Seed, TestChild,
 };
 use zk_harness::{Ensemble, FaultAction, FaultKind, FaultSchedule, ScheduleShape, ServerOptions};
-use zookeeper::{ClientId, CreateMode, SessionState, ZooKeeper};
-use zookeeper_recipes::config_watch::ConfigWatch;
-use zookeeper_recipes::election::LeaderElection;
-use zookeeper_recipes::id_generator::IdGenerator;
-use zookeeper_recipes::leader_latch::LeaderLatch;
-use zookeeper_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
-use zookeeper_recipes::lock::Lock;
-use zookeeper_recipes::queue::Queue;
-use zookeeper_recipes::semaphore::Semaphore;
-use zookeeper_recipes::shared_value::AtomicLong;
-use zookeeper_recipes::work_queue::WorkQueue;
-use zookeeper_recipes::NodeOptions;
+use zookeeper_mt::{ClientId, CreateMode, SessionState, ZooKeeper};
+use zookeeper_mt_recipes::config_watch::ConfigWatch;
+use zookeeper_mt_recipes::election::LeaderElection;
+use zookeeper_mt_recipes::id_generator::IdGenerator;
+use zookeeper_mt_recipes::leader_latch::LeaderLatch;
+use zookeeper_mt_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::semaphore::Semaphore;
+use zookeeper_mt_recipes::shared_value::AtomicLong;
+use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::NodeOptions;
 
 /// The child entry point (a test that returns at once in a normal run).
 const CHILD: &str = "children::child_worker";

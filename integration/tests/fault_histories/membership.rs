@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use zk_harness::history::{Event, HistoryWriter};
-use zookeeper::ZooKeeper;
-use zookeeper_recipes::membership::{
+use zookeeper_mt::ZooKeeper;
+use zookeeper_mt_recipes::membership::{
     Group, GroupEvent, GroupLayout, GroupMember, NodeMode, PersistentNode,
 };
 

@@ -10,7 +10,7 @@ fn malformed_acls() {
     zk.create(
         &base,
         b"",
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     let node = format!("{base}/n");
@@ -21,7 +21,7 @@ fn malformed_acls() {
         zk.create(
             &node,
             b"",
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&[])
+            zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(&[])
         ),
         Err(Error::InvalidAcl)
     );
@@ -68,7 +68,7 @@ fn malformed_acls() {
             zk.create(
                 &node,
                 b"",
-                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl)
+                zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(&acl)
             ),
             Err(Error::InvalidAcl),
             "create with {scheme}:{id}"
@@ -84,7 +84,7 @@ fn malformed_acls() {
             zk.create(
                 &node,
                 b"",
-                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&mixed)
+                zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(&mixed)
             ),
             Err(Error::InvalidAcl)
         );
@@ -102,7 +102,7 @@ fn malformed_acls() {
             zk.create(
                 &node,
                 b"",
-                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl)
+                zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(&acl)
             ),
             Err(Error::InteriorNul(what))
         );
@@ -118,7 +118,7 @@ fn malformed_acls() {
         let created = zk.create(
             &path,
             b"",
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(&acl),
+            zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(&acl),
         );
         println!("create with perms {perms:#x} -> {created:?}");
         match created {

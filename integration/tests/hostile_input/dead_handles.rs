@@ -9,19 +9,31 @@ fn every_call(zk: &ZooKeeper, path: &str) -> Vec<(&'static str, Option<Error>)> 
     vec![
         (
             "create",
-            zk.create(path, b"", zookeeper::CreateOptions::new(mode).with_acl(acl))
-                .err(),
+            zk.create(
+                path,
+                b"",
+                zookeeper_mt::CreateOptions::new(mode).with_acl(acl),
+            )
+            .err(),
         ),
         (
             "create2",
-            zk.create2(path, b"", zookeeper::CreateOptions::new(mode).with_acl(acl))
-                .err(),
+            zk.create2(
+                path,
+                b"",
+                zookeeper_mt::CreateOptions::new(mode).with_acl(acl),
+            )
+            .err(),
         ),
         (
             "create_async",
-            zk.create_async(path, b"", zookeeper::CreateOptions::new(mode).with_acl(acl))
-                .wait_timeout(WAIT)
-                .err(),
+            zk.create_async(
+                path,
+                b"",
+                zookeeper_mt::CreateOptions::new(mode).with_acl(acl),
+            )
+            .wait_timeout(WAIT)
+            .err(),
         ),
         ("delete", zk.delete(path, None).err()),
         ("exists", zk.exists(path).err()),
@@ -41,7 +53,7 @@ fn every_call(zk: &ZooKeeper, path: &str) -> Vec<(&'static str, Option<Error>)> 
         ("get_config_watch", zk.get_config_watch().err()),
         (
             "reconfig",
-            zk.reconfig(zookeeper::Reconfig::bulk("server.1=x"), None)
+            zk.reconfig(zookeeper_mt::Reconfig::bulk("server.1=x"), None)
                 .err(),
         ),
         ("multi", zk.multi(&[Op::check(path, -1)]).err()),
@@ -107,7 +119,7 @@ fn calls_on_an_expired_session() {
     zk.create(
         &path,
         b"",
-        zookeeper::CreateOptions::new(CreateMode::Ephemeral).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Ephemeral).with_acl(open()),
     )
     .unwrap();
     let (_, _, watch) = zk.get_watch(&path).unwrap();

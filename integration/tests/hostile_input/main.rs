@@ -4,10 +4,10 @@
 //! (every wait is bounded, and a watchdog ends the process if a test overruns).
 //!
 //! Path validation is checked against the server itself on the same inputs: each path
-//! goes to a live 3.8.0 server twice, through the raw C client (`zookeeper_sys`, which
+//! goes to a live 3.8.0 server twice, through the raw C client (`zookeeper_mt_sys`, which
 //! has its own client-side check) and over a raw socket speaking the wire protocol
 //! (which reaches the server even with inputs the C client refuses, NUL and non-UTF-8
-//! bytes included). `zookeeper::validate_path` must accept exactly what the server
+//! bytes included). `zookeeper_mt::validate_path` must accept exactly what the server
 //! accepts. Run with `--nocapture` to see the table.
 //!
 //! The fuzz targets' properties (the `zookeeper-fuzz-props` crate) also run over
@@ -22,11 +22,11 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use zookeeper::{
+use zookeeper_mt::{
     validate_path, Acl, CreateMode, Error, EventType, Op, Perms, SessionState, WatchRemoval,
     WatcherType, ZooKeeper, MAX_DATA_LEN,
 };
-use zookeeper_sys as sys;
+use zookeeper_mt_sys as sys;
 
 /// Bound for any single wait in these tests.
 const WAIT: Duration = Duration::from_secs(20);
@@ -126,7 +126,7 @@ fn data_at_and_over_the_limit() {
     zk.create(
         &base,
         b"",
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     let node = format!("{base}/n");
@@ -136,7 +136,7 @@ fn data_at_and_over_the_limit() {
     zk.create(
         &node,
         &at,
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     assert_eq!(zk.get(&node).unwrap().0, at);
@@ -154,7 +154,7 @@ fn data_at_and_over_the_limit() {
             zk.create(
                 &format!("{base}/o"),
                 &over,
-                zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open())
+                zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open())
             ),
             Err(too_large.clone())
         );
@@ -214,14 +214,14 @@ fn data_at_the_limit_with_a_long_path() {
     zk.create(
         &base,
         b"",
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     let node = format!("{base}/{}", "p".repeat(2_000));
     let result = zk.create(
         &node,
         &vec![0u8; MAX_DATA_LEN],
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     );
     // Path + data together exceed the request limit: a typed error, not a dropped
     // connection.
@@ -244,7 +244,7 @@ fn negative_and_huge_versions() {
     zk.create(
         &node,
         b"v0",
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     for version in [-5, -2, i32::MIN, i32::MAX, 1] {
@@ -297,7 +297,7 @@ fn huge_child_list() {
     zk.create(
         &base,
         b"",
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     let started = Instant::now();
@@ -309,7 +309,7 @@ fn huge_child_list() {
                 zk.create_async(
                     &format!("{base}/{name}"),
                     b"",
-                    zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+                    zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
                 )
             })
             .collect();

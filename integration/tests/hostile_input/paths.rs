@@ -1,5 +1,5 @@
 //! Path validation against the server itself: each path through the raw C client and over a
-//! raw socket; `zookeeper::validate_path` must accept exactly what the server accepts.
+//! raw socket; `zookeeper_mt::validate_path` must accept exactly what the server accepts.
 
 use super::*;
 
@@ -134,7 +134,7 @@ fn path_validation_agrees_with_the_server() {
     zk.create(
         &base,
         b"",
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     let c_client = raw::Handle::connect(&hosts);
@@ -246,7 +246,7 @@ fn long_paths_are_typed_errors() {
     zk.create(
         &base,
         b"",
-        zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+        zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
     )
     .unwrap();
     // 100 KB name: valid for the server and for us; round trip.
@@ -255,7 +255,7 @@ fn long_paths_are_typed_errors() {
         zk.create(
             &long,
             b"x",
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open())
+            zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open())
         )
         .unwrap(),
         long
@@ -269,7 +269,7 @@ fn long_paths_are_typed_errors() {
         .create(
             &huge,
             b"",
-            zookeeper::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
+            zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(open()),
         )
         .unwrap_err();
     assert!(matches!(error, Error::InvalidPath { .. }), "{error:?}");

@@ -1,0 +1,249 @@
+//! Deleting nodes, and nodes a process holds (lock requests, leases) until released.
+
+use super::*;
+
+/// Deletes `path` whatever its version; an absent node is fine.
+pub(super) async fn delete_any_version_async(
+    zk: &ZooKeeper,
+    path: &str,
+) -> zookeeper_mt::Result<()> {
+    match zk.delete_async(path, None).await {
+        Ok(()) | Err(Error::NoNode) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Deletes `path` (any version) within `patience`; an absent node is fine. Dropped, a
+/// delete already sent may still apply.
+pub(crate) async fn delete_node_async(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+) -> Result<()> {
+    retry_async(zk, patience, || delete_any_version_async(zk, path)).await
+}
+
+/// [`delete_node_async`] for a node that must go although its session may well survive (a lock
+/// or waiter node): if the connection does not come back in time, the delete goes on in
+/// the background ([`finish_later`]). Returns `delete_node_async`'s result. Dropped
+/// before the delete was answered, it hands the delete to the background.
+pub(crate) async fn delete_eventually_async(
+    zk: &ZooKeeper,
+    path: &str,
+    patience: Patience,
+) -> Result<()> {
+    let mut pending = DeleteOnDrop::armed(zk, path);
+    let result = retry_async(zk, patience, || delete_any_version_async(zk, path)).await;
+    if !gave_up_for_connection(&result) {
+        pending.disarm();
+    }
+    result
+}
+
+/// Hands the delete of `path` to the background when dropped armed.
+pub(crate) struct DeleteOnDrop<'a> {
+    zk: &'a ZooKeeper,
+    path: &'a str,
+    armed: bool,
+}
+
+impl<'a> DeleteOnDrop<'a> {
+    pub(crate) fn armed(zk: &'a ZooKeeper, path: &'a str) -> Self {
+        DeleteOnDrop {
+            zk,
+            path,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for DeleteOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            delete_in_background(self.zk, self.path);
+        }
+    }
+}
+
+/// Whether a failed step gave up for want of a connection (so the server may not have
+/// seen it): connection loss, or a deadline that passed while waiting for one.
+pub(super) fn gave_up_for_connection<T>(result: &Result<T>) -> bool {
+    match result {
+        Err(RecipeError::ZooKeeper(error)) => error.is_retryable(),
+        Err(RecipeError::Timeout) => true,
+        _ => false,
+    }
+}
+
+/// Hands the delete of `path` to the background worker.
+pub(crate) fn delete_in_background(zk: &ZooKeeper, path: &str) {
+    let path = path.to_string();
+    let what = format!("deleting {path}");
+    finish_later(zk, what, move |zk| {
+        let path = path.clone();
+        Box::pin(async move { delete_any_version_async(&zk, &path).await })
+    });
+}
+
+/// How long dropping a guard waits for its node's delete to be answered before handing
+/// it to the background: the drop of a guard must not block for the reconnect timeout.
+pub(super) const DROP_WAIT: Duration = Duration::from_secs(2);
+
+/// Deletes `path` for a guard being dropped: sends the delete and waits at most
+/// [`DROP_WAIT`] for the answer (enough for a connected client, so the node is gone when
+/// the drop returns); an unanswered or lost delete goes on in the background.
+pub(crate) fn delete_on_drop(zk: &ZooKeeper, path: &str) {
+    if crate::runtime::driver::on_driver_thread() {
+        // Nothing waits on the driver: a guard a task drops goes in the background.
+        delete_in_background(zk, path);
+        return;
+    }
+    match zk.delete_async(path, None).wait_timeout(DROP_WAIT) {
+        Ok(()) | Err(Error::NoNode) => {}
+        Err(error) if error.is_retryable() || error == Error::Timeout => {
+            delete_in_background(zk, path)
+        }
+        // The session is over: the node went with it.
+        Err(error) if error.is_session_terminal() => {}
+        Err(error) => log::debug!("recipes: deleting {path} on drop: {error}"),
+    }
+}
+
+/// A node this process holds (a lock request, a lease): deleted by
+/// [`release`](Self::release) or, at the latest, when dropped.
+#[derive(Debug)]
+pub(crate) struct OwnedNode {
+    pub(super) zk: ZooKeeper,
+    pub(super) name: String,
+    pub(super) czxid: i64,
+    /// Empty once released.
+    pub(super) path: String,
+    /// Handed to the caller (in a guard): dropped, it waits briefly for the delete, so
+    /// the node is gone when the drop returns. Inside a call's future it never waits: a
+    /// dropped future must not block its executor.
+    pub(super) handed_out: bool,
+}
+
+impl OwnedNode {
+    /// The node `created` in `dir`.
+    pub(crate) fn new(zk: &ZooKeeper, dir: &str, created: Created) -> OwnedNode {
+        OwnedNode {
+            zk: zk.clone(),
+            path: format!("{dir}/{}", created.name),
+            name: created.name,
+            czxid: created.czxid,
+            handed_out: false,
+        }
+    }
+
+    /// The node, now the caller's (see `handed_out`).
+    pub(crate) fn hand_out(mut self) -> OwnedNode {
+        self.handed_out = true;
+        self
+    }
+
+    /// Withdraws a request the call gives up on (a timeout, an error): the delete is
+    /// awaited, so nothing is left when the call returns; a connection that does not
+    /// come back in time leaves it to the background.
+    pub(crate) async fn withdraw(mut self) {
+        if let Err(error) = self.release().await {
+            log::debug!("recipes: withdrawing {}: {error}", self.name);
+        }
+    }
+
+    /// The node's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The node's path.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The zxid that created the node.
+    pub(crate) fn czxid(&self) -> i64 {
+        self.czxid
+    }
+
+    /// Deletes the node (once); a failure is reported. If the server could not be
+    /// reached, the delete goes on in the background.
+    pub(crate) async fn release(&mut self) -> Result<()> {
+        if self.path.is_empty() {
+            return Ok(());
+        }
+        let path = std::mem::take(&mut self.path);
+        delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
+    }
+
+    /// Whether the node still exists (false after session expiry).
+    pub(crate) async fn exists(&self) -> Result<bool> {
+        let found = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
+            self.zk.exists_async(&self.path)
+        })
+        .await?;
+        Ok(found.is_some())
+    }
+}
+
+impl Drop for OwnedNode {
+    fn drop(&mut self) {
+        delete_dropped(&self.zk, &mut self.path, self.handed_out);
+    }
+}
+
+/// The delete of a node whose holder is dropped (once: `path` is emptied): a node the
+/// caller held waits briefly ([`delete_on_drop`]); one dropped inside a call's future goes
+/// to the background at once, so the drop never blocks an executor.
+pub(crate) fn delete_dropped(zk: &ZooKeeper, path: &mut String, handed_out: bool) {
+    if path.is_empty() {
+        return;
+    }
+    let path = std::mem::take(path);
+    if handed_out {
+        delete_on_drop(zk, &path);
+    } else {
+        delete_in_background(zk, &path);
+    }
+}
+
+/// The public methods of a guard type whose field `node` is its [`OwnedNode`]:
+/// `release`, `is_held` and `node`; `$what` names what it holds, for the docs.
+macro_rules! owned_node_guard {
+    ($guard:ident, $what:literal) => {
+        impl $guard {
+            #[doc = concat!("Releases the ", $what, ", reporting a failure to delete the node")]
+            /// (if the server could not be reached, the delete goes on in the background).
+            pub fn release(self) -> $crate::Result<()> {
+                $crate::runtime::block_on(self.release_async())
+            }
+
+            /// [`release`](Self::release), async. Dropped before the delete was answered,
+            /// it hands the delete to the background: the node goes either way.
+            pub async fn release_async(mut self) -> $crate::Result<()> {
+                self.node.release().await
+            }
+
+            #[doc = concat!("Whether the ", $what, " node still exists (false after session")]
+            /// expiry).
+            pub fn is_held(&self) -> $crate::Result<bool> {
+                $crate::runtime::block_on(self.node.exists())
+            }
+
+            /// [`is_held`](Self::is_held), async.
+            pub async fn is_held_async(&self) -> $crate::Result<bool> {
+                self.node.exists().await
+            }
+
+            #[doc = concat!("The ", $what, " node's name.")]
+            pub fn node(&self) -> &str {
+                self.node.name()
+            }
+        }
+    };
+}
+pub(crate) use owned_node_guard;

@@ -1,0 +1,66 @@
+//! Raw FFI bindings to the Apache ZooKeeper multi-threaded C client, `libzookeeper_mt`
+//! (3.8.0).
+//!
+//! Nothing here is safe: every function is the C function, every struct the C struct. The
+//! `zookeeper-mt` crate builds the safe client on top, and its module docs give the
+//! threading and lifetime rules that C code imposes on any caller (which thread runs
+//! completions and watchers, when C frees what it returns).
+//!
+//! How the library is found (system library, env vars, pkg-config or the `vendored`
+//! build) is described in `build.rs` and the repository README.
+//!
+//! The committed bindings are generated without OpenSSL and Cyrus SASL, as Debian's
+//! library is built. Features `tls` and `sasl` (each implying `vendored`) compile the C
+//! client with them and add hand-written declarations of that API: the `tls` and `sasl` modules, and
+//! `zookeeper_mt_sys_init_secure` (TLS, SASL and a log callback in one init call). A test
+//! checks them against the header compiled with the same defines.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![allow(clippy::all)]
+
+#[cfg(not(feature = "buildtime-bindgen"))]
+mod bindings;
+#[cfg(feature = "buildtime-bindgen")]
+mod bindings {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+}
+
+pub use bindings::*;
+
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub mod tls;
+#[cfg(feature = "tls")]
+pub use tls::*;
+
+#[cfg(feature = "sasl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sasl")))]
+pub mod sasl;
+#[cfg(feature = "sasl")]
+pub use sasl::*;
+
+#[cfg(any(feature = "tls", feature = "sasl"))]
+mod secure_init;
+#[cfg(any(feature = "tls", feature = "sasl"))]
+pub use secure_init::*;
+
+/// What the C compiler saw in the header in use, compiled from `src/layout_probe.c`.
+/// For tests of the bindings; not part of the C client's API.
+#[doc(hidden)]
+pub mod probe {
+    extern "C" {
+        pub fn zookeeper_mt_sys_probe_version() -> *const libc::c_char;
+        pub fn zookeeper_mt_sys_probe_size(which: libc::c_int) -> libc::size_t;
+        pub fn zookeeper_mt_sys_probe_int(which: libc::c_int) -> libc::c_int;
+    }
+
+    // The TLS/SASL part, compiled from `src/security_probe.c` with the vendored build's
+    // defines (features `tls`, `sasl`).
+    #[cfg(any(feature = "tls", feature = "sasl"))]
+    extern "C" {
+        pub fn zookeeper_mt_sys_probe_security_features() -> libc::c_int;
+        pub fn zookeeper_mt_sys_probe_security_size(which: libc::c_int) -> libc::size_t;
+        pub fn zookeeper_mt_sys_probe_security_int(which: libc::c_int) -> libc::c_long;
+        pub fn zookeeper_mt_sys_probe_security_fn(which: libc::c_int) -> *mut libc::c_void;
+    }
+}

@@ -1,0 +1,698 @@
+//! The handle: connect, session accessors, close, and the one path by which every
+//! request reaches C (`submit`).
+
+use crate::closer;
+use crate::context::{self, SweepReason};
+use crate::error::{Error, Result};
+use crate::in_flight::{InFlight, Permit, MAX_IN_FLIGHT};
+use crate::path::c_string;
+use crate::reply::deadline_after;
+use crate::session::{Session, SessionEvents};
+use crate::timeout::Timeout;
+use crate::types::{ClientId, SessionState, WatchedEvent};
+use crate::watch_table::WatchTable;
+use parking_lot::{Mutex, RwLock};
+use std::os::raw::{c_int, c_void};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use zookeeper_mt_sys as sys;
+
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
+
+/// The C handle. `zhandle_t` is thread-safe in the multi-threaded C client; what is not
+/// safe is closing it while another call runs, which the `RwLock` in `Inner` prevents.
+#[derive(Clone, Copy)]
+pub(crate) struct RawHandle(pub(crate) NonNull<sys::zhandle_t>);
+
+// SAFETY: the mt C client serializes access to its handle internally; the only unsafe
+// concurrency (close vs. any call) is excluded by the RwLock that holds this value.
+unsafe impl Send for RawHandle {}
+// SAFETY: as above.
+unsafe impl Sync for RawHandle {}
+
+/// The C handle behind its close lock: `None` once closed. Calls hold the read lock for
+/// the duration of their C call; close takes the write lock, so close never races a
+/// call. Shared with the watch table, which releases C watch registrations without
+/// keeping the session open.
+pub(crate) type HandleSlot = Arc<RwLock<Option<RawHandle>>>;
+
+/// Runs `call` with the live handle if the close lock can be had right now (never
+/// waits: the only writer is close); `None` while closing or once closed.
+pub(crate) fn with_slot<R>(
+    slot: &HandleSlot,
+    call: impl FnOnce(*mut sys::zhandle_t) -> R,
+) -> Option<R> {
+    let guard = slot.try_read()?;
+    let handle = (*guard)?;
+    Some(call(handle.0.as_ptr()))
+}
+
+struct Inner {
+    handle: HandleSlot,
+    session: Arc<Session>,
+    /// Watch registrations, one per path and kind (see `watch_table.rs`).
+    watches: Arc<WatchTable>,
+    /// The `Arc<Session>` leaked to C as the global watcher context.
+    session_context: *const Session,
+    client: u64,
+    /// What the C handle references for TLS/SASL; outlives `zookeeper_close`.
+    security: Arc<crate::security::Keepalive>,
+    /// The bound on requests in flight (see `in_flight.rs`).
+    in_flight: Arc<InFlight>,
+    /// How this session was made (without a session to resume), for [`ZooKeeper::new_session`].
+    options: ZooKeeperBuilder,
+    /// Credentials handed to C with `add_auth`, in order (C resends them on reconnect).
+    auths: Mutex<Vec<(String, Vec<u8>)>>,
+}
+
+// SAFETY: `session_context` is only dereferenced by C callbacks and reclaimed once, after
+// the C threads are joined; every other field is Send + Sync.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+/// A ZooKeeper session over the C client. Cheap to clone (all clones share the session)
+/// and usable from any number of threads. The session closes on [`close`](Self::close)
+/// or when the last clone is dropped.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use zookeeper_mt::{Acl, CreateMode, ZooKeeper};
+///
+/// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+/// zk.create("/greeting", b"hello", CreateMode::Persistent)?;
+/// let (data, stat) = zk.get("/greeting")?;
+/// assert_eq!(data, b"hello");
+/// zk.delete("/greeting", Some(stat.version))?;
+/// zk.close()?;
+/// # Ok::<(), zookeeper_mt::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ZooKeeper {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ZooKeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeper")
+            .field("client", &self.inner.client)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// Options for [`ZooKeeper::builder`].
+#[derive(Debug, Clone)]
+pub struct ZooKeeperBuilder {
+    hosts: String,
+    session_timeout: Duration,
+    /// `None`: the session timeout, whenever it is set (before or after this).
+    connect_timeout: Option<Duration>,
+    client_id: Option<ClientId>,
+    read_only: bool,
+    deterministic_order: Option<bool>,
+    resolution_delay: Duration,
+    pub(crate) security: crate::security::SecurityOptions,
+}
+
+impl ZooKeeperBuilder {
+    /// Requested session timeout (the server clamps it to its bounds). Default 10 s.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long `connect` waits for the first connection. Default: the session timeout,
+    /// in whichever order the two are set.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Resume an existing session (id and password from [`ZooKeeper::client_id`]).
+    pub fn session(mut self, client_id: ClientId) -> Self {
+        self.client_id = Some(client_id);
+        self
+    }
+
+    /// Accept read-only servers (`ZOO_READONLY`) when no quorum is reachable.
+    pub fn read_only(mut self, allowed: bool) -> Self {
+        self.read_only = allowed;
+        self
+    }
+
+    /// Try the hosts in the given order instead of shuffling. This is a process-wide
+    /// switch in the C client (`zoo_deterministic_conn_order`), applied at connect.
+    pub fn deterministic_order(mut self, deterministic: bool) -> Self {
+        self.deterministic_order = Some(deterministic);
+        self
+    }
+
+    /// Minimum delay between host-name re-resolutions (`zoo_set_servers_resolution_delay`).
+    /// Default 10 s; the C client's own default re-resolves on every IO loop pass.
+    pub fn resolution_delay(mut self, delay: Duration) -> Self {
+        self.resolution_delay = delay;
+        self
+    }
+
+    /// Connects, returning once the session is established.
+    ///
+    /// Errors: `Unresolvable` if no host resolves, `Timeout` if no server accepted the
+    /// session within the connect timeout (e.g. every port refused), `SessionExpired`
+    /// when resuming a session the server no longer knows.
+    pub fn connect(self) -> Result<ZooKeeper> {
+        if self.hosts.trim().is_empty() {
+            return Err(Error::InvalidArgument("empty host list"));
+        }
+        let hosts = c_string(&self.hosts, "host list")?;
+        let session_ms = c_int::try_from(self.session_timeout.as_millis())
+            .map_err(|_| Error::InvalidArgument("session timeout too large"))?;
+        let delay_ms = c_int::try_from(self.resolution_delay.as_millis())
+            .map_err(|_| Error::InvalidArgument("resolution delay too large"))?;
+        let client_id = self.client_id.map(|id| {
+            let mut raw = sys::clientid_t {
+                client_id: id.session_id,
+                passwd: [0; 16],
+            };
+            for (dst, src) in raw.passwd.iter_mut().zip(id.password) {
+                *dst = src as std::os::raw::c_char;
+            }
+            raw
+        });
+
+        // TLS files loaded once and strings checked before anything is handed to C.
+        let security = crate::security::Prepared::new(&self.security)?;
+
+        crate::logging::apply_default_level();
+        closer::start()?;
+        if let Some(deterministic) = self.deterministic_order {
+            // SAFETY: sets a process-wide int; no preconditions.
+            unsafe { sys::zoo_deterministic_conn_order(deterministic as c_int) };
+        }
+
+        let client = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
+        let session = Arc::new(Session::new(client));
+        let session_context = Arc::into_raw(Arc::clone(&session));
+        let flags = if self.read_only {
+            sys::ZOO_READONLY as c_int
+        } else {
+            0
+        };
+        // SAFETY: `hosts` is NUL-terminated and copied by C; `client_id` is NULL or a
+        // valid clientid_t copied by C; the context is a live `Arc<Session>` reclaimed only
+        // after `zookeeper_close` (or right below if init fails). The keepalive holds what
+        // C references for TLS/SASL and is kept in `Inner` until after `zookeeper_close`.
+        let (zh, keepalive) = unsafe {
+            security.init(
+                hosts.as_ptr(),
+                session_ms,
+                client_id.as_ref().map_or(ptr::null(), |id| id as *const _),
+                session_context as *mut c_void,
+                flags,
+            )
+        };
+        let Some(zh) = NonNull::new(zh) else {
+            let os_error = std::io::Error::last_os_error().to_string();
+            // SAFETY: init failed, so C kept no copy of the context: reclaim it once.
+            drop(unsafe { Arc::from_raw(session_context) });
+            return Err(Error::Unresolvable {
+                hosts: self.hosts,
+                os_error,
+            });
+        };
+        // SAFETY: `zh` is a live handle no other thread knows yet.
+        unsafe { sys::zoo_set_servers_resolution_delay(zh.as_ptr(), delay_ms) };
+
+        let handle: HandleSlot = Arc::new(RwLock::new(Some(RawHandle(zh))));
+        let options = ZooKeeperBuilder {
+            client_id: None,
+            ..self.clone()
+        };
+        let watches = WatchTable::new(client, Arc::clone(&session), Arc::clone(&handle));
+        let zk = ZooKeeper {
+            inner: Arc::new(Inner {
+                handle,
+                session,
+                watches,
+                session_context,
+                client,
+                security: Arc::new(keepalive),
+                in_flight: InFlight::new(MAX_IN_FLIGHT),
+                options,
+                auths: Mutex::new(Vec::new()),
+            }),
+        };
+        let deadline = deadline_after(self.connect_timeout.unwrap_or(self.session_timeout));
+        let connecting = crate::security::Connecting::start(&self.security, &zk);
+        let state = zk.inner.session.wait_connected(Some(deadline));
+        match state {
+            state if state.is_connected() => Ok(zk),
+            SessionState::Expired => Err(Error::SessionExpired),
+            SessionState::AuthFailed => Err(Error::AuthFailed),
+            _ => Err(connecting.timeout_error()), // dropping `zk` closes the handle
+        }
+    }
+}
+
+impl ZooKeeper {
+    /// Connects to `hosts` (`"host:port,host:port[/chroot]"`) with the given session
+    /// timeout and waits until the session is established.
+    pub fn connect(hosts: &str, session_timeout: Duration) -> Result<ZooKeeper> {
+        ZooKeeper::builder(hosts)
+            .session_timeout(session_timeout)
+            .connect()
+    }
+
+    /// A builder for the other connection options.
+    pub fn builder(hosts: &str) -> ZooKeeperBuilder {
+        ZooKeeperBuilder {
+            hosts: hosts.to_string(),
+            session_timeout: Duration::from_secs(10),
+            connect_timeout: None,
+            client_id: None,
+            read_only: false,
+            deterministic_order: None,
+            resolution_delay: Duration::from_secs(10),
+            security: Default::default(),
+        }
+    }
+
+    /// The current session state.
+    pub fn state(&self) -> SessionState {
+        self.inner.session.state()
+    }
+
+    /// A new receiver of every session event from now on (connected, connecting,
+    /// expired, ...): blocking (it derefs to a channel receiver) and an async stream.
+    /// Any number of receivers may exist; each gets every event. The stream ends when
+    /// the handle closes.
+    ///
+    /// Subscribe once and keep the receiver: a dropped receiver's subscription is only
+    /// pruned at the next session event, so calling this in a loop accumulates them.
+    pub fn session_events(&self) -> SessionEvents {
+        self.inner.session.subscribe()
+    }
+
+    /// A session-event subscription and the state it starts from, read together (see
+    /// `Session::subscribe_with_state`).
+    pub(crate) fn session_events_with_state(&self) -> (SessionEvents, SessionState) {
+        self.inner.session.subscribe_with_state()
+    }
+
+    /// Waits until the session is connected again (after a connection loss), or fails
+    /// with `Timeout`, or with the terminal error. On the C completion thread (a waker
+    /// running its task inline), which delivers the connection event, it does not wait:
+    /// it fails at once unless the session is connected already.
+    pub fn wait_connected(&self, timeout: impl Into<Timeout>) -> Result<()> {
+        let deadline = timeout.into().deadline().instant();
+        if crate::no_wait::here() && !self.inner.session.state().is_connected() {
+            return match self.inner.session.state() {
+                SessionState::Expired => Err(Error::SessionExpired),
+                SessionState::AuthFailed => Err(Error::AuthFailed),
+                SessionState::Closed => Err(Error::Closed),
+                _ => Err(crate::reply::COMPLETION_THREAD_WAIT),
+            };
+        }
+        match self.inner.session.wait_connected(deadline) {
+            state if state.is_connected() => Ok(()),
+            SessionState::Expired => Err(Error::SessionExpired),
+            SessionState::AuthFailed => Err(Error::AuthFailed),
+            SessionState::Closed => Err(Error::Closed),
+            _ => Err(Error::Timeout),
+        }
+    }
+
+    /// Runs `call` with the live C handle, holding the read lock so close cannot run
+    /// concurrently. Fails fast on a closed or terminal session.
+    ///
+    /// The read lock is only ever tried, never waited for: the one writer is `close`, so
+    /// a lock that cannot be had means a close has started, and the call fails with
+    /// `Closed` at once instead of stalling for the seconds `zookeeper_close` can take
+    /// (it sends CloseSession and waits for the answer). This also keeps a caller on the
+    /// C completion thread (a waker) from waiting on a closer that joins that thread.
+    pub(crate) fn with_handle<R>(&self, call: impl FnOnce(*mut sys::zhandle_t) -> R) -> Result<R> {
+        let guard = self.inner.handle.try_read().ok_or(Error::Closed)?;
+        let Some(handle) = *guard else {
+            return Err(Error::Closed);
+        };
+        match self.inner.session.state() {
+            SessionState::Expired => return Err(Error::SessionExpired),
+            SessionState::AuthFailed => return Err(Error::AuthFailed),
+            _ => {}
+        }
+        Ok(call(handle.0.as_ptr()))
+    }
+
+    /// A place in flight for one request: waits for room up to the session timeout,
+    /// except where waiting could never end (see `in_flight.rs`).
+    pub(crate) fn in_flight_permit(&self) -> Result<Permit> {
+        let may_wait = !crate::no_wait::here();
+        let deadline = may_wait.then(|| {
+            deadline_after(
+                self.inner
+                    .session
+                    .recv_timeout()
+                    .unwrap_or(Duration::from_secs(10)),
+            )
+        });
+        self.inner.in_flight.acquire(deadline)
+    }
+
+    /// Requests of this handle in flight now (at most [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT)).
+    #[doc(hidden)]
+    pub fn requests_in_flight(&self) -> usize {
+        self.inner.in_flight.count()
+    }
+
+    /// This handle's watch registrations.
+    pub(crate) fn watch_table(&self) -> &Arc<WatchTable> {
+        &self.inner.watches
+    }
+
+    /// The session id and password, to resume the session elsewhere.
+    ///
+    /// Connects a *new* session like this one: the same connect string and options
+    /// (timeouts, read-only, TLS, SASL) and the credentials added with
+    /// [`add_auth`](Self::add_auth), added again in the same order. For work that must
+    /// go on after this session is over (expired, closed): a managed client's next
+    /// session, or putting back what an ended session held. It never resumes this
+    /// session (a resumed handle would share its ephemeral nodes).
+    ///
+    /// Errors are [`connect`](ZooKeeperBuilder::connect)'s and
+    /// [`add_auth`](Self::add_auth)'s; a failed `add_auth` closes the new handle.
+    pub fn new_session(&self) -> Result<ZooKeeper> {
+        let zk = self.inner.options.clone().connect()?;
+        let auths = self.inner.auths.lock().clone();
+        for (scheme, credentials) in auths {
+            zk.add_auth(&scheme, &credentials)?;
+        }
+        Ok(zk)
+    }
+
+    /// Records credentials C has accepted, for [`new_session`](Self::new_session).
+    pub(crate) fn record_auth(&self, scheme: &str, credentials: &[u8]) {
+        self.inner
+            .auths
+            .lock()
+            .push((scheme.to_string(), credentials.to_vec()));
+    }
+
+    /// Read from a copy taken when the session (re)connected, never from the C handle:
+    /// its IO thread rewrites that struct on every reconnect, unsynchronized.
+    pub fn client_id(&self) -> Result<ClientId> {
+        // Fails on a closed or ended session, as every call does.
+        self.with_handle(|_| ())?;
+        // `connect` returns only once connected, and the id is recorded before the
+        // state says so: the copy is always there for a handle a caller holds.
+        self.inner.session.client_id().ok_or(Error::SystemError)
+    }
+
+    /// The session timeout negotiated with the server.
+    ///
+    /// Read from a copy taken when the session was made (as for
+    /// [`client_id`](Self::client_id)), never from the C handle, which the IO thread
+    /// rewrites at every handshake.
+    pub fn session_timeout(&self) -> Result<Duration> {
+        self.with_handle(|_| ())?;
+        self.inner.session.recv_timeout().ok_or(Error::SystemError)
+    }
+
+    /// The server this handle is connected to (`ip:port`), or `None` while disconnected.
+    ///
+    /// Derived from [`connected_host`](Self::connected_host). The C client's
+    /// `zoo_get_current_server` is not used: it formats into a static buffer its IO thread
+    /// also writes while logging (ZOOKEEPER-4810), a data race safe code must not reach.
+    pub fn current_server(&self) -> Result<Option<String>> {
+        Ok(self.connected_host()?.map(|addr| addr.to_string()))
+    }
+
+    /// The address of the server the session is connected to, or `None` while
+    /// disconnected.
+    ///
+    /// Recorded on the completion thread when the session event reporting the connection
+    /// is delivered, and forgotten at the next session event (a connection loss): never
+    /// read from the C client's socket on the caller's thread, where the IO thread may
+    /// have closed it meanwhile and the descriptor may belong to another socket. So it
+    /// follows the session events, in their order.
+    pub fn connected_host(&self) -> Result<Option<std::net::SocketAddr>> {
+        self.with_handle(|_| ())?;
+        Ok(self.inner.session.peer())
+    }
+
+    /// Replaces the server list (`zoo_set_servers`); the client may move to rebalance.
+    ///
+    /// To follow membership changes without this call, give host *names* in the
+    /// connect string: the C client re-resolves them on its own IO thread (see
+    /// [`ZooKeeperBuilder::resolution_delay`]), where no race exists.
+    ///
+    /// # Safety
+    ///
+    /// In the C client this binding links (3.8), `zoo_set_servers` frees and replaces
+    /// the host string and the address list, and may close the socket, while the
+    /// client's IO thread uses them without the lock that guards them (ZOOKEEPER-4699,
+    /// fixed upstream in 3.9.4): on a connection failure or reconnect at that moment the
+    /// IO thread reads freed memory (a heap use-after-free AddressSanitizer reports
+    /// within seconds when the call is repeated while the client reconnects), or
+    /// reads or writes a socket descriptor number that has been closed and reused.
+    /// No lock or check on the Rust side can exclude this: the IO thread takes none
+    /// this binding could hold, and when it reconnects is up to the network.
+    ///
+    /// The caller must therefore make sure the C client's IO thread is not
+    /// connecting, reconnecting or handling a connection error for the duration of the
+    /// call, or accept the risk of memory corruption. Every other method of this type
+    /// is safe.
+    ///
+    /// Safe code cannot make the call:
+    ///
+    /// ```compile_fail,E0133
+    /// fn move_to(zk: &zookeeper_mt::ZooKeeper, hosts: &str) -> zookeeper_mt::Result<()> {
+    ///     zk.set_servers(hosts) // error[E0133]: call to unsafe function
+    /// }
+    /// ```
+    pub unsafe fn set_servers(&self, hosts: &str) -> Result<()> {
+        if hosts.trim().is_empty() {
+            return Err(Error::InvalidArgument("empty host list"));
+        }
+        let hosts = c_string(hosts, "host list")?;
+        // SAFETY: live handle; `hosts` is NUL-terminated and copied by C. The race with
+        // the IO thread (ZOOKEEPER-4699) is the caller's to exclude, per the contract.
+        Error::check(self.with_handle(|zh| unsafe { sys::zoo_set_servers(zh, hosts.as_ptr()) })?)
+    }
+
+    /// Moves to the next server in the list on the next reconnect (`zoo_cycle_next_server`).
+    ///
+    /// # Safety
+    ///
+    /// `zoo_cycle_next_server` advances the address list's cursor and rewrites the
+    /// current address under the C client's reconfiguration lock, but the IO thread
+    /// advances and reads the same fields without it when a connection fails: a data
+    /// race that can make the IO thread connect to a torn address or read one entry
+    /// past the end of the address list. As for [`set_servers`](Self::set_servers),
+    /// the caller must make sure the IO thread is not connecting, reconnecting or
+    /// handling a connection error for the duration of the call.
+    ///
+    /// ```compile_fail,E0133
+    /// fn cycle(zk: &zookeeper_mt::ZooKeeper) -> zookeeper_mt::Result<()> {
+    ///     zk.cycle_next_server() // error[E0133]: call to unsafe function
+    /// }
+    /// ```
+    pub unsafe fn cycle_next_server(&self) -> Result<()> {
+        // SAFETY: live handle; the race with the IO thread is the caller's to exclude.
+        self.with_handle(|zh| unsafe { sys::zoo_cycle_next_server(zh) })
+    }
+
+    /// Whether the session can never recover (expired or auth failed; `is_unrecoverable`).
+    pub fn is_unrecoverable(&self) -> bool {
+        match self.with_handle(|zh| {
+            // SAFETY: live handle.
+            unsafe { sys::is_unrecoverable(zh) }
+        }) {
+            Ok(rc) => rc != sys::ZOK,
+            Err(_) => true,
+        }
+    }
+
+    /// Contexts of this handle still held for C: pending requests, and one per path and
+    /// kind with a watch armed or being set. Reads 0 after close: every context is freed
+    /// exactly once.
+    pub fn live_contexts(&self) -> usize {
+        context::live_contexts(self.inner.client)
+    }
+
+    /// Contexts held for C by every handle of this process.
+    pub fn live_contexts_in_process() -> usize {
+        context::live_contexts_total()
+    }
+
+    /// Closes the session: pending requests fail with `Closed`, watches end, the
+    /// session's ephemeral nodes go. Waits for calls running on other threads to
+    /// return first. Later calls on any clone fail with `Closed`. Idempotent.
+    ///
+    /// `Ok` says this handle is closed, not that the server ended the session: the C
+    /// client sends the close request only while it is connected. Closed during a
+    /// connection loss, or after another client resumed the session (with
+    /// [`client_id`](Self::client_id)) and took the connection away, the session lives on
+    /// until the server expires it after its timeout, or until its current owner closes it.
+    pub fn close(&self) -> Result<()> {
+        close_inner(&self.inner)
+    }
+
+    pub(crate) fn client_key(&self) -> u64 {
+        self.inner.client
+    }
+
+    /// A reference to this handle that does not keep it open: once every `ZooKeeper`
+    /// clone is gone the handle closes (ending the session) and
+    /// [`WeakZooKeeper::upgrade`] returns `None`. For background work that should run
+    /// only as long as someone still uses the session, as `Weak` is for `Arc`.
+    ///
+    /// ```no_run
+    /// # fn main() -> zookeeper_mt::Result<()> {
+    /// let zk = zookeeper_mt::ZooKeeper::connect("127.0.0.1:2181", std::time::Duration::from_secs(10))?;
+    /// let weak = zk.downgrade();
+    /// assert!(weak.upgrade().is_some());
+    /// drop(zk);
+    /// assert!(weak.upgrade().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn downgrade(&self) -> WeakZooKeeper {
+        WeakZooKeeper {
+            inner: Arc::downgrade(&self.inner),
+            session: Arc::clone(&self.inner.session),
+        }
+    }
+
+    /// Ends the session in a terminal `state` the C client reached without sending a
+    /// session event (a failed SASL authentication): as the global watcher does for
+    /// one, the state is recorded first, then pending requests fail and watches get
+    /// their final event, then session subscribers hear of it.
+    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+    pub(crate) fn end_session(&self, state: SessionState) {
+        let session = &self.inner.session;
+        if session.state().is_terminal() {
+            return;
+        }
+        session.on_state(state);
+        context::sweep(self.inner.client, SweepReason::Terminal(state));
+        session.publish(WatchedEvent {
+            event_type: crate::types::EventType::Session,
+            state,
+            path: String::new(),
+        });
+    }
+}
+
+/// A reference to a [`ZooKeeper`] handle that does not keep it open (see
+/// [`ZooKeeper::downgrade`]). `Clone`, `Send` and `Sync`.
+#[derive(Clone)]
+pub struct WeakZooKeeper {
+    inner: std::sync::Weak<Inner>,
+    /// Kept so the state can be waited on after the handle is gone.
+    #[cfg_attr(not(feature = "sasl"), allow(dead_code))]
+    pub(crate) session: Arc<Session>,
+}
+
+impl std::fmt::Debug for WeakZooKeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeakZooKeeper")
+            .field("open", &(self.inner.strong_count() > 0))
+            .finish()
+    }
+}
+
+impl WeakZooKeeper {
+    /// The handle, if some `ZooKeeper` clone still keeps it open. A handle closed with
+    /// [`ZooKeeper::close`] while clones remain is still returned (its calls fail with
+    /// `Closed`).
+    pub fn upgrade(&self) -> Option<ZooKeeper> {
+        self.inner.upgrade().map(|inner| ZooKeeper { inner })
+    }
+}
+
+fn close_inner(inner: &Inner) -> Result<()> {
+    if crate::no_wait::here() {
+        // On the C completion thread (a waker dropped the last clone or closed one) or
+        // inside the final sweep of a close on this thread: never wait here. The closing
+        // thread may be joining this very thread, or holding what this would wait for.
+        // The close is handed to the closer thread, which takes the handle out of its
+        // slot itself, so a handle is never left out of its slot without being closed.
+        closer::hand_off(closer::Job {
+            slot: Arc::clone(&inner.handle),
+            session: Arc::clone(&inner.session),
+            session_context: inner.session_context as usize,
+            client: inner.client,
+            keepalive: Arc::clone(&inner.security),
+        });
+        return Ok(());
+    }
+    // The write lock waits for calls running on other threads to leave C; once the handle
+    // is out of its slot, later calls fail with `Closed` without touching it. The lock is
+    // not held while closing: the final sweep runs wakers, and a waker may call `close`
+    // again on this thread.
+    let taken = inner.handle.write().take();
+    let Some(handle) = taken else {
+        // Closed or being closed elsewhere: return once it is done, as a first close would.
+        inner.session.wait_closed();
+        return Ok(());
+    };
+    closer::finish_close(handle, &inner.session, inner.session_context, inner.client)
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Err(error) = close_inner(self) {
+            log::debug!("zookeeper-mt: close on drop: {error}");
+        }
+    }
+}
+
+/// The peer address of the C client's socket (`zookeeper_get_connected_host`).
+///
+/// # Safety
+/// `zh` is a live handle; called on the completion thread for the session event that
+/// reported the connection, right after the IO thread made it.
+pub(crate) unsafe fn peer_of(zh: *mut sys::zhandle_t) -> Option<std::net::SocketAddr> {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: live handle (contract); `storage`/`len` describe a writable buffer large
+    // enough for any address; C fills it or returns NULL.
+    let found = unsafe {
+        sys::zookeeper_get_connected_host(
+            zh,
+            &mut storage as *mut _ as *mut libc::sockaddr,
+            &mut len,
+        )
+    };
+    if found.is_null() {
+        return None;
+    }
+    socket_addr(&storage)
+}
+
+fn socket_addr(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it is large
+            // enough and aligned for.
+            let v4 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::from((
+                Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)),
+                u16::from_be(v4.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let v6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::from((
+                Ipv6Addr::from(v6.sin6_addr.s6_addr),
+                u16::from_be(v6.sin6_port),
+            )))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,120 @@
+//! A safe Rust client for Apache ZooKeeper over the official multi-threaded C client
+//! (`libzookeeper_mt`), so Rust programs get exactly the C client's behaviour.
+//!
+//! - Every C API call is reachable: create (all modes, TTL, containers), delete, exists,
+//!   get, set, children, ACLs, auth, sync, config/reconfig, multi, watch removal.
+//! - Each request has a blocking form and an `_async` form returning a [`ZkFuture`] that
+//!   works on any executor (it is completed from the C completion thread).
+//! - Watches are channels: a watching read returns a one-shot [`Watch`]; session events
+//!   stream to any number of receivers ([`ZooKeeper::session_events`]).
+//! - Every context handed to C is freed exactly once ([`ZooKeeper::live_contexts`]
+//!   reads 0 after close).
+//! - Session lifecycle: [`connection_states`] reports a handle's session events as
+//!   Apache Curator's connection states ([`ConnectionState`]), and a
+//!   [`ManagedZooKeeper`] makes a new session after the server expired the old one.
+//!
+//! # Which thread runs what
+//!
+//! The C client runs two threads per handle: an IO thread and a completion thread.
+//!
+//! - **Every user-visible completion and waker runs on the completion thread, in one
+//!   order, with no C-client lock held**: replies, watch events and session events are
+//!   delivered in the order the server sent them (an `add_auth` outcome too: the C client
+//!   reports it on its IO thread, where the binding only records it). A blocking caller
+//!   is woken from there; an async caller's waker is called there.
+//! - The exceptions are wakers of what a close ends (pending requests, watches, session
+//!   streams): they run on the thread that closes, after the C threads are joined.
+//! - A waker may run its task inline: such a task may send requests and close the handle
+//!   (the close is then finished by the binding's closer thread, one per process). It must
+//!   not block waiting for something only the completion thread can deliver: there,
+//!   [`ZkFuture::wait`], [`Watch::wait`], [`SessionEvents::recv`],
+//!   [`ZooKeeper::wait_connected`], [`ConnectionStates::recv`] and
+//!   [`ManagedZooKeeper::wait_connected`] fail at once instead of blocking.
+//! - Connection-state streams and the [`ManagedZooKeeper`] have no thread or task: the
+//!   session event is translated and recorded where it is delivered (the completion
+//!   thread, or the closing thread for the end), without blocking. The managed client
+//!   starts a thread only after an expiry, to connect the new session (its connector may
+//!   block) and close the old handle.
+//! - Sync calls are the async calls waited on: they return in the same order.
+//! - The C client's log callback runs on whichever C thread logs; it only forwards the
+//!   message to the `log` crate from a thread of its own.
+//!
+//! # Backpressure
+//!
+//! A handle keeps at most [`MAX_IN_FLIGHT`] requests in flight. Every request writes a
+//! byte to the C client's wake-up pipe, and a full pipe makes the C client drop its own
+//! connection and fail every request in flight; the bound keeps the pipe from filling
+//! whatever the number of handles. A call that finds no room waits for a completion (up
+//! to the session timeout), then fails with the retryable [`Error::TooManyInFlight`]; on
+//! the completion thread it fails at once.
+//!
+//! # Fork
+//!
+//! A child process must not use or close a handle its parent opened: the C client's
+//! threads do not exist in the child, and `zookeeper_close` there waits forever for
+//! them. Open new handles in the child (or exec first).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zookeeper_mt::{Acl, CreateMode, EventType, ZooKeeper};
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let (_, watch) = zk.exists_watch("/config")?;
+//! zk.create("/config", b"v1", CreateMode::Persistent)?;
+//! assert_eq!(watch.wait()?.event_type, EventType::NodeCreated);
+//! # Ok::<(), zookeeper_mt::Error>(())
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
+
+mod acl;
+mod client;
+mod closer;
+mod context;
+mod error;
+mod in_flight;
+mod logging;
+mod managed;
+mod multi;
+mod no_wait;
+mod ops;
+mod path;
+mod reply;
+mod request;
+mod security;
+mod session;
+mod states;
+mod timeout;
+mod types;
+mod watch;
+mod watch_table;
+
+pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
+pub use error::{Error, Result};
+pub use in_flight::MAX_IN_FLIGHT;
+pub use logging::set_c_log_level;
+pub use managed::{ManagedSession, ManagedZooKeeper};
+pub use multi::{Op, OpResult};
+pub use no_wait::mark_executor_thread;
+pub use path::{validate_path, MAX_DATA_LEN};
+pub use reply::ZkFuture;
+#[cfg(feature = "sasl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sasl")))]
+pub use security::SaslConfig;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use security::TlsConfig;
+pub use session::{NextSessionEvent, SessionEvents};
+pub use states::{
+    connection_states, ConnectionEvent, ConnectionState, ConnectionStates,
+    ConnectionStatesIntoIter, ConnectionStatesIter, NextConnectionEvent,
+};
+pub use timeout::{Deadline, Timeout, Version};
+pub use types::{
+    Acl, ClientId, CreateMode, CreateOptions, EventType, Perms, Reconfig, SessionState, Stat,
+    WatchRemoval, WatchedEvent, WatcherType, MAX_TTL,
+};
+pub use watch::Watch;
+
+/// Re-exported for `select!` over watches and session events.
+pub use crossbeam_channel;
