@@ -88,6 +88,7 @@
 //! a dropped `leave_async` leaves the participant entered, and `leave` resumes.
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::recovery::{
     children_or_none_async, restart_dir_async, unwatch, wait_or_unwatch_async, Restart,
 };
@@ -108,16 +109,23 @@ use zookeeper_mt::{Error, Timeout, ZooKeeper};
 /// (`Clone` shares the session); usable from any thread.
 #[derive(Debug, Clone)]
 pub struct Barrier {
-    zk: ZooKeeper,
+    client: Client,
     path: String,
     nodes: NodeOptions,
 }
 
 impl Barrier {
+    /// The current session (on a managed client, the latest).
+    fn zk(&self) -> ZooKeeper {
+        self.client.session().zk
+    }
+
     /// A barrier at `path` (nothing is created until [`set`](Self::set)).
-    pub fn new(zk: &ZooKeeper, path: &str) -> Barrier {
+    /// `client`: a plain handle or a managed client (each request then goes to the
+    /// current session).
+    pub fn new(client: impl Into<Client>, path: &str) -> Barrier {
         Barrier {
-            zk: zk.clone(),
+            client: client.into(),
             path: path.to_string(),
             nodes: NodeOptions::default(),
         }
@@ -143,8 +151,8 @@ impl Barrier {
     /// [`set`](Self::set), async. Dropped, a create already sent may still raise the
     /// barrier (as after a call that timed out).
     pub async fn set_async(&self) -> Result<()> {
-        let patience = op_deadline(&self.zk).into();
-        create_if_absent_async(&self.zk, &self.path, b"", &self.nodes, patience).await
+        let patience = op_deadline(&self.zk()).into();
+        create_if_absent_async(&self.zk(), &self.path, b"", &self.nodes, patience).await
     }
 
     /// Removes the barrier, releasing every waiter. Removing an absent barrier is fine.
@@ -155,7 +163,7 @@ impl Barrier {
     /// [`remove`](Self::remove), async. Dropped, a delete already sent may still
     /// remove the barrier.
     pub async fn remove_async(&self) -> Result<()> {
-        delete_node_async(&self.zk, &self.path, op_deadline(&self.zk).into()).await
+        delete_node_async(&self.zk(), &self.path, op_deadline(&self.zk()).into()).await
     }
 
     /// Whether the barrier is currently set.
@@ -165,8 +173,8 @@ impl Barrier {
 
     /// [`is_set`](Self::is_set), async.
     pub async fn is_set_async(&self) -> Result<bool> {
-        let patience = op_deadline(&self.zk).into();
-        let stat = retry_async(&self.zk, patience, || self.zk.exists_async(&self.path)).await?;
+        let patience = op_deadline(&self.zk()).into();
+        let stat = retry_async(&self.zk(), patience, || self.zk().exists_async(&self.path)).await?;
         Ok(stat.is_some())
     }
 
@@ -182,17 +190,17 @@ impl Barrier {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         loop {
-            let (stat, mut watch) = retry_async(&self.zk, deadline.into(), || {
-                self.zk.exists_watch_async(&self.path)
+            let (stat, mut watch) = retry_async(&self.zk(), deadline.into(), || {
+                self.zk().exists_watch_async(&self.path)
             })
             .await?;
             if stat.is_none() {
                 // Nothing to wait for; the exists watch (set on the absent node) would
                 // stay registered until the barrier is next set.
-                unwatch(&self.zk, &watch);
+                unwatch(&self.zk(), &watch);
                 return Ok(());
             }
-            if wait_or_unwatch_async(&self.zk, &mut watch, deadline)
+            if wait_or_unwatch_async(&self.zk(), &mut watch, deadline)
                 .await?
                 .is_none()
             {
@@ -286,7 +294,7 @@ impl Drop for Busy<'_> {
 /// time: a call made while another is in progress fails with `InvalidArgument`.
 #[derive(Debug)]
 pub struct DoubleBarrier {
-    zk: ZooKeeper,
+    client: Client,
     dir: String,
     count: usize,
     nodes: NodeOptions,
@@ -294,9 +302,18 @@ pub struct DoubleBarrier {
 }
 
 impl DoubleBarrier {
+    /// The current session (on a managed client, the latest).
+    fn zk(&self) -> ZooKeeper {
+        self.client.session().zk
+    }
+
     /// A participant of the double barrier in directory `dir` (created when first
     /// needed) for `count` participants. Every participant must use the same `count`.
-    pub fn new(zk: &ZooKeeper, dir: &str, count: usize) -> Result<DoubleBarrier> {
+    ///
+    /// `client`: a plain handle or a managed client. A participant's node belongs to the
+    /// session it entered on: if that session ends before `leave`, `leave` fails with
+    /// the loss (the node went with the session).
+    pub fn new(client: impl Into<Client>, dir: &str, count: usize) -> Result<DoubleBarrier> {
         if count == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a double barrier needs at least one participant",
@@ -304,7 +321,7 @@ impl DoubleBarrier {
         }
         check_base_path(dir)?;
         Ok(DoubleBarrier {
-            zk: zk.clone(),
+            client: client.into(),
             dir: dir.to_string(),
             count,
             nodes: NodeOptions::default(),
@@ -357,7 +374,7 @@ impl DoubleBarrier {
     /// participant may do it, the names make it exact).
     async fn clear_stale(&self, round: &Round, deadline: Deadline) -> Result<()> {
         for threshold in round.stale_readies() {
-            delete_node_async(&self.zk, &self.ready_path(threshold), deadline.into()).await?;
+            delete_node_async(&self.zk(), &self.ready_path(threshold), deadline.into()).await?;
         }
         Ok(())
     }
@@ -387,7 +404,8 @@ impl DoubleBarrier {
         let (name, seq) = self.register(deadline).await?;
         let path = self.child(&name);
         // The node is ours from here: a dropped future withdraws it.
-        let mut withdraw = DeleteOnDrop::armed(&self.zk, &path);
+        let zk = self.zk();
+        let mut withdraw = DeleteOnDrop::armed(&zk, &path);
         let outcome = self.await_round(&name, seq, deadline).await;
         withdraw.disarm();
         match outcome {
@@ -398,8 +416,8 @@ impl DoubleBarrier {
             }
             Err(error) => {
                 // Withdraw: a participant that gave up must not be counted.
-                let patience = op_deadline(&self.zk).into();
-                let _ = delete_eventually_async(&self.zk, &path, patience).await;
+                let patience = op_deadline(&self.zk()).into();
+                let _ = delete_eventually_async(&self.zk(), &path, patience).await;
                 Err(error)
             }
         }
@@ -413,7 +431,7 @@ impl DoubleBarrier {
         loop {
             let tag = format!("{PARTICIPANT}{}-", guid());
             let name = create_sequential_async(
-                &self.zk,
+                &self.zk(),
                 &self.dir,
                 &tag,
                 b"",
@@ -425,7 +443,7 @@ impl DoubleBarrier {
                 Some(seq) if sequence_in_range(seq) => return Ok((name, seq)),
                 _ => {}
             }
-            delete_eventually_async(&self.zk, &self.child(&name), deadline.into()).await?;
+            delete_eventually_async(&self.zk(), &self.child(&name), deadline.into()).await?;
             self.restart_when_empty(deadline).await?;
         }
     }
@@ -437,8 +455,8 @@ impl DoubleBarrier {
             dir: self.dir.clone(),
         };
         loop {
-            let listed = retry_async(&self.zk, deadline.into(), || {
-                self.zk.get_children_watch_async(&self.dir)
+            let listed = retry_async(&self.zk(), deadline.into(), || {
+                self.zk().get_children_watch_async(&self.dir)
             })
             .await;
             let (children, mut watch) = match listed {
@@ -451,24 +469,25 @@ impl DoubleBarrier {
             self.clear_stale(&round, deadline).await?;
             if round.participants.is_empty() && round.count == round.stale_readies().len() {
                 let restarted =
-                    restart_dir_async(&self.zk, &self.dir, &[], &self.nodes, deadline.into()).await;
+                    restart_dir_async(&self.zk(), &self.dir, &[], &self.nodes, deadline.into())
+                        .await;
                 match restarted {
                     Ok(Restart::Restarted) => {
-                        unwatch(&self.zk, &watch);
+                        unwatch(&self.zk(), &watch);
                         return Ok(());
                     }
                     Ok(Restart::NotEmpty) => {} // someone arrived: wait for the change
                     Err(RecipeError::Timeout) => {
-                        unwatch(&self.zk, &watch);
+                        unwatch(&self.zk(), &watch);
                         return Err(exhausted());
                     }
                     Err(error) => {
-                        unwatch(&self.zk, &watch);
+                        unwatch(&self.zk(), &watch);
                         return Err(error);
                     }
                 }
             }
-            match wait_or_unwatch_async(&self.zk, &mut watch, deadline).await {
+            match wait_or_unwatch_async(&self.zk(), &mut watch, deadline).await {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(RecipeError::Timeout) => return Err(exhausted()),
                 Err(error) => return Err(error),
@@ -482,8 +501,8 @@ impl DoubleBarrier {
         loop {
             // A child watch set by the listing: any arrival or `ready` node after it
             // wakes us. (Participants are few; each re-lists on each arrival.)
-            let (children, mut watch) = retry_async(&self.zk, deadline.into(), || {
-                self.zk.get_children_watch_async(&self.dir)
+            let (children, mut watch) = retry_async(&self.zk(), deadline.into(), || {
+                self.zk().get_children_watch_async(&self.dir)
             })
             .await?;
             let mine = children.iter().any(|c| c == name);
@@ -504,7 +523,7 @@ impl DoubleBarrier {
                 if pending.len() >= self.count {
                     let x = pending.last().map_or(seq, |m| m.seq.max(seq));
                     let ready = self.ready_path(x);
-                    create_if_absent_async(&self.zk, &ready, b"", &self.nodes, deadline.into())
+                    create_if_absent_async(&self.zk(), &ready, b"", &self.nodes, deadline.into())
                         .await
                         .map(|()| Some(x))
                 } else {
@@ -513,7 +532,7 @@ impl DoubleBarrier {
             };
             match decided {
                 Ok(Some(x)) => {
-                    unwatch(&self.zk, &watch);
+                    unwatch(&self.zk(), &watch);
                     // Released: tidying up leftovers must not undo that.
                     if let Err(error) = self.clear_stale(&round, deadline).await {
                         log::debug!("recipes: double barrier: clearing stale ready nodes: {error}");
@@ -522,11 +541,11 @@ impl DoubleBarrier {
                 }
                 Ok(None) => {}
                 Err(error) => {
-                    unwatch(&self.zk, &watch);
+                    unwatch(&self.zk(), &watch);
                     return Err(error);
                 }
             }
-            if wait_or_unwatch_async(&self.zk, &mut watch, deadline)
+            if wait_or_unwatch_async(&self.zk(), &mut watch, deadline)
                 .await?
                 .is_none()
             {
@@ -571,19 +590,19 @@ impl DoubleBarrier {
         let my_path = self.child(name);
         let ready = self.ready_path(round_max);
         loop {
-            let children = children_or_none_async(&self.zk, &self.dir, deadline.into()).await?;
+            let children = children_or_none_async(&self.zk(), &self.dir, deadline.into()).await?;
             let mut list = members(children, &[PARTICIPANT]);
             list.retain(|m| m.in_range() && m.seq <= round_max);
             let Some(lowest) = list.first() else {
                 // Everyone of the round is gone (the last one may have died): clear its
                 // `ready` node.
-                return delete_node_async(&self.zk, &ready, deadline.into()).await;
+                return delete_node_async(&self.zk(), &ready, deadline.into()).await;
             };
             let me = list.iter().position(|m| m.name == name);
             if list.len() == 1 && me == Some(0) {
                 // Last one out: clear `ready` first, then leave.
-                delete_node_async(&self.zk, &ready, deadline.into()).await?;
-                return delete_node_async(&self.zk, &my_path, deadline.into()).await;
+                delete_node_async(&self.zk(), &ready, deadline.into()).await?;
+                return delete_node_async(&self.zk(), &my_path, deadline.into()).await;
             }
             let target = if me == Some(0) {
                 // Lowest: wait for the highest to go (the others wait on us).
@@ -591,18 +610,18 @@ impl DoubleBarrier {
             } else {
                 let lowest = lowest.name.clone();
                 if me.is_some() {
-                    delete_node_async(&self.zk, &my_path, deadline.into()).await?;
+                    delete_node_async(&self.zk(), &my_path, deadline.into()).await?;
                 }
                 lowest
             };
             let target_path = self.child(&target);
-            let (stat, mut watch) = retry_async(&self.zk, deadline.into(), || {
-                self.zk.exists_watch_async(&target_path)
+            let (stat, mut watch) = retry_async(&self.zk(), deadline.into(), || {
+                self.zk().exists_watch_async(&target_path)
             })
             .await?;
             if stat.is_none() {
-                unwatch(&self.zk, &watch);
-            } else if wait_or_unwatch_async(&self.zk, &mut watch, deadline)
+                unwatch(&self.zk(), &watch);
+            } else if wait_or_unwatch_async(&self.zk(), &mut watch, deadline)
                 .await?
                 .is_none()
             {
@@ -617,7 +636,7 @@ impl Drop for DoubleBarrier {
     /// for the delete, then leaves it to the background.
     fn drop(&mut self) {
         if let Some(entered) = self.state.get_mut().entered.take() {
-            delete_on_drop(&self.zk, &self.child(&entered.name));
+            delete_on_drop(&self.zk(), &self.child(&entered.name));
         }
     }
 }

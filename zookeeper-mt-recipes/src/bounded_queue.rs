@@ -76,13 +76,14 @@
 //! # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 //! ```
 
+use crate::lifecycle::Client;
 use crate::queue::{split_items, Queue};
 use crate::recovery::children_or_none_async;
 use crate::runtime::block_on;
 use crate::support::{check_base_path, ensure_dir_async, retry_async, Deadline};
 use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use std::time::Duration;
-use zookeeper_mt::{Error, Op, Timeout, ZooKeeper};
+use zookeeper_mt::{Error, Op, Timeout};
 
 /// What a bounded put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +107,7 @@ pub struct BoundedQueue {
 impl BoundedQueue {
     /// The bounded queue at `path` holding at most `max` items (every user of the path
     /// must give the same `max`). `max` must be at least 1.
-    pub fn new(zk: &ZooKeeper, path: &str, max: usize) -> Result<BoundedQueue> {
+    pub fn new(client: impl Into<Client>, path: &str, max: usize) -> Result<BoundedQueue> {
         check_base_path(path)?;
         if max == 0 {
             return Err(RecipeError::InvalidArgument(
@@ -114,7 +115,7 @@ impl BoundedQueue {
             ));
         }
         Ok(BoundedQueue {
-            queue: Queue::new(zk, &format!("{path}/items"))?,
+            queue: Queue::new(client, &format!("{path}/items"))?,
             gate: path.to_string(),
             max,
             nodes: NodeOptions::default(),
@@ -203,7 +204,8 @@ impl BoundedQueue {
     }
 
     async fn put_until(&self, data: &[u8], deadline: Deadline) -> Result<Offer> {
-        let zk = self.queue.zk();
+        let session = self.queue.session();
+        let zk = &session.zk;
         // The deadline bounds the wait for room, not the riding out of a connection
         // loss (as a take's deadline does not bound confirming a claimed item).
         let patience = self.queue.patience();
@@ -233,7 +235,7 @@ impl BoundedQueue {
                     return Ok(Offer::Full);
                 }
                 // Full: watch (registered before the listing that decides) and wait.
-                let (children, epoch) = match self.queue.watched_listing(deadline).await {
+                let (children, epoch) = match self.queue.watched_listing(&session, deadline).await {
                     Err(RecipeError::Timeout) if deadline.expired() => return Ok(Offer::Full),
                     other => other?,
                 };
@@ -278,8 +280,9 @@ impl BoundedQueue {
 
     /// [`len`](Self::len), async.
     pub async fn len_async(&self) -> Result<usize> {
-        let (zk, queue) = (self.queue.zk(), &self.queue);
-        let children = children_or_none_async(zk, &queue.store().items, queue.patience()).await?;
+        let (session, queue) = (self.queue.session(), &self.queue);
+        let children =
+            children_or_none_async(&session.zk, &queue.store().items, queue.patience()).await?;
         Ok(self.count(children))
     }
 

@@ -55,10 +55,11 @@
 //! # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 //! ```
 
+use crate::lifecycle::Client;
 use crate::queue::{now_millis, Order, Queue};
 use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use zookeeper_mt::{Timeout, ZooKeeper};
+use zookeeper_mt::Timeout;
 
 /// A distributed delayed queue (see the [module docs](self)). `Send + Sync`.
 #[derive(Debug)]
@@ -68,9 +69,9 @@ pub struct DelayedQueue {
 
 impl DelayedQueue {
     /// The delayed queue at `path` (its nodes are created when first needed).
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<DelayedQueue> {
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<DelayedQueue> {
         Ok(DelayedQueue {
-            queue: Queue::new(zk, path)?.with_order(Order::Delayed),
+            queue: Queue::new(client, path)?.with_order(Order::Delayed),
         })
     }
 
@@ -149,7 +150,13 @@ impl DelayedQueue {
         let tag = format!("d{due:020}");
         self.queue
             .store()
-            .put_with_async(self.queue.zk(), data, &tag, &[], self.queue.patience())
+            .put_with_async(
+                &self.queue.session().zk,
+                data,
+                &tag,
+                &[],
+                self.queue.patience(),
+            )
             .await?;
         Ok(UNIX_EPOCH + Duration::from_millis(due))
     }

@@ -60,6 +60,7 @@
 //! - No fairness beyond join order; a candidate that rejoins goes to the back.
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, create_member_async, delete_eventually_async, op_deadline, ordered_members,
@@ -93,16 +94,22 @@ pub struct LeaderElection {
 impl LeaderElection {
     /// Joins the election in `dir` (created if missing) as a new candidate carrying
     /// `data` (e.g. its address, readable by others through [`leader_data`]).
+    /// `client`: a plain handle or a managed client; the candidate belongs to the session
+    /// current when it joins (its node goes with that session).
     ///
     /// [`leader_data`]: LeaderElection::leader_data
-    pub fn join(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
-        Self::join_with_options(zk, dir, data, NodeOptions::default())
+    pub fn join(client: impl Into<Client>, dir: &str, data: &[u8]) -> Result<LeaderElection> {
+        Self::join_with_options(client, dir, data, NodeOptions::default())
     }
 
     /// [`join`](Self::join), async. Dropped before it returns, it withdraws the
     /// candidate node it may have created.
-    pub async fn join_async(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
-        Self::join_with_options_async(zk, dir, data, NodeOptions::default()).await
+    pub async fn join_async(
+        client: impl Into<Client>,
+        dir: &str,
+        data: &[u8],
+    ) -> Result<LeaderElection> {
+        Self::join_with_options_async(client, dir, data, NodeOptions::default()).await
     }
 
     /// [`join`](Self::join), creating the directory (if missing) and the candidate node
@@ -111,23 +118,25 @@ impl LeaderElection {
     /// [`RecipeError::SequenceExhausted`] at the end of the directory's counter while
     /// other candidates remain (see the module docs).
     pub fn join_with_options(
-        zk: &ZooKeeper,
+        client: impl Into<Client>,
         dir: &str,
         data: &[u8],
         nodes: NodeOptions,
     ) -> Result<LeaderElection> {
-        block_on(Self::join_with_options_async(zk, dir, data, nodes))
+        block_on(Self::join_with_options_async(client, dir, data, nodes))
     }
 
     /// [`join_with_options`](Self::join_with_options), async (see
     /// [`join_async`](Self::join_async)).
     pub async fn join_with_options_async(
-        zk: &ZooKeeper,
+        client: impl Into<Client>,
         dir: &str,
         data: &[u8],
         nodes: NodeOptions,
     ) -> Result<LeaderElection> {
         check_base_path(dir)?;
+        // A candidate belongs to one session: on a managed client, the current one.
+        let zk = &client.into().session().zk;
         let deadline = op_deadline(zk);
         let seq_dir = SeqDir {
             path: dir,

@@ -91,6 +91,7 @@
 //! thread each), and a refill whose future is dropped hands the turn to the next caller.
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::runtime::{block_on, until};
 use crate::support::{
     create_if_absent, op_deadline, reconnected, retry, retry_async, Deadline, Patience,
@@ -177,7 +178,7 @@ fn bump(counter: &AtomicU64, by: u64) {
 /// are serialized, so callers of one generator never race each other's CAS.
 #[derive(Debug)]
 pub struct IdGenerator {
-    zk: ZooKeeper,
+    client: Client,
     path: String,
     batch: u64,
     timeout: Duration,
@@ -192,6 +193,11 @@ pub struct IdGenerator {
 }
 
 impl IdGenerator {
+    /// The current session (on a managed client, the latest).
+    fn zk(&self) -> ZooKeeper {
+        self.client.session().zk
+    }
+
     /// Creates the counter node `path` at 0 (and missing parents) with `nodes`' ACL, if
     /// it does not exist; an existing counter is left as it is.
     ///
@@ -199,21 +205,31 @@ impl IdGenerator {
     /// create their counter, so one that vanished (deleted by hand, or with its parent)
     /// is an error ([`RecipeError::Lost`]) instead of a silent restart at 0 that would
     /// hand out every id again.
-    pub fn create_counter(zk: &ZooKeeper, path: &str, nodes: &NodeOptions) -> Result<()> {
+    pub fn create_counter(
+        client: impl Into<Client>,
+        path: &str,
+        nodes: &NodeOptions,
+    ) -> Result<()> {
         crate::support::check_base_path(path)?;
+        let zk = &client.into().session().zk;
         create_if_absent(zk, path, b"0", nodes, op_deadline(zk))
     }
 
     /// A generator reserving one id per CAS, on the existing counter `path` (see
     /// [`create_counter`](Self::create_counter)). A missing counter is
     /// [`RecipeError::Lost`]: it is never created here.
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<IdGenerator> {
+    ///
+    /// `client`: a plain handle or a managed client (each request then goes to the
+    /// current session; a reserved batch is not tied to a session).
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<IdGenerator> {
         crate::support::check_base_path(path)?;
+        let client = client.into();
+        let zk = &client.session().zk;
         if retry(zk, op_deadline(zk), || zk.exists(path))?.is_none() {
             return Err(RecipeError::Lost(LossReason::CounterMissing));
         }
         Ok(IdGenerator {
-            zk: zk.clone(),
+            client,
             path: path.to_string(),
             batch: 1,
             timeout: DEFAULT_TIMEOUT,
@@ -321,7 +337,7 @@ impl IdGenerator {
 
     /// [`current`](Self::current), async.
     pub async fn current_async(&self) -> Result<u64> {
-        let (data, _) = self.read(op_deadline(&self.zk)).await?;
+        let (data, _) = self.read(op_deadline(&self.zk())).await?;
         parse_counter(&data).map(|(high, _)| high)
     }
 
@@ -344,9 +360,9 @@ impl IdGenerator {
 
     /// Reads the counter, retrying a lost connection until `deadline`.
     async fn read(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
-        let read = retry_async(&self.zk, deadline.into(), || {
+        let read = retry_async(&self.zk(), deadline.into(), || {
             bump(&self.counters.reads, 1);
-            self.zk.get_async(&self.path)
+            self.zk().get_async(&self.path)
         })
         .await;
         match read {
@@ -425,7 +441,7 @@ impl IdGenerator {
                     bump(&counters.connection_losses, 1);
                     uncertain = true;
                     losses += 1;
-                    reconnected(&self.zk, deadline.into(), losses).await?;
+                    reconnected(&self.zk(), deadline.into(), losses).await?;
                 }
                 // Synced first: the server we reconnected to may not have applied our
                 // write yet. Failing (no time left), the outcome stays unknown and the
@@ -462,7 +478,7 @@ impl IdGenerator {
     /// [`read`](Self::read) after a `sync`, for deciding whether a write applied.
     async fn read_synced(&self, deadline: Deadline) -> Result<(Vec<u8>, Stat)> {
         let patience = Patience::from(deadline);
-        retry_async(&self.zk, patience, || self.zk.sync_async(&self.path)).await?;
+        retry_async(&self.zk(), patience, || self.zk().sync_async(&self.path)).await?;
         self.read(deadline).await
     }
 
@@ -471,18 +487,18 @@ impl IdGenerator {
         let data = cas.payload.as_bytes();
         let result = match CasPlan::for_version(cas.version) {
             CasPlan::Set => self
-                .zk
+                .zk()
                 .set_async(&self.path, data, Some(cas.version))
                 .await
                 .map(drop),
             CasPlan::SkipMinusOne => {
                 let ops = skip_ops(&self.path, data, cas.version);
-                self.zk.multi_async(&ops).await.map(drop)
+                self.zk().multi_async(&ops).await.map(drop)
             }
             CasPlan::Marker => {
                 let acl = self.nodes.acl_list();
                 let ops = marker_ops(&self.path, data, cas.mzxid, acl);
-                self.zk.multi_async(&ops).await.map(drop)
+                self.zk().multi_async(&ops).await.map(drop)
             }
         };
         match result {

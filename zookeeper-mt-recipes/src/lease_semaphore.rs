@@ -43,6 +43,7 @@
 //! ```
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::lock::{uuid_text, Lock, LockLayout};
 use crate::runtime::block_on;
 use crate::support::{
@@ -68,7 +69,7 @@ pub enum SemaphoreLayout {
 /// A counting semaphore handing out leases (see the [module docs](self)). `Send + Sync`.
 #[derive(Debug)]
 pub struct LeaseSemaphore {
-    zk: ZooKeeper,
+    client: Client,
     path: String,
     max: u32,
     layout: SemaphoreLayout,
@@ -82,12 +83,13 @@ pub struct LeaseSemaphore {
 impl LeaseSemaphore {
     /// The semaphore at `path` with at most `max` leases. No request is sent here.
     pub fn new(
-        zk: &ZooKeeper,
+        client: impl Into<Client>,
         path: &str,
         max: u32,
         layout: SemaphoreLayout,
     ) -> Result<LeaseSemaphore> {
         check_base_path(path)?;
+        let client = client.into();
         if max == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a semaphore needs at least one lease",
@@ -95,16 +97,16 @@ impl LeaseSemaphore {
         }
         let (guard, leases_dir) = match layout {
             SemaphoreLayout::Curator => (
-                Lock::new(zk, &format!("{path}/locks"))?.with_layout(LockLayout::Curator),
+                Lock::new(&client, &format!("{path}/locks"))?.with_layout(LockLayout::Curator),
                 format!("{path}/leases"),
             ),
             SemaphoreLayout::Kazoo => (
-                Lock::new(zk, &format!("{path}-__lock__"))?.with_layout(LockLayout::Kazoo),
+                Lock::new(&client, &format!("{path}-__lock__"))?.with_layout(LockLayout::Kazoo),
                 path.to_string(),
             ),
         };
         Ok(LeaseSemaphore {
-            zk: zk.clone(),
+            client,
             path: path.to_string(),
             max,
             layout,
@@ -128,8 +130,9 @@ impl LeaseSemaphore {
 
     /// [`held`](Self::held), async.
     pub async fn held_async(&self) -> Result<usize> {
-        let listed = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
-            self.zk.get_children_async(&self.leases_dir)
+        let zk = &self.client.session().zk;
+        let listed = retry_async(zk, op_deadline(zk).into(), || {
+            zk.get_children_async(&self.leases_dir)
         })
         .await;
         match listed {
@@ -202,33 +205,34 @@ impl LeaseSemaphore {
 
     /// Curator: create the lease, keep it once the leases number at most `max`.
     async fn curator_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
-        let patience = Patience::from(op_deadline(&self.zk));
+        let zk = &self.client.session().zk;
+        let patience = Patience::from(op_deadline(zk));
         let dir = SeqDir {
             path: &self.leases_dir,
             data: b"",
             nodes: &self.nodes,
         };
         let tag = format!("_c_{}-lease-", uuid_text());
-        let created = create_member_async(&self.zk, &dir, &tag, b"", patience, deadline).await?;
+        let created = create_member_async(zk, &dir, &tag, b"", patience, deadline).await?;
         let lease = Lease {
-            zk: self.zk.clone(),
+            zk: zk.clone(),
             path: format!("{}/{}", self.leases_dir, created.name),
             handed_out: false,
         };
         loop {
-            let (children, mut watch) = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
-                self.zk.get_children_watch_async(&self.leases_dir)
+            let (children, mut watch) = retry_async(zk, op_deadline(zk).into(), || {
+                zk.get_children_watch_async(&self.leases_dir)
             })
             .await?;
             if !children.contains(&created.name) {
-                crate::support::withdraw_watch(&self.zk, &watch);
+                crate::support::withdraw_watch(zk, &watch);
                 return Err(RecipeError::Lost(LossReason::NodeGone));
             }
             if children.len() <= self.max as usize {
-                crate::support::withdraw_watch(&self.zk, &watch);
+                crate::support::withdraw_watch(zk, &watch);
                 return Ok(Some(lease));
             }
-            let fired = await_watch_async(&self.zk, &mut watch, deadline, &self.waiting).await?;
+            let fired = await_watch_async(zk, &mut watch, deadline, &self.waiting).await?;
             if fired.is_none() {
                 // Withdrawn (awaited: nothing is left when the call returns).
                 if let Err(error) = lease.release_async().await {
@@ -241,8 +245,8 @@ impl LeaseSemaphore {
 
     /// kazoo: check `max` in the path's data; create a lease once fewer than `max` exist.
     async fn kazoo_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
-        let step: Patience = op_deadline(&self.zk).into();
-        let zk = &self.zk;
+        let zk = &self.client.session().zk;
+        let step: Patience = op_deadline(zk).into();
         if !self.checked.load(Ordering::Relaxed) {
             let open = NodeOptions::default();
             retry_async(zk, step, || create_dir_async(zk, &self.path, &open)).await?;

@@ -36,15 +36,15 @@
 //! ```
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
 use crate::runtime::block_on;
 use crate::{NodeOptions, RecipeError, Result};
-use zookeeper_mt::{Op, OpResult, Timeout, ZooKeeper};
+use zookeeper_mt::{Op, OpResult, Timeout};
 
 /// Several locks taken together (see the [module docs](self)). `Send + Sync`.
 #[derive(Debug)]
 pub struct MultiLock {
-    zk: ZooKeeper,
     /// In acquisition order (sorted by path, no duplicates).
     locks: Vec<Lock>,
 }
@@ -52,7 +52,9 @@ pub struct MultiLock {
 impl MultiLock {
     /// A multi-lock over `paths` (duplicates are taken once). Fails with
     /// `InvalidArgument` for no paths or an invalid path. No request is sent here.
-    pub fn new(zk: &ZooKeeper, paths: &[&str]) -> Result<MultiLock> {
+    /// `client`: a plain handle or a managed client, as for [`Lock::new`].
+    pub fn new(client: impl Into<Client>, paths: &[&str]) -> Result<MultiLock> {
+        let client = client.into();
         let mut sorted: Vec<&str> = paths.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -61,12 +63,9 @@ impl MultiLock {
         }
         let locks = sorted
             .into_iter()
-            .map(|path| Lock::new(zk, path))
+            .map(|path| Lock::new(client.clone(), path))
             .collect::<Result<Vec<_>>>()?;
-        Ok(MultiLock {
-            zk: zk.clone(),
-            locks,
-        })
+        Ok(MultiLock { locks })
     }
 
     /// The node layout of every lock (see [`LockLayout`]).
@@ -133,10 +132,7 @@ impl MultiLock {
     }
 
     fn guard(&self, guards: Vec<LockGuard>) -> MultiGuard {
-        MultiGuard {
-            zk: self.zk.clone(),
-            guards,
-        }
+        MultiGuard { guards }
     }
 }
 
@@ -145,7 +141,7 @@ impl MultiLock {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the locks at once"]
 pub struct MultiGuard {
-    zk: ZooKeeper,
+    /// At least one (a multi-lock has a path).
     guards: Vec<LockGuard>,
 }
 
@@ -172,7 +168,8 @@ impl MultiGuard {
             return Err(RecipeError::Lost(LossReason::Lock(reason)));
         }
         let nodes: Vec<&str> = self.guards.iter().map(LockGuard::node).collect();
-        crate::fenced::fenced_multi(&self.zk, &nodes, ops)
+        // Every guard's session: a node of an ended session fails the check.
+        crate::fenced::fenced_multi(self.guards[0].client(), &nodes, ops)
     }
 
     /// Releases every lock (in reverse order); the first error is reported after all

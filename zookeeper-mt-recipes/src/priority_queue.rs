@@ -55,10 +55,11 @@
 //! # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 //! ```
 
+use crate::lifecycle::Client;
 use crate::queue::{Order, Queue};
 use crate::{NodeOptions, Result, RetryPolicy};
 use std::time::Duration;
-use zookeeper_mt::{Timeout, ZooKeeper};
+use zookeeper_mt::Timeout;
 
 /// A distributed priority queue (see the [module docs](self)). `Send + Sync`.
 #[derive(Debug)]
@@ -68,9 +69,9 @@ pub struct PriorityQueue {
 
 impl PriorityQueue {
     /// The priority queue at `path` (its nodes are created when first needed).
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<PriorityQueue> {
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<PriorityQueue> {
         Ok(PriorityQueue {
-            queue: Queue::new(zk, path)?.with_order(Order::Priority),
+            queue: Queue::new(client, path)?.with_order(Order::Priority),
         })
     }
 
@@ -127,7 +128,13 @@ impl PriorityQueue {
         let tag = format!("p{priority:010}");
         let store = self.queue.store();
         store
-            .put_with_async(self.queue.zk(), data, &tag, &[], self.queue.patience())
+            .put_with_async(
+                &self.queue.session().zk,
+                data,
+                &tag,
+                &[],
+                self.queue.patience(),
+            )
             .await
             .map(drop)
     }
@@ -145,7 +152,7 @@ impl PriorityQueue {
         let queue = &self.queue;
         queue
             .store()
-            .put_all(queue.zk(), items, &tag, queue.patience())
+            .put_all(&queue.session().zk, items, &tag, queue.patience())
     }
 
     /// [`put_all`](Self::put_all), async (see [`Queue::put_all_async`]).
@@ -160,7 +167,7 @@ impl PriorityQueue {
         let queue = &self.queue;
         queue
             .store()
-            .put_all_async(queue.zk(), &items, &tag, queue.patience())
+            .put_all_async(&queue.session().zk, &items, &tag, queue.patience())
             .await
     }
 

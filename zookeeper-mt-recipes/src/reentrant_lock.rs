@@ -36,6 +36,7 @@
 //! ```
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
 use crate::{NodeOptions, Result};
 use parking_lot::Mutex;
@@ -43,7 +44,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::thread::{self, ThreadId};
 use std::time::Duration;
-use zookeeper_mt::{Op, OpResult, Timeout, ZooKeeper};
+use zookeeper_mt::{Op, OpResult, Timeout};
 
 /// A reentrant distributed mutex (see the [module docs](self)). `Send + Sync`.
 pub struct ReentrantLock {
@@ -73,9 +74,9 @@ impl fmt::Debug for ReentrantLock {
 
 impl ReentrantLock {
     /// A reentrant lock on `path` (lock nodes are its children). No request is sent here.
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<ReentrantLock> {
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<ReentrantLock> {
         Ok(ReentrantLock {
-            lock: Lock::new(zk, path)?,
+            lock: Lock::new(client, path)?,
             held: Mutex::new(Vec::new()),
         })
     }

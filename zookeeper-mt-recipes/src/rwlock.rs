@@ -77,6 +77,7 @@
 //!   restart.
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::lock::{kazoo_marker, uuid_text, LockLayout};
 use crate::runtime::block_on;
 use crate::support::{
@@ -138,7 +139,7 @@ fn is_write(layout: LockLayout, member: &Member) -> bool {
 /// Cheap to clone; usable from any thread.
 #[derive(Debug, Clone)]
 pub struct ReadWriteLock {
-    zk: ZooKeeper,
+    client: Client,
     dir: String,
     nodes: NodeOptions,
     layout: LockLayout,
@@ -148,10 +149,13 @@ impl ReadWriteLock {
     /// The lock in `dir`. The directory (and its parents) is created by the first
     /// request if missing, with the node options then set
     /// ([`with_node_options`](Self::with_node_options)). No request is sent here.
-    pub fn new(zk: &ZooKeeper, dir: &str) -> Result<ReadWriteLock> {
+    ///
+    /// `client`: a plain handle or a managed client. On a managed client each request
+    /// runs on the session current when it starts, and its guard belongs to that session.
+    pub fn new(client: impl Into<Client>, dir: &str) -> Result<ReadWriteLock> {
         check_base_path(dir)?;
         Ok(ReadWriteLock {
-            zk: zk.clone(),
+            client: client.into(),
             dir: dir.to_string(),
             nodes: NodeOptions::default(),
             layout: LockLayout::Native,
@@ -207,10 +211,8 @@ impl ReadWriteLock {
     pub async fn write_async(&self, timeout: impl Into<Timeout>) -> Result<WriteGuard> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let node = self.acquire(WRITE, timeout).await?;
-        Ok(WriteGuard {
-            node,
-            zk: self.zk.clone(),
-        })
+        let zk = node.client().clone();
+        Ok(WriteGuard { node, zk })
     }
 
     /// A read lock if it can be had without waiting, else `None`.
@@ -235,23 +237,23 @@ impl ReadWriteLock {
 
     async fn acquire(&self, kind: &'static str, timeout: Duration) -> Result<OwnedNode> {
         let deadline = Deadline::after(timeout);
+        let zk = &self.client.session().zk;
         // Creating the request is not bounded by a zero timeout: `try_*` must try once.
-        let create_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
+        let create_deadline = Deadline::after(timeout.max(default_op_timeout(zk)));
         let dir = SeqDir {
             path: &self.dir,
             data: b"",
             nodes: &self.nodes,
         };
         let tag = request_tag(self.layout, kind);
-        let created =
-            create_member_async(&self.zk, &dir, &tag, b"", create_deadline.into(), deadline)
-                .await
-                .map_err(|error| match error {
-                    // At the counter's end the directory is busy: as a busy lock, a timeout.
-                    RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
-                    other => other,
-                })?;
-        let node = OwnedNode::new(&self.zk, &self.dir, created);
+        let created = create_member_async(zk, &dir, &tag, b"", create_deadline.into(), deadline)
+            .await
+            .map_err(|error| match error {
+                // At the counter's end the directory is busy: as a busy lock, a timeout.
+                RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
+                other => other,
+            })?;
+        let node = OwnedNode::new(zk, &self.dir, created);
         // A dropped future drops `node`, which withdraws the request in the background.
         match self
             .wait_granted(&node, kind, deadline, create_deadline)
@@ -274,8 +276,9 @@ impl ReadWriteLock {
     ) -> Result<()> {
         let waiting = AtomicU64::new(0);
         loop {
-            let listing = retry_async(&self.zk, read_deadline.into(), || {
-                self.zk.get_children_async(&self.dir)
+            let zk = node.client();
+            let listing = retry_async(zk, read_deadline.into(), || {
+                zk.get_children_async(&self.dir)
             });
             let children = match listing.await {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
@@ -299,7 +302,8 @@ impl ReadWriteLock {
             };
             deadline.check()?;
             let path = format!("{}/{}", self.dir, blocker.name);
-            match wait_for_change_async(&self.zk, &path, Patience::from(deadline), &waiting).await?
+            match wait_for_change_async(node.client(), &path, Patience::from(deadline), &waiting)
+                .await?
             {
                 NodeWait::Fired | NodeWait::LookAgain => {}
                 NodeWait::TimedOut => return Err(RecipeError::Timeout),

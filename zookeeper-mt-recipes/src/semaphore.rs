@@ -54,6 +54,7 @@
 //!   again by the next acquisition with its own `N`.
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::runtime::block_on;
 use crate::support::{
     await_watch_async, check_base_path, create_member_async, default_op_timeout, op_deadline,
@@ -66,7 +67,7 @@ use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use zookeeper_mt::{Error, Timeout, ZooKeeper};
+use zookeeper_mt::{Error, Timeout};
 
 /// Name prefix of lease nodes.
 const LEASE: &str = "lease-";
@@ -79,7 +80,7 @@ const HELD: &[u8] = b"held";
 /// usable from any thread.
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    zk: ZooKeeper,
+    client: Client,
     dir: String,
     permits: u32,
     /// `permits` as the directory holds it.
@@ -94,7 +95,12 @@ impl Semaphore {
     /// another permit count, this fails with `InvalidArgument`. A missing directory is
     /// created (holding `permits` as decimal text, with the node options then set:
     /// [`with_node_options`](Self::with_node_options)) by the first acquisition.
-    pub fn new(zk: &ZooKeeper, dir: &str, permits: u32) -> Result<Semaphore> {
+    ///
+    /// `client`: a plain handle or a managed client. On a managed client each
+    /// acquisition runs on the session current when it starts, and its lease belongs to
+    /// that session.
+    pub fn new(client: impl Into<Client>, dir: &str, permits: u32) -> Result<Semaphore> {
+        let client = client.into();
         if permits == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a semaphore needs at least one permit",
@@ -102,14 +108,15 @@ impl Semaphore {
         }
         check_base_path(dir)?;
         let semaphore = Semaphore {
-            zk: zk.clone(),
+            client,
             dir: dir.to_string(),
             permits,
             count: permits.to_string(),
             nodes: NodeOptions::default(),
             checked: Arc::new(AtomicBool::new(false)),
         };
-        semaphore.check_count(false, op_deadline(zk))?;
+        let deadline = op_deadline(&semaphore.client.session().zk);
+        semaphore.check_count(false, deadline)?;
         Ok(semaphore)
     }
 
@@ -128,7 +135,8 @@ impl Semaphore {
     }
 
     async fn check_count_async(&self, create: bool, deadline: Deadline) -> Result<()> {
-        let (zk, dir, text) = (&self.zk, self.dir.as_str(), self.count.as_bytes());
+        let zk = &self.client.session().zk;
+        let (dir, text) = (self.dir.as_str(), self.count.as_bytes());
         let patience = Patience::from(deadline);
         loop {
             let (data, stat) = match retry_async(zk, patience, || zk.get_async(dir)).await {
@@ -182,8 +190,9 @@ impl Semaphore {
 
     /// [`requests`](Self::requests), async.
     pub async fn requests_async(&self) -> Result<usize> {
-        let listed = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
-            self.zk.get_children_async(&self.dir)
+        let zk = &self.client.session().zk;
+        let listed = retry_async(zk, op_deadline(zk).into(), || {
+            zk.get_children_async(&self.dir)
         })
         .await;
         match listed {
@@ -203,34 +212,28 @@ impl Semaphore {
     pub async fn acquire_async(&self, timeout: impl Into<Timeout>) -> Result<Lease> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
-        let step_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
+        let zk = &self.client.session().zk;
+        let step_deadline = Deadline::after(timeout.max(default_op_timeout(zk)));
         if !self.checked.load(Ordering::Relaxed) {
             self.check_count_async(true, step_deadline).await?;
         }
         let dir = self.seq_dir();
         let tag = format!("{LEASE}{}-", guid());
-        let created = create_member_async(
-            &self.zk,
-            &dir,
-            &tag,
-            WAITING,
-            step_deadline.into(),
-            deadline,
-        )
-        .await
-        .map_err(|error| match error {
-            // At the counter's end the directory is busy: as with no free permit.
-            RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
-            other => other,
-        })?;
+        let created = create_member_async(zk, &dir, &tag, WAITING, step_deadline.into(), deadline)
+            .await
+            .map_err(|error| match error {
+                // At the counter's end the directory is busy: as with no free permit.
+                RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
+                other => other,
+            })?;
         let lease = Lease {
-            node: OwnedNode::new(&self.zk, &self.dir, created),
+            node: OwnedNode::new(zk, &self.dir, created),
         };
         // A dropped future drops `lease`, which withdraws the request in the background.
         let granted = match self.wait_granted(&lease, deadline, step_deadline).await {
             // Tell a successor that watches this node that it may now be the first waiter.
-            Ok(()) => retry_async(&self.zk, step_deadline.into(), || {
-                self.zk.set_async(lease.node.path(), HELD, None)
+            Ok(()) => retry_async(zk, step_deadline.into(), || {
+                zk.set_async(lease.node.path(), HELD, None)
             })
             .await
             .map(drop),
@@ -267,14 +270,15 @@ impl Semaphore {
         deadline: Deadline,
         read_deadline: Deadline,
     ) -> Result<()> {
+        let zk = lease.node.client();
         let permits = self.permits as usize;
         let limit = self.nodes.limit();
         let waiting = AtomicU64::new(0);
         loop {
             // The first waiter watches the children; the others do not need a watch
             // on this read (the predecessor watch below covers them).
-            let listing = retry_async(&self.zk, read_deadline.into(), || {
-                self.zk.get_children_async(&self.dir)
+            let listing = retry_async(zk, read_deadline.into(), || {
+                zk.get_children_async(&self.dir)
             });
             let children = match listing.await {
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => Vec::new(),
@@ -291,17 +295,17 @@ impl Semaphore {
             deadline.check()?;
             if index == permits {
                 // First waiter: wake on any change of the children (a release).
-                let (children, mut watch) = retry_async(&self.zk, deadline.into(), || {
-                    self.zk.get_children_watch_async(&self.dir)
+                let (children, mut watch) = retry_async(zk, deadline.into(), || {
+                    zk.get_children_watch_async(&self.dir)
                 })
                 .await?;
                 let list = ordered_members(children, &[LEASE], limit);
                 if list.iter().position(|m| m.name == lease.node()) != Some(permits) {
                     // Moved on meanwhile: look again, without the watch.
-                    withdraw_watch(&self.zk, &watch);
+                    withdraw_watch(zk, &watch);
                     continue;
                 }
-                if await_watch_async(&self.zk, &mut watch, deadline, &waiting)
+                if await_watch_async(zk, &mut watch, deadline, &waiting)
                     .await?
                     .is_none()
                 {
@@ -311,16 +315,16 @@ impl Semaphore {
                 // Later waiter: wake when the predecessor goes or obtains its permit.
                 let predecessor = format!("{}/{}", self.dir, list[index - 1].name);
                 let Some((_, stat, mut watch)) =
-                    watch_node(&self.zk, &predecessor, Patience::from(deadline)).await?
+                    watch_node(zk, &predecessor, Patience::from(deadline)).await?
                 else {
                     continue;
                 };
                 if stat.version != 0 {
                     // It holds its permit already: look again, without the watch.
-                    withdraw_watch(&self.zk, &watch);
+                    withdraw_watch(zk, &watch);
                     continue;
                 }
-                if await_watch_async(&self.zk, &mut watch, deadline, &waiting)
+                if await_watch_async(zk, &mut watch, deadline, &waiting)
                     .await?
                     .is_none()
                 {

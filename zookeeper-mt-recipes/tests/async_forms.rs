@@ -84,7 +84,7 @@ fn a_dropped_acquire_releases_the_lock_it_got() {
     // The acquire goes on without its future, gets the lock once it is released, and
     // releases it again: a rival can then take it.
     holder.release().unwrap();
-    let rival = Lock::new(&connect(), &path).unwrap();
+    let rival = Lock::new(connect(), &path).unwrap();
     let got = rival.acquire(T).unwrap();
     got.release().unwrap();
     wait_until("no lock node left", T, || {
@@ -101,9 +101,9 @@ fn an_item_taken_for_a_dropped_take_is_put_back() {
     assert!(!poll_once(&mut waiting), "the queue is empty");
     drop(waiting);
     // The abandoned take gets this item and must put it back, not lose it.
-    let producer = Queue::new(&connect(), &path).unwrap();
+    let producer = Queue::new(connect(), &path).unwrap();
     producer.put(b"precious").unwrap();
-    let consumer = Queue::new(&connect(), &path).unwrap();
+    let consumer = Queue::new(connect(), &path).unwrap();
     assert_eq!(consumer.take(T).unwrap(), b"precious");
     assert!(consumer.try_take().unwrap().is_none(), "delivered once");
 }
@@ -126,7 +126,7 @@ fn a_completed_take_never_received_is_put_back_with_its_priority() {
     });
     drop(taking);
     queue.get_ref().put(b"later", 5).unwrap();
-    let consumer = PriorityQueue::new(&connect(), &path).unwrap();
+    let consumer = PriorityQueue::new(connect(), &path).unwrap();
     let first = consumer.take(T).unwrap();
     assert_eq!(
         first, b"urgent",
@@ -186,7 +186,7 @@ fn many_waits_share_one_executor_thread() {
     let queue = Async::new(Queue::new(&zk, &path).unwrap());
     const N: usize = 8;
     let takes: Vec<_> = (0..N).map(|_| queue.take(T)).collect();
-    let producer = Queue::new(&connect(), &path).unwrap();
+    let producer = Queue::new(connect(), &path).unwrap();
     for i in 0..N {
         producer.put(format!("item {i}").as_bytes()).unwrap();
     }

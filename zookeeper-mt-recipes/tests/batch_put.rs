@@ -50,7 +50,7 @@ fn a_batch_comes_out_in_order_and_contiguous_among_concurrent_puts() {
     thread::scope(|s| {
         // A second session puts single items all the while.
         s.spawn(|| {
-            let single = Queue::new(&connect(), &path).unwrap();
+            let single = Queue::new(connect(), &path).unwrap();
             for i in 0..40 {
                 single.put(format!("single-{i:04}").as_bytes()).unwrap();
             }
@@ -125,12 +125,12 @@ fn a_batch_whose_reply_is_lost_is_enqueued_once() {
 #[test]
 fn a_blocked_consumer_wakes_for_a_batch() {
     let path = unique_path("batch-wake");
-    let consumer = Queue::new(&connect(), &path).unwrap();
+    let consumer = Queue::new(connect(), &path).unwrap();
     let items = batch("wake", 10);
     thread::scope(|s| {
         let taker = s.spawn(|| consumer.take(Timeout::Never).unwrap());
         common::wait_until("the consumer is blocked", || consumer.waiting() == 1);
-        Queue::new(&connect(), &path)
+        Queue::new(connect(), &path)
             .unwrap()
             .put_all(&items)
             .unwrap();

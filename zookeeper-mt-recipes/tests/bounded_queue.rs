@@ -64,7 +64,7 @@ fn concurrent_producers_never_exceed_the_bound() {
         })
         .collect();
     let won: usize = producers.into_iter().map(|t| t.join().unwrap()).sum();
-    let observer = BoundedQueue::new(&connect(), &path, MAX).unwrap();
+    let observer = BoundedQueue::new(connect(), &path, MAX).unwrap();
     assert_eq!(won, MAX, "puts accepted for {MAX} places");
     assert_eq!(observer.len().unwrap(), MAX);
 
@@ -104,9 +104,9 @@ fn concurrent_producers_never_exceed_the_bound() {
 #[test]
 fn a_blocked_put_wakes_on_a_take_elsewhere() {
     let path = unique_path("wake");
-    let consumer = BoundedQueue::new(&connect(), &path, 1).unwrap();
+    let consumer = BoundedQueue::new(connect(), &path, 1).unwrap();
     consumer.put(b"first", Timeout::Never).unwrap();
-    let producer = Arc::new(BoundedQueue::new(&connect(), &path, 1).unwrap());
+    let producer = Arc::new(BoundedQueue::new(connect(), &path, 1).unwrap());
     let blocked = {
         let producer = Arc::clone(&producer);
         thread::spawn(move || producer.put(b"second", Duration::from_secs(60)))

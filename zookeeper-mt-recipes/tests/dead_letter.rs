@@ -30,7 +30,7 @@ fn released_items_go_to_the_dead_letters_after_their_attempts() {
     let second = queue.try_take().unwrap().expect("claimed again");
     assert_eq!((second.data(), second.attempt()), (&b"flaky job"[..], 2));
     // Held on its last attempt: another consumer neither claims nor moves it.
-    let other = WorkQueue::new(&connect(), &path)
+    let other = WorkQueue::new(connect(), &path)
         .unwrap()
         .with_dead_letter(2);
     other.put(b"good job").unwrap();
@@ -74,7 +74,7 @@ fn a_killed_consumers_claim_counts_an_attempt() {
         .expect("the item came back after the child's session ended");
     assert_eq!(item.attempt(), 2);
     drop(item); // abandoned again (released in the background)
-    let other = WorkQueue::new(&connect(), &path)
+    let other = WorkQueue::new(connect(), &path)
         .unwrap()
         .with_dead_letter(2);
     // The background release lands soon; a take that finds the item then moves it.
@@ -106,7 +106,7 @@ fn child_consumer() {
 #[test]
 fn a_move_whose_reply_is_lost_happens_once() {
     let path = unique_path("lost-move");
-    let producer = WorkQueue::new(&connect(), &path)
+    let producer = WorkQueue::new(connect(), &path)
         .unwrap()
         .with_dead_letter(1);
     producer.put(b"bad").unwrap();
@@ -117,7 +117,7 @@ fn a_move_whose_reply_is_lost_happens_once() {
         .release()
         .unwrap();
     let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
-    let consumer = WorkQueue::new(&connect_to(&proxy.addr), &path)
+    let consumer = WorkQueue::new(connect_to(&proxy.addr), &path)
         .unwrap()
         .with_dead_letter(1);
     proxy.cut_after(opcode::MULTI);
@@ -137,7 +137,7 @@ fn a_move_whose_reply_is_lost_happens_once() {
 fn a_claim_whose_reply_is_lost_counts_one_attempt() {
     let path = unique_path("lost-claim");
     let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
-    let consumer = WorkQueue::new(&connect_to(&proxy.addr), &path)
+    let consumer = WorkQueue::new(connect_to(&proxy.addr), &path)
         .unwrap()
         .with_dead_letter(2);
     consumer.put(b"job").unwrap();

@@ -89,7 +89,7 @@ fn a_blocked_take_waits_for_the_due_time_without_polling() {
 #[test]
 fn a_put_due_now_wakes_a_take_waiting_for_a_later_item() {
     let path = unique_path("wake");
-    let consumer = Arc::new(DelayedQueue::new(&connect(), &path).unwrap());
+    let consumer = Arc::new(DelayedQueue::new(connect(), &path).unwrap());
     consumer
         .put_after(b"in a minute", Duration::from_secs(60))
         .unwrap();
@@ -98,7 +98,7 @@ fn a_put_due_now_wakes_a_take_waiting_for_a_later_item() {
         thread::spawn(move || consumer.take(Duration::from_secs(30)).optional())
     };
     wait_until("the consumer is blocked", || consumer.waiting() == 1);
-    let producer = DelayedQueue::new(&connect(), &path).unwrap();
+    let producer = DelayedQueue::new(connect(), &path).unwrap();
     producer.put_after(b"now", Duration::ZERO).unwrap();
     assert_eq!(taker.join().unwrap().unwrap().as_deref(), Some(&b"now"[..]));
     assert_eq!(consumer.len().unwrap(), 1, "the later item stays");

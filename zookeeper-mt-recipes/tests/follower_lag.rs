@@ -158,7 +158,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     // ours: delivered, and not left in the queue.
     {
         let path = unique_path("lag-queue");
-        Queue::new(&admin(&ens), &path)
+        Queue::new(admin(&ens), &path)
             .unwrap()
             .put(b"item")
             .unwrap();
@@ -168,7 +168,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         });
         established += usize::from(out.established);
         assert_eq!(out.result.unwrap(), b"item", "the taken item is delivered");
-        let check = Queue::new(&admin(&ens), &path).unwrap();
+        let check = Queue::new(admin(&ens), &path).unwrap();
         assert!(check.try_take().unwrap().is_none(), "and delivered once");
     }
 
@@ -176,7 +176,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     // nobody completes), and completing it removes it.
     {
         let path = unique_path("lag-work-take");
-        WorkQueue::new(&admin(&ens), &path)
+        WorkQueue::new(admin(&ens), &path)
             .unwrap()
             .put(b"job")
             .unwrap();
@@ -190,7 +190,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         });
         established += usize::from(out.established);
         assert_eq!(out.result.unwrap(), b"job");
-        let check = WorkQueue::new(&admin(&ens), &path).unwrap();
+        let check = WorkQueue::new(admin(&ens), &path).unwrap();
         assert_eq!(check.len().unwrap(), 0, "completed once");
         assert_eq!(check.in_progress().unwrap(), 0, "no orphan claim");
     }
@@ -198,7 +198,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     // Work queue: the completion applied, reply lost: completed once, not claimable.
     {
         let path = unique_path("lag-work-complete");
-        WorkQueue::new(&admin(&ens), &path)
+        WorkQueue::new(admin(&ens), &path)
             .unwrap()
             .put(b"job")
             .unwrap();
@@ -217,7 +217,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         );
         established += usize::from(out.established);
         out.result.unwrap();
-        let check = WorkQueue::new(&admin(&ens), &path).unwrap();
+        let check = WorkQueue::new(admin(&ens), &path).unwrap();
         assert_eq!(check.len().unwrap(), 0, "completed");
         assert!(
             check.try_take().unwrap().is_none(),
@@ -293,7 +293,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         );
         established += usize::from(out.established);
         out.result.unwrap();
-        let check = Queue::new(&admin(&ens), &path).unwrap();
+        let check = Queue::new(admin(&ens), &path).unwrap();
         assert_eq!(check.try_take().unwrap().as_deref(), Some(&b"once"[..]));
         assert!(check.try_take().unwrap().is_none(), "enqueued once");
     }
@@ -318,7 +318,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         );
         established += usize::from(out.established);
         out.result.unwrap();
-        let check = Queue::new(&admin(&ens), &path).unwrap();
+        let check = Queue::new(admin(&ens), &path).unwrap();
         for expected in ["b0", "b1", "b2"] {
             assert_eq!(
                 check.try_take().unwrap().as_deref(),
@@ -349,14 +349,14 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     // Id generator: the CAS applied, reply lost: the id is ours, never handed out again.
     {
         let path = unique_path("lag-ids");
-        IdGenerator::create_counter(&admin(&ens), &path, &NodeOptions::default()).unwrap();
+        IdGenerator::create_counter(admin(&ens), &path, &NodeOptions::default()).unwrap();
         let id_path = path.clone();
         let out = lagging(&ens, "id next", (1, is_write), move |zk| {
             IdGenerator::new(&zk, &id_path)?.next_id()
         });
         established += usize::from(out.established);
         let ours = out.result.unwrap();
-        let rival = IdGenerator::new(&admin(&ens), &path).unwrap();
+        let rival = IdGenerator::new(admin(&ens), &path).unwrap();
         let theirs: Vec<u64> = (0..3).map(|_| rival.next_id().unwrap()).collect();
         assert!(
             theirs.iter().all(|id| *id > ours),

@@ -85,7 +85,7 @@ fn try_and_timed_acquire() {
     let zk = connect();
     let path = unique_path("try");
     let holder = Lock::new(&zk, &path).unwrap().with_label("holder-1");
-    let other = Lock::new(&connect(), &path).unwrap();
+    let other = Lock::new(connect(), &path).unwrap();
     assert_eq!(other.holder().unwrap(), None);
 
     let guard = holder.try_acquire().unwrap().expect("a free lock");
@@ -119,11 +119,11 @@ fn try_and_timed_acquire() {
 fn release_wakes_only_the_next_waiter() {
     const WAITERS: usize = 5;
     let path = unique_path("herd");
-    let holder = Lock::new(&connect(), &path).unwrap();
+    let holder = Lock::new(connect(), &path).unwrap();
     let guard = holder.acquire(Timeout::Never).unwrap();
 
     let locks: Vec<Arc<Lock>> = (0..WAITERS)
-        .map(|_| Arc::new(Lock::new(&connect(), &path).unwrap()))
+        .map(|_| Arc::new(Lock::new(connect(), &path).unwrap()))
         .collect();
     let (got_tx, got_rx) = mpsc::channel();
     let mut release_txs = Vec::new();
@@ -350,7 +350,7 @@ fn child_lock_holder() {
 #[test]
 fn timed_out_acquisitions_leave_nothing_registered() {
     let path = unique_path("leak");
-    let holder = Lock::new(&connect(), &path).unwrap();
+    let holder = Lock::new(connect(), &path).unwrap();
     let _guard = holder.acquire(Timeout::Never).unwrap();
     let zk = connect();
     let lock = Lock::new(&zk, &path).unwrap();

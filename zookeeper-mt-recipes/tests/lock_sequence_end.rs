@@ -45,7 +45,7 @@ fn nodes_past_the_counters_end_take_no_part() {
         .unwrap()
         .with_label("real")
         .with_node_options(options.clone());
-    let other = Lock::new(&connect(), &path)
+    let other = Lock::new(connect(), &path)
         .unwrap()
         .with_node_options(options);
     assert_eq!(lock.holder().unwrap(), None, "crafted nodes hold nothing");
@@ -100,7 +100,7 @@ fn at_the_counters_end_an_acquisition_waits_for_the_holders_then_restarts() {
     lock.acquire(Timeout::Never).unwrap().release().unwrap(); // number 0
     let holder = lock.acquire(Timeout::Never).unwrap(); // number 1, the last below the limit
     let before = zk.exists(&path).unwrap().unwrap().czxid;
-    let other = Lock::new(&connect(), &path)
+    let other = Lock::new(connect(), &path)
         .unwrap()
         .with_node_options(options);
     let waiter = thread::spawn(move || {

@@ -61,7 +61,7 @@ fn a_later_urgent_item_is_not_passed_over() {
         queue.put(format!("routine {i}").as_bytes(), 10).unwrap();
     }
     assert_eq!(queue.try_take().unwrap().unwrap(), b"routine 0");
-    let other = PriorityQueue::new(&connect(), &path).unwrap();
+    let other = PriorityQueue::new(connect(), &path).unwrap();
     other.put(b"urgent", 1).unwrap();
     assert_eq!(queue.try_take().unwrap().unwrap(), b"urgent");
     assert_eq!(queue.take(Timeout::Never).unwrap(), b"routine 1");
@@ -70,7 +70,7 @@ fn a_later_urgent_item_is_not_passed_over() {
 #[test]
 fn a_blocked_take_wakes_on_a_put() {
     let path = unique_path("blocked");
-    let consumer = Arc::new(PriorityQueue::new(&connect(), &path).unwrap());
+    let consumer = Arc::new(PriorityQueue::new(connect(), &path).unwrap());
     assert_eq!(
         consumer
             .take(Duration::from_millis(100))

@@ -154,7 +154,7 @@ fn concurrent_consumers_never_get_the_same_item() {
     for c in 0..6 {
         let taken = Arc::clone(&taken);
         let (queue, own) = if c < 4 {
-            (Arc::new(Queue::new(&connect(), &path).unwrap()), true)
+            (Arc::new(Queue::new(connect(), &path).unwrap()), true)
         } else {
             (Arc::clone(&shared_queue), false)
         };
@@ -201,7 +201,7 @@ fn puts_survive_a_server_kill_without_duplicates_or_losses() {
     const PUTS: usize = 60;
     let connect_string = hosts.connect_string();
     let path = "/recipes-tests/queue/connection-loss";
-    Queue::new(&connect_to(&connect_string), path).unwrap();
+    Queue::new(connect_to(&connect_string), path).unwrap();
 
     let (acked_tx, acked_rx) = mpsc::channel::<()>();
     let outcomes = Arc::new(Mutex::new(HashMap::new()));
@@ -253,7 +253,7 @@ fn puts_survive_a_server_kill_without_duplicates_or_losses() {
         "no put spanned the outage ({longest:?})"
     );
 
-    let consumer = Queue::new(&connect_to(&connect_string), path).unwrap();
+    let consumer = Queue::new(connect_to(&connect_string), path).unwrap();
     let mut seen: HashMap<String, usize> = HashMap::new();
     while let Some(item) = consumer.try_take().unwrap() {
         *seen.entry(String::from_utf8(item).unwrap()).or_default() += 1;
@@ -344,7 +344,7 @@ fn an_item_whose_delete_was_sent_is_never_lost() {
     let consumer_zk = connect_to(&proxy.connect_string());
     let path = unique_path("lost-delete");
     let consumer = Queue::new(&consumer_zk, &path).unwrap();
-    let producer = Queue::new(&connect(), &path).unwrap();
+    let producer = Queue::new(connect(), &path).unwrap();
     producer.put(b"precious").unwrap();
 
     // Refuse reconnection before the cut fires, so the consumer cannot learn the
@@ -379,7 +379,7 @@ fn an_item_another_consumer_took_is_not_delivered_twice() {
     let slow_zk = connect_to(&proxy.connect_string());
     let path = unique_path("whose-take");
     let slow = Queue::new(&slow_zk, &path).unwrap();
-    let fast = Queue::new(&connect(), &path).unwrap();
+    let fast = Queue::new(connect(), &path).unwrap();
     fast.put(b"only").unwrap();
 
     let (seen_tx, seen) = mpsc::channel();
@@ -414,7 +414,7 @@ fn the_recovery_read_after_a_lost_take_is_synced() {
     let path = unique_path("synced");
     let consumer = Queue::new(&consumer_zk, &path).unwrap();
     // Put on another session: this one's pipelined receipt delete must not take the cut.
-    Queue::new(&connect(), &path).unwrap().put(b"item").unwrap();
+    Queue::new(connect(), &path).unwrap().put(b"item").unwrap();
     proxy.cut_after(opcode::MULTI); // the take: delete + take marker
     assert_eq!(consumer.try_take().unwrap().as_deref(), Some(&b"item"[..]));
     assert!(proxy.has_cut());
@@ -467,6 +467,6 @@ fn a_take_riding_out_a_reconnect_blocks_no_other_take() {
         .expect("take_timeout blocked behind another thread's reconnect");
     assert!(matches!(impatient.join().unwrap(), Ok(None)));
     proxy.restore();
-    Queue::new(&connect(), &path).unwrap().put(b"late").unwrap();
+    Queue::new(connect(), &path).unwrap().put(b"late").unwrap();
     assert_eq!(patient.join().unwrap().unwrap(), b"late");
 }

@@ -141,11 +141,11 @@ fn every_recipe_with_a_reconnect_timeout_takes_a_policy() {
 fn queue_behind_proxy(name: &str, policy: RetryPolicy) -> (FaultProxy, Queue, Queue) {
     let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
     let path = unique_path(name);
-    let queue = Queue::new(&connect_to(&proxy.addr), &path)
+    let queue = Queue::new(connect_to(&proxy.addr), &path)
         .unwrap()
         .with_retry_policy(policy);
     queue.put(b"before").unwrap(); // the session works, the queue exists
-    let direct = Queue::new(&connect(), &path).unwrap();
+    let direct = Queue::new(connect(), &path).unwrap();
     (proxy, queue, direct)
 }
 

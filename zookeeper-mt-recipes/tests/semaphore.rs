@@ -133,7 +133,7 @@ fn never_more_than_n_holders() {
     println!("max concurrent holders: {max} of {permits}");
     assert!(max <= permits as usize);
     assert_eq!(
-        Semaphore::new(&connect(), &dir, permits)
+        Semaphore::new(connect(), &dir, permits)
             .unwrap()
             .requests()
             .unwrap(),
@@ -147,7 +147,7 @@ fn lease_goes_with_its_session() {
     let holder_zk = connect();
     let holder = Semaphore::new(&holder_zk, &dir, 1).unwrap();
     let lease = holder.acquire(WAIT).unwrap();
-    let other = Semaphore::new(&connect(), &dir, 1).unwrap();
+    let other = Semaphore::new(connect(), &dir, 1).unwrap();
     let waiting = thread::spawn(move || other.acquire(WAIT).map(drop));
     holder_zk.close().unwrap();
     waiting

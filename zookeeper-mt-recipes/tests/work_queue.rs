@@ -73,8 +73,8 @@ fn take_and_complete_in_fifo_order() {
 #[test]
 fn release_and_drop_give_items_back() {
     let path = unique_path("release");
-    let first = WorkQueue::new(&connect(), &path).unwrap();
-    let second = WorkQueue::new(&connect(), &path).unwrap();
+    let first = WorkQueue::new(connect(), &path).unwrap();
+    let second = WorkQueue::new(connect(), &path).unwrap();
     first.put(b"only item").unwrap();
 
     let item = first.try_take().unwrap().expect("an item");
@@ -99,7 +99,7 @@ fn complete_is_refused_once_the_claim_is_lost() {
     let zk = connect();
     let path = unique_path("lost");
     let first = WorkQueue::new(&zk, &path).unwrap();
-    let second = WorkQueue::new(&connect(), &path).unwrap();
+    let second = WorkQueue::new(connect(), &path).unwrap();
     first.put(b"contested").unwrap();
     let stale = first.try_take().unwrap().unwrap();
 
@@ -125,12 +125,12 @@ fn concurrent_consumers_process_each_item_once() {
     const ITEMS: usize = 120;
     const CONSUMERS: usize = 5;
     let path = unique_path("concurrent");
-    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    let producer = WorkQueue::new(connect(), &path).unwrap();
     let done = Arc::new(AtomicUsize::new(0));
     let processed = Arc::new(Mutex::new(Vec::new()));
     let consumers: Vec<_> = (0..CONSUMERS)
         .map(|_| {
-            let queue = WorkQueue::new(&connect(), &path).unwrap();
+            let queue = WorkQueue::new(connect(), &path).unwrap();
             let done = Arc::clone(&done);
             let processed = Arc::clone(&processed);
             thread::spawn(move || {
@@ -167,7 +167,7 @@ fn idle_consumers_are_not_herded() {
     const CONSUMERS: usize = 8;
     const PUTS: usize = 24;
     let path = unique_path("herd");
-    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    let producer = WorkQueue::new(connect(), &path).unwrap();
     let sessions: Vec<ZooKeeper> = (0..CONSUMERS).map(|_| connect()).collect();
     let queues: Vec<Arc<WorkQueue>> = sessions
         .iter()
@@ -244,7 +244,7 @@ fn idle_consumers_are_not_herded() {
 #[test]
 fn consumer_killed_mid_item_gives_it_back() {
     let path = unique_path("killed");
-    let queue = WorkQueue::new(&connect(), &path).unwrap();
+    let queue = WorkQueue::new(connect(), &path).unwrap();
     queue.put(b"http://example.com/slow-page").unwrap();
 
     let mut child = Child::start("child_consumer", CHILD_ENV, &path);
@@ -322,7 +322,7 @@ fn lost_replies_are_resolved_after_a_sync() {
     let consumer_zk = connect_to(&proxy.addr);
     let path = unique_path("synced");
     let consumer = WorkQueue::new(&consumer_zk, &path).unwrap();
-    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    let producer = WorkQueue::new(connect(), &path).unwrap();
     producer.put(b"one").unwrap();
     producer.put(b"two").unwrap();
     // Sync before the read that decides, on the connection after each cut.
@@ -366,7 +366,7 @@ fn dropping_an_item_does_not_wait_for_the_server() {
     let consumer_zk = connect_to(&proxy.addr);
     let path = unique_path("cheap-drop");
     let consumer = WorkQueue::new(&consumer_zk, &path).unwrap();
-    let other = WorkQueue::new(&connect(), &path).unwrap();
+    let other = WorkQueue::new(connect(), &path).unwrap();
     other.put(b"half done").unwrap();
     let item = consumer.try_take().unwrap().expect("claimed");
     proxy.cut();
@@ -451,7 +451,7 @@ fn step<T>(
 #[test]
 fn async_work_queue_futures_are_send() {
     fn send<T: Send>(_: &T) {}
-    let queue = WorkQueue::new(&connect(), &unique_path("async-send")).unwrap();
+    let queue = WorkQueue::new(connect(), &unique_path("async-send")).unwrap();
     send(&queue.take_async(Timeout::Never));
     send(&queue.try_take_async());
     send(&queue.put_async(b"x"));
@@ -483,7 +483,7 @@ fn async_work_queue_futures_are_send() {
 fn an_async_take_dropped_at_any_step_leaves_each_item_once() {
     let zk = connect();
     let path = unique_path("async-steps");
-    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    let producer = WorkQueue::new(connect(), &path).unwrap();
     let mut put = 0;
     for _ in 0..3 {
         producer.put(format!("{put:03}").as_bytes()).unwrap();
@@ -516,7 +516,7 @@ fn an_async_take_dropped_at_any_step_leaves_each_item_once() {
     }
     let completed_at = completed_at.expect("no take completed");
     println!("a take with items completes after {completed_at} polls");
-    let fresh = WorkQueue::new(&connect(), &path).unwrap();
+    let fresh = WorkQueue::new(connect(), &path).unwrap();
     while let Some(item) = fresh.try_take().unwrap() {
         delivered.push(String::from_utf8(item.data().to_vec()).unwrap());
         item.complete().unwrap();
@@ -627,7 +627,7 @@ fn take_dropped_mid_claim(after_the_client_noticed: bool) {
     let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
     let zk = connect_to(&proxy.addr);
     let path = unique_path("async-claim-cut");
-    let producer = WorkQueue::new(&connect(), &path).unwrap();
+    let producer = WorkQueue::new(connect(), &path).unwrap();
     // The lock directory exists: the claim is the first multi.
     producer.put(b"warm-up").unwrap();
     producer.try_take().unwrap().unwrap().complete().unwrap();

@@ -175,7 +175,7 @@ fn pending_async_takes_cost_no_thread_and_dropped_ones_leave_nothing() {
     producer
         .put_all((0..10).map(|i| format!("item {i}")))
         .unwrap();
-    let fresh = WorkQueue::new(&connect(), &path).unwrap();
+    let fresh = WorkQueue::new(connect(), &path).unwrap();
     for i in 0..10 {
         let item = fresh.take(Duration::from_secs(20)).unwrap();
         assert_eq!(item.data(), format!("item {i}").as_bytes());

@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::time::SystemTime;
 
-use zookeeper_mt::{Stat, Timeout, ZooKeeper};
+use zookeeper_mt::{Stat, Timeout};
 
 use super::{Async, RecipeFuture};
 use crate::barrier::{Barrier, DoubleBarrier};
@@ -13,6 +13,7 @@ use crate::election::LeaderElection;
 use crate::id_generator::IdGenerator;
 use crate::leader_latch::{LeaderLatch, LeadershipGuard, Participant};
 use crate::lease_semaphore::{self, LeaseSemaphore};
+use crate::lifecycle::Client;
 use crate::lock::{Lock, LockGuard};
 use crate::membership::{Group, GroupMember, PersistentNode};
 use crate::multi_lock::{MultiGuard, MultiLock};
@@ -138,10 +139,14 @@ native_forms!(LeaderElection {
 
 impl Async<LeaderElection> {
     /// Async form of [`LeaderElection::join`]: [`LeaderElection::join_async`].
-    pub fn join(zk: &ZooKeeper, dir: &str, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<Self>> {
-        let (zk, dir, data) = (zk.clone(), dir.to_string(), data.into());
+    pub fn join(
+        client: impl Into<Client>,
+        dir: &str,
+        data: impl Into<Vec<u8>>,
+    ) -> RecipeFuture<Result<Self>> {
+        let (client, dir, data) = (client.into(), dir.to_string(), data.into());
         Box::pin(async move {
-            LeaderElection::join_async(&zk, &dir, &data)
+            LeaderElection::join_async(client, &dir, &data)
                 .await
                 .map(Async::new)
         })

@@ -4,7 +4,13 @@ use super::*;
 
 /// The client a long-lived recipe follows: a plain handle (one session: its loss ends
 /// the recipe) or a [`ManagedZooKeeper`] (the recipe carries on in each new session).
-/// Made from `&ZooKeeper`, `ZooKeeper`, `&ManagedZooKeeper` or `ManagedZooKeeper`.
+/// Made from `&ZooKeeper`, `ZooKeeper`, `&ManagedZooKeeper`, `ManagedZooKeeper` or
+/// `&Client`: every recipe constructor takes `impl Into<Client>`.
+///
+/// On a managed client, a call-style recipe (a lock, a queue, ...) runs each call on the
+/// session current when the call starts, so a call never mixes two sessions; what a
+/// call leaves held (a lock guard, a lease, a claimed work item) belongs to that session
+/// and ends with it. The call after an expiry runs on the new session.
 ///
 /// A recipe holds a clone, so the session (or managed client) stays open while the
 /// recipe runs, even if the application dropped its own handle.
@@ -37,6 +43,12 @@ impl From<ManagedZooKeeper> for Client {
 impl From<&ManagedZooKeeper> for Client {
     fn from(managed: &ManagedZooKeeper) -> Client {
         Client::Managed(managed.clone())
+    }
+}
+
+impl From<&Client> for Client {
+    fn from(client: &Client) -> Client {
+        client.clone()
     }
 }
 

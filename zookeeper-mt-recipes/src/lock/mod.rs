@@ -156,6 +156,7 @@ pub use guard::*;
 use loss::*;
 
 use crate::error::LossReason;
+use crate::lifecycle::{Client, ManagedSession};
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, create_member_async, delete_eventually_async, delete_on_drop, ordered_members,
@@ -169,7 +170,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zookeeper_mt::{Error, SessionState, Timeout, ZooKeeper};
 
@@ -287,15 +288,16 @@ pub(crate) fn uuid_text() -> String {
 /// `Send + Sync`: threads may share one `Lock`; each acquisition is independent (threads
 /// of one process exclude each other through ZooKeeper like separate processes do).
 pub struct Lock {
-    zk: ZooKeeper,
+    client: Client,
     dir: String,
     label: Vec<u8>,
     nodes: NodeOptions,
     patience: Patience,
     grace: Duration,
     layout: LockLayout,
-    /// What this value's guards know of the session, made by the first acquisition.
-    shared: OnceLock<Arc<Shared>>,
+    /// What this value's guards know of their session (and its generation), made by the
+    /// first acquisition on each session.
+    shared: Mutex<Option<(u64, Arc<Shared>)>>,
     wakeups: AtomicU64,
     waiting: AtomicU64,
 }
@@ -319,17 +321,24 @@ impl Lock {
     /// A lock on `path`; lock nodes are its children. The directory (and its parents) is
     /// created by the first acquisition if missing, with the node options then set
     /// ([`with_node_options`](Self::with_node_options)). No request is sent here.
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<Lock> {
+    ///
+    /// `client` is a plain handle or a managed client (`&zk`, `&managed`). On a managed
+    /// client each acquisition runs on the session current when it starts, and its guard
+    /// belongs to that session (its expiry is a loss); later acquisitions use the next
+    /// session.
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<Lock> {
         check_base_path(path)?;
+        let client = client.into();
+        let zk = client.session().zk;
         Ok(Lock {
-            zk: zk.clone(),
+            client,
             dir: path.to_string(),
             label: Vec::new(),
             nodes: NodeOptions::default(),
-            patience: Patience::of(zk, RetryPolicy::new()),
+            patience: Patience::of(&zk, RetryPolicy::new()),
             grace: Duration::ZERO,
             layout: LockLayout::Native,
-            shared: OnceLock::new(),
+            shared: Mutex::new(None),
             wakeups: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
         })
@@ -368,7 +377,7 @@ impl Lock {
     pub fn with_disconnect_grace(mut self, grace: Duration) -> Lock {
         self.grace = grace;
         // Guards acquired already keep the old grace; later acquisitions use the new one.
-        self.shared = OnceLock::new();
+        self.shared = Mutex::new(None);
         self
     }
 
@@ -385,7 +394,7 @@ impl Lock {
     /// between tries of a failed request (see [`RetryPolicy`]; default:
     /// [`RetryPolicy::default()`]).
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Lock {
-        self.patience = Patience::of(&self.zk, policy);
+        self.patience = Patience::of(&self.client.session().zk, policy);
         self
     }
 
@@ -446,13 +455,14 @@ impl Lock {
 
     /// [`holder`](Self::holder), async.
     pub async fn holder_async(&self) -> Result<Option<String>> {
+        let zk = &self.client.session().zk;
         loop {
-            let nodes = self.sorted_nodes_async(self.patience).await?;
+            let nodes = self.sorted_nodes_async(zk, self.patience).await?;
             let Some(first) = nodes.into_iter().next() else {
                 return Ok(None);
             };
             let path = format!("{}/{}", self.dir, first.name);
-            match retry_async(&self.zk, self.patience, || self.zk.get_async(&path)).await {
+            match retry_async(zk, self.patience, || zk.get_async(&path)).await {
                 Ok((data, _)) => return Ok(Some(String::from_utf8_lossy(&data).into_owned())),
                 Err(RecipeError::ZooKeeper(Error::NoNode)) => continue, // released meanwhile
                 Err(e) => return Err(e),
@@ -473,12 +483,24 @@ impl Lock {
         self.waiting.load(Ordering::Relaxed) as usize
     }
 
+    /// This session's view for guards (made before the node exists: the subscription
+    /// follows the session from then on).
+    fn shared_for(&self, session: &ManagedSession) -> Arc<Shared> {
+        let mut shared = self.shared.lock();
+        match &*shared {
+            Some((generation, view)) if *generation == session.generation => Arc::clone(view),
+            _ => {
+                let view = Arc::new(Shared::new(&session.zk, self.grace));
+                *shared = Some((session.generation, Arc::clone(&view)));
+                view
+            }
+        }
+    }
+
     async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        // Before the node exists: the subscription follows the session from then on.
-        let shared = Arc::clone(
-            self.shared
-                .get_or_init(|| Arc::new(Shared::new(&self.zk, self.grace))),
-        );
+        let session = self.client.session();
+        let zk = &session.zk;
+        let shared = self.shared_for(&session);
         let (patience, drain) = match wait {
             Wait::No => (self.patience, Deadline::after(Duration::ZERO)),
             Wait::Until(deadline) => (self.patience.before(deadline), deadline),
@@ -489,19 +511,19 @@ impl Lock {
             nodes: &self.nodes,
         };
         let tag = self.layout.tag();
-        let created =
-            match create_member_async(&self.zk, &dir, &tag, &self.label, patience, drain).await {
-                Ok(created) => created,
-                Err(error) => return not_acquired(error, wait),
-            };
+        let created = match create_member_async(zk, &dir, &tag, &self.label, patience, drain).await
+        {
+            Ok(created) => created,
+            Err(error) => return not_acquired(error, wait),
+        };
         let node = format!("{}/{}", self.dir, created.name);
         // Until a guard owns the node: a dropped future withdraws it in the background.
-        let mut withdraw = DeleteOnDrop::armed(&self.zk, &node);
-        let turn = self.wait_turn(&created.name, wait, patience).await;
+        let mut withdraw = DeleteOnDrop::armed(zk, &node);
+        let turn = self.wait_turn(zk, &created.name, wait, patience).await;
         if let Ok(true) = turn {
             withdraw.disarm();
             return Ok(Some(LockGuard::new(
-                self.zk.clone(),
+                zk.clone(),
                 node.clone(),
                 created.seq,
                 created.czxid,
@@ -511,7 +533,7 @@ impl Lock {
         }
         // Gave up or failed: withdraw the node, so it blocks nobody (past the deadline
         // the delete goes on in the background).
-        if let Err(error) = delete_eventually_async(&self.zk, &node, patience).await {
+        if let Err(error) = delete_eventually_async(zk, &node, patience).await {
             log::debug!("lock: withdrawing {node}: {error}");
         }
         withdraw.disarm();
@@ -523,8 +545,8 @@ impl Lock {
 
     /// The lock nodes that take part (numbered below the limit), in order; none while
     /// the directory is missing.
-    async fn sorted_nodes_async(&self, patience: Patience) -> Result<Vec<Member>> {
-        match retry_async(&self.zk, patience, || self.zk.get_children_async(&self.dir)).await {
+    async fn sorted_nodes_async(&self, zk: &ZooKeeper, patience: Patience) -> Result<Vec<Member>> {
+        match retry_async(zk, patience, || zk.get_children_async(&self.dir)).await {
             Ok(children) => Ok(self.layout.contenders(children, self.nodes.limit())),
             Err(RecipeError::ZooKeeper(Error::NoNode)) => Ok(Vec::new()),
             Err(error) => Err(error),
@@ -533,9 +555,15 @@ impl Lock {
 
     /// Steps 2 and 3 of the protocol: `true` once `name` is the lowest node, `false` if
     /// the wait ended first.
-    async fn wait_turn(&self, name: &str, wait: Wait, patience: Patience) -> Result<bool> {
+    async fn wait_turn(
+        &self,
+        zk: &ZooKeeper,
+        name: &str,
+        wait: Wait,
+        patience: Patience,
+    ) -> Result<bool> {
         loop {
-            let nodes = self.sorted_nodes_async(patience).await?;
+            let nodes = self.sorted_nodes_async(zk, patience).await?;
             let Some(position) = nodes.iter().position(|node| node.name == name) else {
                 return Err(RecipeError::Lost(LossReason::NodeGone));
             };
@@ -550,7 +578,7 @@ impl Lock {
                 return Ok(false);
             }
             let predecessor = format!("{}/{}", self.dir, nodes[position - 1].name);
-            match wait_for_change_async(&self.zk, &predecessor, patience, &self.waiting).await? {
+            match wait_for_change_async(zk, &predecessor, patience, &self.waiting).await? {
                 NodeWait::Fired => {
                     self.wakeups.fetch_add(1, Ordering::Relaxed);
                 }

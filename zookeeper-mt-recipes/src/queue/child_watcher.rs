@@ -18,6 +18,9 @@ pub(super) struct WatchState {
     pub(super) epoch: u64,
     /// Bumped at every change of this state a waiter may be waiting for.
     version: u64,
+    /// The session generation the armed watch belongs to (a managed client's sessions
+    /// follow each other; a watch of an ended session never fires).
+    generation: u64,
     /// Callers waiting for the next change.
     wakers: Vec<Waker>,
 }
@@ -58,6 +61,7 @@ impl ChildWatcher {
                 slot: None,
                 epoch: 0,
                 version: 0,
+                generation: 0,
                 wakers: Vec::new(),
             }),
             events: AtomicU64::new(0),
@@ -118,7 +122,7 @@ impl ChildWatcher {
     /// `Err(Timeout)` if `deadline` passes while another caller is registering the watch.
     pub(super) async fn list_async(
         &self,
-        zk: &ZooKeeper,
+        session: &ManagedSession,
         patience: Patience,
         deadline: Deadline,
     ) -> Result<(Vec<String>, u64)> {
@@ -131,9 +135,23 @@ impl ChildWatcher {
             /// Another caller is registering it: wait for the state to change.
             Wait(u64),
         }
+        let zk = &session.zk;
         loop {
             let next = {
                 let mut state = self.state.lock();
+                if session.generation < state.generation {
+                    // A later session has replaced this caller's: it has ended.
+                    return Err(RecipeError::ZooKeeper(Error::SessionExpired));
+                }
+                if session.generation > state.generation {
+                    // The armed watch (if any) belongs to an ended session: as if it
+                    // fired, every waiter looks again, on its own session.
+                    state.generation = session.generation;
+                    let (_, to_wake) = self.fired(&mut state, Err(Error::SessionExpired));
+                    drop(state);
+                    wake_all(to_wake);
+                    continue;
+                }
                 let looked = state.slot.as_ref().map(Watch::try_get);
                 let fired = match looked {
                     Some(Ok(Some(event))) => Some(self.fired(&mut state, Ok(event))),
@@ -224,7 +242,7 @@ impl ChildWatcher {
                 (state.slot.take(), state.version)
             };
             if let Some(watch) = watch {
-                return self.receive(watch, deadline).await;
+                return self.receive(watch, epoch, deadline).await;
             }
             if until(deadline, self.next_change(seen)).await.is_none() {
                 return Ok(self.state.lock().epoch != epoch);
@@ -233,10 +251,11 @@ impl ChildWatcher {
     }
 
     /// Waits on the armed watch (taken out of the slot) until it fires or `deadline`.
-    async fn receive(&self, watch: Watch, deadline: Deadline) -> Result<bool> {
+    async fn receive(&self, watch: Watch, epoch: u64, deadline: Deadline) -> Result<bool> {
         let mut holder = Holding {
             watcher: self,
             watch: Some(watch),
+            epoch,
         };
         let fired = until(deadline, holder.watch.as_mut().expect("held")).await;
         let mut state = self.state.lock();
@@ -249,8 +268,12 @@ impl ChildWatcher {
                 outcome.map(|()| true)
             }
             None => {
-                // Timed out: the still-armed watch goes back for the next waiter.
-                state.slot = holder.watch.take();
+                // Timed out: the still-armed watch goes back for the next waiter (unless
+                // a new session replaced it meanwhile).
+                let watch = holder.watch.take();
+                if state.epoch == epoch {
+                    state.slot = watch;
+                }
                 let to_wake = Self::changed(&mut state);
                 drop(state);
                 wake_all(to_wake);
@@ -284,13 +307,17 @@ impl Drop for Arming<'_> {
 struct Holding<'a> {
     watcher: &'a ChildWatcher,
     watch: Option<Watch>,
+    /// The epoch the watch was armed at.
+    epoch: u64,
 }
 
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
         if let Some(watch) = self.watch.take() {
             let mut state = self.watcher.state.lock();
-            state.slot = Some(watch);
+            if state.epoch == self.epoch {
+                state.slot = Some(watch);
+            }
             let to_wake = ChildWatcher::changed(&mut state);
             drop(state);
             wake_all(to_wake);

@@ -123,6 +123,7 @@ use child_watcher::*;
 pub(crate) use items::*;
 use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 
+use crate::lifecycle::{Client, ManagedSession};
 use crate::recovery::{children_or_none_async, name_in_range, Restart};
 use crate::runtime::block_on;
 use crate::support::{
@@ -172,7 +173,7 @@ const PUT_RESTARTS: usize = 3;
 /// # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 /// ```
 pub struct Queue {
-    zk: ZooKeeper,
+    client: Client,
     path: String,
     store: ItemStore,
     patience: Patience,
@@ -193,7 +194,7 @@ impl std::fmt::Debug for Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        self.watcher.disarm(&self.zk);
+        self.watcher.disarm(&self.client.session().zk);
     }
 }
 
@@ -253,10 +254,16 @@ enum Claimed {
 impl Queue {
     /// The queue at `path`. Its nodes are created when first needed, with the
     /// [`NodeOptions`] given to [`with_node_options`](Self::with_node_options).
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<Queue> {
+    ///
+    /// `client`: a plain handle or a managed client. On a managed client each call runs
+    /// on the session current when it starts (a call caught by the session's expiry
+    /// fails with `SessionExpired`; the next call uses the new session).
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<Queue> {
         check_base_path(path)?;
+        let client = client.into();
+        let zk = client.session().zk;
         Ok(Queue {
-            zk: zk.clone(),
+            client,
             path: path.to_string(),
             store: ItemStore {
                 items: path.to_string(),
@@ -264,7 +271,7 @@ impl Queue {
                 receipts_inside: true,
                 nodes: NodeOptions::default(),
             },
-            patience: Patience::of(zk, RetryPolicy::new()),
+            patience: Patience::of(&zk, RetryPolicy::new()),
             order: Order::Fifo,
             cache: Mutex::new(VecDeque::new()),
             watcher: ChildWatcher::new(path),
@@ -285,7 +292,7 @@ impl Queue {
     /// between tries of a failed request (see [`RetryPolicy`]; default:
     /// [`RetryPolicy::default()`]).
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Queue {
-        self.patience = Patience::of(&self.zk, policy);
+        self.patience = Patience::of(&self.client.session().zk, policy);
         self
     }
 
@@ -320,7 +327,8 @@ impl Queue {
     /// [`put`](Self::put), async. Dropped before it returns, the item may or may not
     /// have been enqueued (as after a reply lost for good), never twice.
     pub async fn put_async(&self, data: &[u8]) -> Result<()> {
-        self.store.put_async(&self.zk, data, self.patience).await
+        let zk = self.client.session().zk;
+        self.store.put_async(&zk, data, self.patience).await
     }
 
     /// Enqueues `items` as one batch: one `multi` creating every item with its own
@@ -361,7 +369,8 @@ impl Queue {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        self.store.put_all(&self.zk, items, "", self.patience)
+        self.store
+            .put_all(&self.client.session().zk, items, "", self.patience)
     }
 
     /// [`put_all`](Self::put_all), async. Dropped before it returns, the batch may or may
@@ -373,8 +382,9 @@ impl Queue {
     {
         let owned: Vec<I::Item> = items.into_iter().collect();
         let items: Vec<&[u8]> = owned.iter().map(AsRef::as_ref).collect();
+        let zk = self.client.session().zk;
         self.store
-            .put_all_async(&self.zk, &items, "", self.patience)
+            .put_all_async(&zk, &items, "", self.patience)
             .await
     }
 
@@ -389,9 +399,9 @@ impl Queue {
         &self.store
     }
 
-    /// The session (for the variants).
-    pub(crate) fn zk(&self) -> &ZooKeeper {
-        &self.zk
+    /// The current session, for a call to run on (for the variants).
+    pub(crate) fn session(&self) -> ManagedSession {
+        self.client.session()
     }
 
     /// The reconnect patience (for the variants).
@@ -401,9 +411,13 @@ impl Queue {
 
     /// Lists the items directory with this value's shared child watch armed no later
     /// than the listing; pass the epoch to [`wait_change`](Self::wait_change).
-    pub(crate) async fn watched_listing(&self, deadline: Deadline) -> Result<(Vec<String>, u64)> {
+    pub(crate) async fn watched_listing(
+        &self,
+        session: &ManagedSession,
+        deadline: Deadline,
+    ) -> Result<(Vec<String>, u64)> {
         let patience = self.patience.before(deadline);
-        self.watcher.list_async(&self.zk, patience, deadline).await
+        self.watcher.list_async(session, patience, deadline).await
     }
 
     /// Waits until the directory changed after the listing of `epoch` (`Ok(true)`) or
@@ -440,12 +454,14 @@ impl Queue {
     /// [`try_take_named`](Self::try_take_named), async.
     pub(crate) async fn try_take_named_async(&self) -> Result<Option<(String, Vec<u8>)>> {
         self.fresh_listing_for_order();
+        let session = self.client.session();
+        let zk = &session.zk;
         loop {
-            if let Some(item) = self.claim_cached(Deadline::never()).await? {
+            if let Some(item) = self.claim_cached(zk, Deadline::never()).await? {
                 return Ok(Some(item));
             }
-            let children = children_or_none_async(&self.zk, &self.path, self.patience).await?;
-            let (items, _) = self.ready(children).await;
+            let children = children_or_none_async(zk, &self.path, self.patience).await?;
+            let (items, _) = self.ready(zk, children).await;
             if items.is_empty() {
                 return Ok(None);
             }
@@ -478,8 +494,9 @@ impl Queue {
     /// [`take_named`](Self::take_named), async.
     pub(crate) async fn take_named_async(&self, timeout: Timeout) -> Result<(String, Vec<u8>)> {
         let deadline = timeout.deadline();
+        let session = self.client.session();
         loop {
-            if let Some(item) = self.take_until(deadline).await? {
+            if let Some(item) = self.take_until(&session, deadline).await? {
                 return Ok(item);
             }
             if deadline.expired() {
@@ -495,7 +512,8 @@ impl Queue {
 
     /// [`len`](Self::len), async.
     pub async fn len_async(&self) -> Result<usize> {
-        let children = children_or_none_async(&self.zk, &self.path, self.patience).await?;
+        let zk = self.client.session().zk;
+        let children = children_or_none_async(&zk, &self.path, self.patience).await?;
         Ok(split_items(children).0.len())
     }
 
@@ -524,9 +542,9 @@ impl Queue {
     /// The items of a listing that may be taken now, in order, after removing orphans
     /// past the counter's end; and for a delayed queue the earliest due time (ms since
     /// the Unix epoch) of the items not due yet.
-    async fn ready(&self, children: Vec<String>) -> (Vec<String>, Option<u64>) {
+    async fn ready(&self, zk: &ZooKeeper, children: Vec<String>) -> (Vec<String>, Option<u64>) {
         let (mut items, past_end) = split_items(children);
-        self.store.remove_orphans_async(&self.zk, &past_end).await;
+        self.store.remove_orphans_async(zk, &past_end).await;
         let mut next_due = None;
         if self.order != Order::Fifo {
             // Stable: FIFO (sequence order) among equal keys.
@@ -545,28 +563,34 @@ impl Queue {
         (items, next_due)
     }
 
-    async fn take_until(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
-        match self.take_inner(deadline).await {
+    async fn take_until(
+        &self,
+        session: &ManagedSession,
+        deadline: Deadline,
+    ) -> Result<Option<(String, Vec<u8>)>> {
+        match self.take_inner(session, deadline).await {
             Err(RecipeError::Timeout) if deadline.expired() => Ok(None),
             other => other,
         }
     }
 
-    async fn take_inner(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
+    async fn take_inner(
+        &self,
+        session: &ManagedSession,
+        deadline: Deadline,
+    ) -> Result<Option<(String, Vec<u8>)>> {
+        let zk = &session.zk;
         self.fresh_listing_for_order();
         loop {
-            if let Some(item) = self.claim_cached(deadline).await? {
+            if let Some(item) = self.claim_cached(zk, deadline).await? {
                 return Ok(Some(item));
             }
             // The cached list is used up: list again, with a watch registered first.
             let patience = self.patience.before(deadline);
-            let (children, epoch) = self
-                .watcher
-                .list_async(&self.zk, patience, deadline)
-                .await?;
-            let (items, next_due) = self.ready(children).await;
+            let (children, epoch) = self.watcher.list_async(session, patience, deadline).await?;
+            let (items, next_due) = self.ready(zk, children).await;
             *self.cache.lock() = items.into();
-            if let Some(item) = self.claim_cached(deadline).await? {
+            if let Some(item) = self.claim_cached(zk, deadline).await? {
                 return Ok(Some(item));
             }
             if deadline.expired() {
@@ -585,13 +609,17 @@ impl Queue {
     }
 
     /// Tries the cached names in order until one is claimed or the cache is empty.
-    async fn claim_cached(&self, deadline: Deadline) -> Result<Option<(String, Vec<u8>)>> {
+    async fn claim_cached(
+        &self,
+        zk: &ZooKeeper,
+        deadline: Deadline,
+    ) -> Result<Option<(String, Vec<u8>)>> {
         loop {
             let Some(name) = self.cache.lock().pop_front() else {
                 return Ok(None);
             };
             loop {
-                match self.claim(&name, deadline).await? {
+                match self.claim(zk, &name, deadline).await? {
                     Claimed::Taken(data) => return Ok(Some((name, data))),
                     Claimed::Missed => break,
                     Claimed::Again if deadline.expired() => {
@@ -608,17 +636,16 @@ impl Queue {
     /// `get` one item, then delete it in one multi with an ephemeral take marker
     /// `<receipts>/took-<taker>-<item>`: if the reply is lost, the marker tells whether
     /// the delete that applied was ours or another consumer's.
-    async fn claim(&self, name: &str, deadline: Deadline) -> Result<Claimed> {
+    async fn claim(&self, zk: &ZooKeeper, name: &str, deadline: Deadline) -> Result<Claimed> {
         let path = format!("{}/{name}", self.path);
         let marker = format!("{}/took-{}-{name}", self.store.receipts, self.taker);
         let patience = self.patience.before(deadline);
         loop {
-            let (data, stat) =
-                match retry_async(&self.zk, patience, || self.zk.get_async(&path)).await {
-                    Ok(found) => found,
-                    Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claimed::Missed),
-                    Err(e) => return Err(e),
-                };
+            let (data, stat) = match retry_async(zk, patience, || zk.get_async(&path)).await {
+                Ok(found) => found,
+                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claimed::Missed),
+                Err(e) => return Err(e),
+            };
             let take = [
                 Op::delete(&path, stat.version),
                 Op::create(
@@ -631,7 +658,8 @@ impl Queue {
             // From here the claim may apply: a dropped future hands it to the background.
             let mut pending = PendingClaim {
                 queue: self,
-                stage: Some(ClaimStage::Sent(self.zk.multi_async(&take))),
+                zk,
+                stage: Some(ClaimStage::Sent(zk.multi_async(&take))),
                 name,
                 path: &path,
                 marker: &marker,
@@ -644,7 +672,7 @@ impl Queue {
             if matches!(&claimed, Err(error) if error.is_connection_loss()) {
                 // Still unsettled: a dropped future settles it in the background.
                 pending.stage = Some(ClaimStage::ReplyLost);
-                let outcome = lost_take(&self.zk, self.patience, &path, &marker).await;
+                let outcome = lost_take(zk, self.patience, &path, &marker).await;
                 pending.stage = None;
                 drop(pending);
                 return Ok(match outcome {
@@ -659,7 +687,7 @@ impl Queue {
                 Ok(_) => {
                     // The marker has done its job; its delete need not be waited for
                     // (it is ephemeral: at worst it goes with the session).
-                    drop(self.zk.delete_async(&marker, Version::Any));
+                    drop(zk.delete_async(&marker, Version::Any));
                     return Ok(Claimed::Taken(data));
                 }
                 Err(Error::MultiFailed { index: 0, error }) => match *error {
@@ -669,11 +697,11 @@ impl Queue {
                 },
                 Err(Error::MultiFailed { index: 1, error }) => match *error {
                     // The receipts node is gone (a container the server removed).
-                    Error::NoNode => self.store.ensure_async(&self.zk, patience).await?,
+                    Error::NoNode => self.store.ensure_async(zk, patience).await?,
                     // A marker left by an earlier take of ours whose reply was lost.
                     Error::NodeExists => {
-                        retry_async(&self.zk, patience, || async {
-                            match self.zk.delete_async(&marker, Version::Any).await {
+                        retry_async(zk, patience, || async {
+                            match zk.delete_async(&marker, Version::Any).await {
                                 Ok(()) | Err(Error::NoNode) => Ok(()),
                                 Err(e) => Err(e),
                             }

@@ -72,6 +72,8 @@ pub(super) enum ClaimStage {
 /// even if its session ends meanwhile (see [`put_back_surely`]).
 pub(super) struct PendingClaim<'a> {
     pub(super) queue: &'a Queue,
+    /// The session the claim was sent on.
+    pub(super) zk: &'a ZooKeeper,
     pub(super) stage: Option<ClaimStage>,
     pub(super) name: &'a str,
     pub(super) path: &'a str,
@@ -94,7 +96,7 @@ impl Drop for PendingClaim<'_> {
         let Some(stage) = self.stage.take() else {
             return;
         };
-        let zk = self.queue.zk.clone();
+        let zk = self.zk.clone();
         let stray = Stray {
             store: self.queue.store.clone(),
             patience: self.queue.patience,

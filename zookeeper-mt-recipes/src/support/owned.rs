@@ -156,6 +156,11 @@ impl OwnedNode {
     }
 
     /// The node's name.
+    /// The handle of the session the node was created on.
+    pub(crate) fn client(&self) -> &ZooKeeper {
+        &self.zk
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl WorkQueue {
+impl OnSession<'_> {
     /// The item names of a listing in order, after removing orphans past the counter's
     /// end.
     pub(super) async fn sorted(&self, children: Vec<String>) -> VecDeque<String> {

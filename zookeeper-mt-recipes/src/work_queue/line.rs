@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl WorkQueue {
+impl OnSession<'_> {
     pub(super) async fn take_until(&self, deadline: Deadline) -> Result<Option<WorkItem>> {
         if let Some(item) = self.claim_any(deadline, false).await? {
             return Ok(Some(item));
@@ -229,7 +229,8 @@ impl WorkQueue {
                 head.busy = true;
                 let watches = std::mem::take(&mut head.watches);
                 return Poll::Ready(HeadRole {
-                    queue: self,
+                    queue: self.queue,
+                    zk: &self.zk,
                     watches,
                     keep: false,
                 });
@@ -265,6 +266,8 @@ fn next_event(
 /// client; then the next take waiting for the role is woken.
 struct HeadRole<'a> {
     queue: &'a WorkQueue,
+    /// The session of the take (its watches are that session's).
+    zk: &'a ZooKeeper,
     watches: HeadWatches,
     keep: bool,
 }
@@ -284,7 +287,7 @@ impl Drop for HeadRole<'_> {
             (withdrawn, std::mem::take(&mut head.wakers))
         };
         for watch in [withdrawn.items, withdrawn.locks].into_iter().flatten() {
-            withdraw_watch(&self.queue.zk, &watch);
+            withdraw_watch(self.zk, &watch);
         }
         wakers.into_iter().for_each(Waker::wake);
     }

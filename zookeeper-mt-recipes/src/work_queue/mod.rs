@@ -153,6 +153,7 @@ mod line;
 pub use item::*;
 
 use crate::error::LossReason;
+use crate::lifecycle::Client;
 use crate::queue::{split_items, ItemStore, RECEIPTS};
 use crate::recovery::{
     children_or_none_async, name_in_range, random_below, restart_dir_async, Restart,
@@ -237,7 +238,7 @@ struct Head {
 /// threads or tasks sharing a value are separate consumers in the waiting line all the
 /// same (and share one cached listing).
 pub struct WorkQueue {
-    zk: ZooKeeper,
+    client: Client,
     path: String,
     /// Items, receipts and the node options.
     store: ItemStore,
@@ -289,18 +290,47 @@ impl Drop for WorkQueue {
         // the queue next changes.
         let head = &mut self.head.get_mut().watches;
         for watch in [head.items.take(), head.locks.take()].into_iter().flatten() {
-            withdraw_watch(&self.zk, &watch);
+            withdraw_watch(&self.client.session().zk, &watch);
         }
     }
 }
 
+/// One call's view of the queue: the session it runs on, pinned for the whole call (on
+/// a managed client a later session never takes over a call half-way).
+struct OnSession<'a> {
+    queue: &'a WorkQueue,
+    zk: ZooKeeper,
+}
+
+impl std::ops::Deref for OnSession<'_> {
+    type Target = WorkQueue;
+
+    fn deref(&self) -> &WorkQueue {
+        self.queue
+    }
+}
+
 impl WorkQueue {
+    /// The view for a call starting now (see [`OnSession`]).
+    fn on_session(&self) -> OnSession<'_> {
+        OnSession {
+            queue: self,
+            zk: self.client.session().zk,
+        }
+    }
+
     /// The work queue at `path`. Its nodes are created when first needed, with the
     /// [`NodeOptions`] given to [`with_node_options`](Self::with_node_options).
-    pub fn new(zk: &ZooKeeper, path: &str) -> Result<WorkQueue> {
+    ///
+    /// `client`: a plain handle or a managed client. On a managed client each call runs
+    /// on the session current when it starts, and an item it claims belongs to that
+    /// session (its claim ends with it; the item is then free for others).
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<WorkQueue> {
         check_base_path(path)?;
+        let client = client.into();
+        let zk = client.session().zk;
         Ok(WorkQueue {
-            zk: zk.clone(),
+            client,
             path: path.to_string(),
             store: ItemStore {
                 items: format!("{path}/items"),
@@ -310,7 +340,7 @@ impl WorkQueue {
             },
             locks: format!("{path}/locks"),
             waiters: format!("{path}/waiters"),
-            patience: Patience::of(zk, RetryPolicy::new()),
+            patience: Patience::of(&zk, RetryPolicy::new()),
             head: Mutex::new(Head::default()),
             cache: Mutex::new(VecDeque::new()),
             spread: AtomicUsize::new(0),
@@ -333,7 +363,7 @@ impl WorkQueue {
     /// between tries of a failed request (see [`RetryPolicy`]; default:
     /// [`RetryPolicy::default()`]).
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> WorkQueue {
-        self.patience = Patience::of(&self.zk, policy);
+        self.patience = Patience::of(&self.client.session().zk, policy);
         self
     }
 
@@ -389,7 +419,8 @@ impl WorkQueue {
         let Some(dead) = &self.dead_letter else {
             return Ok(Vec::new());
         };
-        let children = children_or_none_async(&self.zk, &dead.dir, self.patience).await?;
+        let children =
+            children_or_none_async(&self.client.session().zk, &dead.dir, self.patience).await?;
         Ok(members(children, ANY_NAME)
             .into_iter()
             .map(|m| m.name)
@@ -418,7 +449,9 @@ impl WorkQueue {
                 "work item larger than MAX_ITEM_LEN",
             ));
         }
-        self.store.put_async(&self.zk, data, self.patience).await
+        self.store
+            .put_async(&self.client.session().zk, data, self.patience)
+            .await
     }
 
     /// Adds `items` as one batch, in one round trip: all of them exactly once, in order
@@ -449,7 +482,7 @@ impl WorkQueue {
         }
         let items: Vec<&[u8]> = items.iter().map(AsRef::as_ref).collect();
         self.store
-            .put_all_async(&self.zk, &items, "", self.patience)
+            .put_all_async(&self.client.session().zk, &items, "", self.patience)
             .await
     }
 
@@ -461,7 +494,7 @@ impl WorkQueue {
     /// [`try_take`](Self::try_take), async (see [`take_async`](Self::take_async) on
     /// dropping it).
     pub async fn try_take_async(&self) -> Result<Option<WorkItem>> {
-        self.claim_any(Deadline::never(), false).await
+        self.on_session().claim_any(Deadline::never(), false).await
     }
 
     /// Claims an item, waiting at most `timeout` ([`Timeout::Never`]: as long as it
@@ -482,8 +515,9 @@ impl WorkQueue {
     ) -> impl Future<Output = Result<WorkItem>> + Send + '_ {
         let deadline = timeout.into().deadline();
         async move {
+            let on = self.on_session();
             loop {
-                if let Some(item) = self.take_until(deadline).await? {
+                if let Some(item) = on.take_until(deadline).await? {
                     return Ok(item);
                 }
                 if deadline.expired() {
@@ -500,7 +534,9 @@ impl WorkQueue {
 
     /// [`len`](Self::len), async.
     pub async fn len_async(&self) -> Result<usize> {
-        let children = children_or_none_async(&self.zk, &self.store.items, self.patience).await?;
+        let children =
+            children_or_none_async(&self.client.session().zk, &self.store.items, self.patience)
+                .await?;
         Ok(split_items(children).0.len())
     }
 
@@ -521,7 +557,8 @@ impl WorkQueue {
 
     /// [`in_progress`](Self::in_progress), async.
     pub async fn in_progress_async(&self) -> Result<usize> {
-        let locks = children_or_none_async(&self.zk, &self.locks, self.patience).await?;
+        let locks =
+            children_or_none_async(&self.client.session().zk, &self.locks, self.patience).await?;
         Ok(locks.len())
     }
 
@@ -532,7 +569,8 @@ impl WorkQueue {
 
     /// [`waiters_in_line`](Self::waiters_in_line), async.
     pub async fn waiters_in_line_async(&self) -> Result<usize> {
-        let waiters = children_or_none_async(&self.zk, &self.waiters, self.patience).await?;
+        let waiters =
+            children_or_none_async(&self.client.session().zk, &self.waiters, self.patience).await?;
         Ok(waiters.len())
     }
 
