@@ -48,7 +48,7 @@
 //! # Non-guarantees
 //! - A lease is tied to its session: if the session expires the node goes and the permit
 //!   is handed to someone else while this process may still believe it holds it (check
-//!   [`Lease::is_held`] or watch [`ZooKeeper::session_events`]). No revocation.
+//!   [`Lease::is_held`] or watch [`ZooKeeper::session_events`](zookeeper_mt::ZooKeeper::session_events)). No revocation.
 //! - With container directories, the permit count is checked when a [`Semaphore`] value
 //!   first meets the directory; a directory the server removed while idle is created
 //!   again by the next acquisition with its own `N`.
