@@ -13,6 +13,9 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
+echo "== MSRV: the published crates build with the declared rust-version, and not below it =="
+./scripts/msrv.sh
+
 echo "== cargo test --workspace (system libzookeeper_mt) =="
 cargo test --workspace --all-targets
 cargo test --workspace --doc

@@ -423,7 +423,7 @@ pub fn diff(
     let mut bad = 0;
     for s in steps {
         let (rv, zv) = (r.get(&s.line).copied(), z.get(&s.line).copied());
-        let stated_ok = |v: Option<&str>| s.expected.as_deref().map_or(true, |e| v == Some(e));
+        let stated_ok = |v: Option<&str>| s.expected.as_deref().is_none_or(|e| v == Some(e));
         if rv != zv || !stated_ok(rv) || !stated_ok(zv) {
             bad += 1;
             report.push_str(&format!(

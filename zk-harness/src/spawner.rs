@@ -132,7 +132,7 @@ pub(crate) fn wait_stopped(pid: u32, timeout: std::time::Duration) -> bool {
             std::fs::read_to_string(t.path().join("stat"))
                 .ok()
                 .and_then(|s| stat_state(&s))
-                .map_or(true, |c| matches!(c, 'T' | 't' | 'Z' | 'X'))
+                .is_none_or(|c| matches!(c, 'T' | 't' | 'Z' | 'X'))
         });
         if all_stopped {
             return true;

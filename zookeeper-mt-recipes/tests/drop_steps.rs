@@ -592,7 +592,7 @@ fn every_call_can_be_dropped_after_every_request() {
         .into_iter()
         .filter(|op| {
             only.as_deref()
-                .map_or(true, |o| o.split(',').any(|o| o == op.name))
+                .is_none_or(|o| o.split(',').any(|o| o == op.name))
         })
         .collect();
     assert!(!ops.is_empty(), "no operation named {only:?}");

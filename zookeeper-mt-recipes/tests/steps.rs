@@ -522,7 +522,7 @@ fn every_request_of_every_operation_can_fail() {
     let only = std::env::var("ZK_STEPS_ONLY").ok();
     let cases: Vec<Case> = cases()
         .into_iter()
-        .filter(|case| only.as_deref().map_or(true, |o| o == case.name))
+        .filter(|case| only.as_deref().is_none_or(|o| o == case.name))
         .collect();
     // Two cases at a time: each waits on the server most of the time.
     let (server, admin) = (&server, &admin);

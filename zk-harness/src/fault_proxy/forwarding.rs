@@ -355,7 +355,7 @@ pub(super) fn handle_unit(shared: &Shared, conn: &Conn, dir: Dir, unit: Unit) ->
                 let mut st = shared.lock();
                 st.requests.push(request);
                 let fire = match st.trigger.as_mut() {
-                    Some(t) if t.filter.as_ref().map_or(true, |f| f(&request)) => {
+                    Some(t) if t.filter.as_ref().is_none_or(|f| f(&request)) => {
                         t.remaining -= 1;
                         (t.remaining == 0).then_some(t.kind)
                     }

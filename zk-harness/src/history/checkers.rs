@@ -51,7 +51,7 @@ pub fn check_lock(sections: &[CriticalSection]) -> Result<(), Violations> {
                 });
             }
         }
-        if longest.map_or(true, |l| s.end > l.end) {
+        if longest.is_none_or(|l| s.end > l.end) {
             longest = Some(s);
         }
         previous = Some(s);
@@ -82,7 +82,7 @@ pub fn check_fenced_writes(writes: &[FencedWrite]) -> Result<(), Violations> {
     let mut j = 0;
     for w in accepted {
         while j < by_end.len() && by_end[j].end < w.start {
-            if newest.map_or(true, |n| by_end[j].token > n.token) {
+            if newest.is_none_or(|n| by_end[j].token > n.token) {
                 newest = Some(by_end[j]);
             }
             j += 1;
@@ -242,7 +242,7 @@ pub fn check_fifo(puts: &[Put], takes: &[Take]) -> Result<(), Violations> {
                     });
                 }
             }
-            if latest_start.map_or(true, |(s, _)| p.start > s) {
+            if latest_start.is_none_or(|(s, _)| p.start > s) {
                 latest_start = Some((p.start, &p.item));
             }
         }
@@ -311,7 +311,7 @@ pub fn check_config_watch(
             }
         }
         let last = list.last();
-        if last.map_or(true, |l| l.value != final_value) {
+        if last.is_none_or(|l| l.value != final_value) {
             out.push(Violation::ConfigNotFinal {
                 watcher: watcher.to_string(),
                 last: last.map(|l| (*l).clone()),

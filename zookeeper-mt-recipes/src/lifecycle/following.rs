@@ -169,7 +169,7 @@ impl Following {
 
     /// Whether requests can be made now (connected, and no retry pending).
     pub(crate) fn due(&self) -> bool {
-        self.connected && self.retry_at.map_or(true, |at| Instant::now() >= at)
+        self.connected && self.retry_at.is_none_or(|at| Instant::now() >= at)
     }
 
     /// After a failed request: retryable ones are tried again after a growing pause

@@ -69,7 +69,7 @@ impl<T: Target> Follower<T> {
                     None => Some(sub.translator.initial(raw)),
                     Some(_) => sub.translator.on_session(raw),
                 };
-                let go_on = state.map_or(true, |state| self.target.report(state, raw, &mut after));
+                let go_on = state.is_none_or(|state| self.target.report(state, raw, &mut after));
                 if !go_on || sub.translator.last() == Some(ConnectionState::Lost) {
                     // Unsubscribed: the session prunes the subscription at its next event.
                     *guard = None;
