@@ -12,6 +12,8 @@
 #                        package for the benchmarks and the behaviour comparison test
 #   valgrind             memory checking of the client and recipe tests
 #   npm                  only if missing: fetches the pinned C client source for `vendored`
+#   libssl-dev           OpenSSL headers: scripts/registry-check.sh builds the packaged crates
+#                        with `vendored,tls` (scripts/setup-security.sh installs it too)
 #
 # Runs apt-get as root, or through sudo. Prints what it installs; does nothing if all
 # are present. Set ZK_SETUP_SKIP=1 to skip entirely (e.g. on a non-Debian machine where
@@ -23,7 +25,7 @@ if [ "${ZK_SETUP_SKIP:-0}" = "1" ]; then
   exit 0
 fi
 
-packages=(libzookeeper-mt-dev zookeeper default-jre-headless pkg-config python3-kazoo python3-dev dpkg-dev valgrind default-jdk-headless libcurator-recipes-java)
+packages=(libzookeeper-mt-dev zookeeper default-jre-headless pkg-config python3-kazoo python3-dev dpkg-dev valgrind default-jdk-headless libcurator-recipes-java libssl-dev)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 exec "$(dirname "$0")"/scripts/ensure-packages.sh setup "${packages[@]}"

@@ -27,6 +27,9 @@ echo "== zookeeper-mt-sys against the vendored C client =="
 vendor/fetch-c-client.sh
 cargo test -p zookeeper-mt-sys --features vendored
 
+echo "== the published crates, from their .crate files alone (package, publish --dry-run, a fresh project on the system and the vendored C client) =="
+./scripts/registry-check.sh
+
 echo "== valgrind memcheck over the client and recipe test binaries =="
 ./scripts/valgrind.sh
 

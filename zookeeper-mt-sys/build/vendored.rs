@@ -350,39 +350,69 @@ pub fn build(out_dir: &Path) -> Result<PathBuf, String> {
     Ok(include_dir)
 }
 
+/// Files a usable tree has; the generated ones included, which a plain upstream checkout
+/// lacks (zookeeper.jute.c is produced by the Java build).
+const REQUIRED: &[&str] = &[
+    "include/zookeeper.h",
+    "generated/zookeeper.jute.c",
+    "src/mt_adaptor.c",
+];
+
+/// Where the C client source is, in this order:
+/// 1. `$ZOOKEEPER_C_CLIENT_SRC` (absolute), if set: used or reported, never skipped;
+/// 2. `c-client/` in this crate: the copy the published package carries (staged by
+///    `scripts/package.sh`; gitignored, so only there in the repository while packaging);
+/// 3. `../vendor/zookeeper-client-c`: where `vendor/fetch-c-client.sh` unpacks it in the
+///    repository.
+///
+/// 2 and 3 hold the same pinned tree (both scripts check its sha256).
 fn source_dir() -> Result<PathBuf, String> {
-    let (src, origin) = match env::var_os("ZOOKEEPER_C_CLIENT_SRC") {
+    if let Some(dir) = env::var_os("ZOOKEEPER_C_CLIENT_SRC") {
         // Relative would be resolved from the crate dir, not where the user typed it.
-        Some(dir) if Path::new(&dir).is_relative() => {
+        if Path::new(&dir).is_relative() {
             return Err(format!(
                 "ZOOKEEPER_C_CLIENT_SRC must be an absolute path (got {})",
                 Path::new(&dir).display()
-            ))
+            ));
         }
-        Some(dir) => (PathBuf::from(dir), "ZOOKEEPER_C_CLIENT_SRC"),
-        None => {
-            let manifest =
-                env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?;
-            (
-                Path::new(&manifest).join("../vendor/zookeeper-client-c"),
-                "the default location",
-            )
-        }
-    };
-    // Generated files included: a plain upstream checkout lacks zookeeper.jute.c.
-    let required = [
-        "include/zookeeper.h",
-        "generated/zookeeper.jute.c",
-        "src/mt_adaptor.c",
-    ];
-    match required.iter().find(|file| !src.join(file).is_file()) {
-        None => Ok(src),
-        Some(missing) => Err(format!(
-            "feature `vendored` needs the C client source, but {} (from {origin}) has no {missing}; \
-             run `vendor/fetch-c-client.sh` in the repository (it honours ZOOKEEPER_C_CLIENT_SRC too)",
-            src.display()
-        )),
+        let src = PathBuf::from(dir);
+        return match missing_file(&src) {
+            None => Ok(src),
+            Some(missing) => Err(format!(
+                "feature `vendored` needs the C client source, but {} (from \
+                 ZOOKEEPER_C_CLIENT_SRC) has no {missing}; run `vendor/fetch-c-client.sh` in \
+                 the repository (it honours ZOOKEEPER_C_CLIENT_SRC too)",
+                src.display()
+            )),
+        };
     }
+    let manifest =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?);
+    let candidates = [
+        manifest.join("c-client"),
+        manifest.join("../vendor/zookeeper-client-c"),
+    ];
+    let mut problems = Vec::new();
+    for src in candidates {
+        match missing_file(&src) {
+            None => return Ok(src),
+            Some(_) if !src.exists() => problems.push(format!("{} does not exist", src.display())),
+            Some(missing) => problems.push(format!("{} has no {missing}", src.display())),
+        }
+    }
+    Err(format!(
+        "feature `vendored` needs the C client source, but {}; the published package \
+         carries it in c-client/, and in the repository `vendor/fetch-c-client.sh` fetches it \
+         (or set ZOOKEEPER_C_CLIENT_SRC to an absolute path holding it)",
+        problems.join(" and ")
+    ))
+}
+
+fn missing_file(src: &Path) -> Option<&'static str> {
+    REQUIRED
+        .iter()
+        .copied()
+        .find(|file| !src.join(file).is_file())
 }
 
 /// `include/` and `generated/zookeeper.jute.h`, as `make install` lays them out.
