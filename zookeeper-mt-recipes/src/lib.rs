@@ -1,29 +1,38 @@
 //! Coordination recipes built only on the safe client (`zookeeper-mt`), never on the
 //! raw bindings: blocking APIs with timeouts, thread-safe, typed errors, and an async
-//! form of every blocking call for any executor ([`asynchronous::Async`]).
+//! form of every blocking call for any executor (`*_async` methods on the recipe types,
+//! and the `Async` wrapper).
 //!
-//! | recipe | module | from |
+//! | recipe | types | from |
 //! |---|---|---|
-//! | FIFO queue with blocking take | [`queue`] | ZooKeeper recipes |
-//! | lock watching only its predecessor | [`lock`] | ZooKeeper recipes |
-//! | locking work queue without herd effect | [`work_queue`] | ZooKeeper recipes |
-//! | id generator (CAS, batched) | [`id_generator`] | ZooKeeper recipes |
-//! | config watch | [`config_watch`] | ZooKeeper recipes |
-//! | barrier, double barrier | [`barrier`] | ZooKeeper recipes |
-//! | leader election | [`election`] | ZooKeeper recipes |
-//! | read-write lock | [`rwlock`] | ZooKeeper recipes |
-//! | semaphore | [`semaphore`] | ZooKeeper recipes |
-//! | lock layouts for Curator `InterProcessMutex` / `InterProcessReadWriteLock` and kazoo `Lock` / `ReadLock` / `WriteLock` | [`lock::LockLayout`] | Curator, kazoo |
-//! | reentrant lock | [`reentrant_lock`] | Curator |
-//! | multi-lock (all or nothing) | [`multi_lock`] | Curator |
-//! | semaphore with leases (Curator `InterProcessSemaphoreV2`, kazoo `Semaphore` layouts) | [`lease_semaphore`] | Curator, kazoo |
-//! | fenced writes (a multi checking the lock node) | [`fenced`] | CURATOR-689 |
-//! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
-//! | node, children and tree caches | [`cache`] | Curator |
-//! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
-//! | bounded, priority and delayed queues | [`bounded_queue`], [`priority_queue`], [`delayed_queue`] | Curator |
-//! | leader latch (leadership guard, events, run while leader) | [`leader_latch`] | Curator, kazoo |
-//! | persistent ephemeral node, group membership | [`membership`] | Curator, kazoo |
+//! | FIFO queue with blocking take | `Queue` | ZooKeeper recipes |
+//! | lock watching only its predecessor | `Lock` | ZooKeeper recipes |
+//! | locking work queue without herd effect | `WorkQueue` | ZooKeeper recipes |
+//! | id generator (CAS, batched) | `IdGenerator` | ZooKeeper recipes |
+//! | config watch | `ConfigWatch` | ZooKeeper recipes |
+//! | barrier, double barrier | `Barrier`, `DoubleBarrier` | ZooKeeper recipes |
+//! | leader election | `LeaderElection` | ZooKeeper recipes |
+//! | read-write lock | `ReadWriteLock` | ZooKeeper recipes |
+//! | semaphore | `Semaphore` | ZooKeeper recipes |
+//! | lock layouts for Curator `InterProcessMutex` / `InterProcessReadWriteLock` and kazoo `Lock` / `ReadLock` / `WriteLock` | `LockLayout` | Curator, kazoo |
+//! | reentrant lock | `ReentrantLock` | Curator |
+//! | multi-lock (all or nothing) | `MultiLock` | Curator |
+//! | semaphore with leases (Curator `InterProcessSemaphoreV2`, kazoo `Semaphore` layouts) | `LeaseSemaphore` | Curator, kazoo |
+//! | fenced writes (a multi checking the lock node) | `fenced_multi` on the lock guards | CURATOR-689 |
+//! | connection states, client renewing expired sessions | `connection_states`, `ManagedZooKeeper` (from `zookeeper-mt`) | Curator |
+//! | node, children and tree caches | `NodeCache`, `ChildrenCache`, `TreeCache` | Curator |
+//! | shared count, atomic long, kazoo counter | `SharedCount`, `AtomicLong`, `KazooCounter` | Curator, kazoo |
+//! | bounded, priority and delayed queues | `BoundedQueue`, `PriorityQueue`, `DelayedQueue` | Curator |
+//! | leader latch (leadership guard, events, run while leader) | `LeaderLatch` | Curator, kazoo |
+//! | persistent ephemeral node, group membership | `PersistentNode`, `GroupMember`, `Group` | Curator, kazoo |
+//!
+//! Every waiting call takes a `zookeeper_mt::Timeout` (a `Duration` or `Timeout::Never`)
+//! and reports [`RecipeError::Timeout`] when it passes ([`OptionalExtension::optional`]
+//! turns that into `None`). Dropping the future of an `*_async` call withdraws what it
+//! started (a lock request's node and watch, a lease); a queue take dropped with its
+//! claim in flight puts the item back. Each recipe's docs state its guarantees and
+//! non-guarantees, with an example; the workspace's `docs/recipes.md` collects them in
+//! one table.
 //!
 //! ## Deletes that could not reach the server
 //!
@@ -40,10 +49,23 @@
 //! ## Riding out a lost connection
 //!
 //! The queues, the lock and the work queue wait at most their reconnect timeout for a
-//! dropped connection to come back, then fail with `ConnectionLoss`; a [`RetryPolicy`]
+//! dropped connection to come back, then fail with `ConnectionLoss`; a `RetryPolicy`
 //! (`with_retry_policy`) sets it and the pauses between tries of a failed request. The
 //! other waiting recipes ride out a loss until the call's own deadline, and the
 //! background ones (caches, latches, watches) for as long as it takes.
+//!
+//! ## Feature flags
+//!
+//! By default the system `libzookeeper_mt` is linked (Debian: `libzookeeper-mt-dev`).
+//! These features are forwarded through `zookeeper-mt` to `zookeeper-mt-sys`:
+//!
+//! - `vendored`: build the pinned C client from source and link it statically.
+//! - `tls`: TLS connections (`ZooKeeperBuilder::tls`); implies `vendored`, links the
+//!   system OpenSSL.
+//! - `sasl`: SASL authentication (`ZooKeeperBuilder::sasl`); implies `vendored`, links
+//!   Cyrus SASL.
+//!
+//! MSRV: Rust 1.NN (see `docs/msrv.md` in the repository).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 

@@ -6,14 +6,32 @@
 //! threading and lifetime rules that C code imposes on any caller (which thread runs
 //! completions and watchers, when C frees what it returns).
 //!
-//! How the library is found (system library, env vars, pkg-config or the `vendored`
-//! build) is described in `build.rs` and the repository README.
+//! The build looks for the library in this order: the `vendored` feature (the pinned C
+//! client built from source), `ZOOKEEPER_LIB_DIR` / `ZOOKEEPER_INCLUDE_DIR`
+//! (`ZOOKEEPER_STATIC=1` links the `.a`), pkg-config, then the standard paths (Debian's
+//! `libzookeeper-mt-dev`). `build.rs` and the workspace's `docs/building.md` give the
+//! details. The bindings are committed, so no libclang is needed.
+//!
+//! # Feature flags
+//!
+//! - `vendored`: compile the pinned C client (3.8.2 source of the 3.8 API; from
+//!   `ZOOKEEPER_C_CLIENT_SRC`, an absolute path, or where the repository's
+//!   `vendor/fetch-c-client.sh` puts it) and link it statically. It wins over every
+//!   other way of finding the library.
+//! - `tls`: the vendored client compiled with OpenSSL (implies `vendored`; links the
+//!   system OpenSSL): adds the `tls` module (`zookeeper_init_ssl`).
+//! - `sasl`: the vendored client compiled with Cyrus SASL (implies `vendored`; links the
+//!   system libsasl2): adds the `sasl` module (`zookeeper_init_sasl`).
+//! - `buildtime-bindgen`: regenerate the bindings from the header in use (needs
+//!   libclang).
 //!
 //! The committed bindings are generated without OpenSSL and Cyrus SASL, as Debian's
-//! library is built. Features `tls` and `sasl` (each implying `vendored`) compile the C
-//! client with them and add hand-written declarations of that API: the `tls` and `sasl` modules, and
-//! `zookeeper_mt_sys_init_secure` (TLS, SASL and a log callback in one init call). A test
-//! checks them against the header compiled with the same defines.
+//! library is built. With `tls` or `sasl`, hand-written declarations of that API are
+//! added: the `tls` and `sasl` modules, and `zookeeper_mt_sys_init_secure` (TLS, SASL and
+//! a log callback in one init call). A test checks them against the header compiled with
+//! the same defines.
+//!
+//! MSRV: Rust 1.NN (see `docs/msrv.md` in the repository).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![allow(clippy::all)]

@@ -13,6 +13,20 @@
 //!   Apache Curator's connection states ([`ConnectionState`]), and a
 //!   [`ManagedZooKeeper`] makes a new session after the server expired the old one.
 //!
+//! Coordination recipes (locks, queues, leader latch, caches, ...) are in the
+//! `zookeeper-mt-recipes` crate.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use zookeeper_mt::{CreateMode, EventType, ZooKeeper};
+//!
+//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
+//! let (_, watch) = zk.exists_watch("/config")?;
+//! zk.create("/config", b"v1", CreateMode::Persistent)?;
+//! assert_eq!(watch.wait()?.event_type, EventType::NodeCreated);
+//! # Ok::<(), zookeeper_mt::Error>(())
+//! ```
+//!
 //! # Which thread runs what
 //!
 //! The C client runs two threads per handle: an IO thread and a completion thread.
@@ -54,16 +68,20 @@
 //! threads do not exist in the child, and `zookeeper_close` there waits forever for
 //! them. Open new handles in the child (or exec first).
 //!
-//! ```no_run
-//! use std::time::Duration;
-//! use zookeeper_mt::{Acl, CreateMode, EventType, ZooKeeper};
+//! # Feature flags
 //!
-//! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let (_, watch) = zk.exists_watch("/config")?;
-//! zk.create("/config", b"v1", CreateMode::Persistent)?;
-//! assert_eq!(watch.wait()?.event_type, EventType::NodeCreated);
-//! # Ok::<(), zookeeper_mt::Error>(())
-//! ```
+//! By default the system `libzookeeper_mt` is linked (Debian: `libzookeeper-mt-dev`).
+//! These features are forwarded to `zookeeper-mt-sys`:
+//!
+//! - `vendored`: build the pinned C client from source and link it statically.
+//! - `tls`: TLS connections (`ZooKeeperBuilder::tls`, `TlsConfig`); implies `vendored`
+//!   and links the system OpenSSL (Debian's library is built without it).
+//! - `sasl`: SASL authentication, e.g. DIGEST-MD5 (`ZooKeeperBuilder::sasl`,
+//!   `SaslConfig`); implies `vendored` and links Cyrus SASL.
+//!
+//! Digest ACLs and [`ZooKeeper::add_auth`] work with every build.
+//!
+//! MSRV: Rust 1.NN (see `docs/msrv.md` in the repository).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
