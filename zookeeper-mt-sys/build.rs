@@ -2,7 +2,7 @@
 //! tests check the committed bindings against the header actually in use.
 //!
 //! Probing order:
-//! 1. feature `vendored`: compile the pinned 3.8.0 C client and link it statically (wins
+//! 1. feature `vendored`: compile the pinned 3.8.2 C client and link it statically (wins
 //!    over everything else, so enabling the feature always means the vendored client).
 //!    The source is `$ZOOKEEPER_C_CLIENT_SRC`, else `c-client/` in this crate (what the
 //!    published package carries), else `../vendor/zookeeper-client-c` (where
@@ -206,7 +206,7 @@ fn not_found_message(reason: &str) -> String {
          \x20   or run `./setup.sh` from the repository, which installs everything the project needs;\n\
          \x20 * point at an installed client: ZOOKEEPER_INCLUDE_DIR=<dir with zookeeper.h> and\n\
          \x20   ZOOKEEPER_LIB_DIR=<dir with libzookeeper_mt> (ZOOKEEPER_STATIC=1 links the .a);\n\
-         \x20 * build the pinned 3.8.0 client from source: enable the `vendored` feature\n\
+         \x20 * build the pinned 3.8.2 client from source: enable the `vendored` feature\n\
          \x20   (`--features zookeeper-mt-sys/vendored`; the published package carries the source,\n\
          \x20   in the repository run `vendor/fetch-c-client.sh` first).\n"
     )

@@ -65,7 +65,8 @@
 //! - `sasl`: SASL authentication (`ZooKeeperBuilder::sasl`); implies `vendored`, links
 //!   Cyrus SASL.
 //!
-//! MSRV: Rust 1.NN (see `docs/msrv.md` in the repository).
+//! MSRV: Rust 1.82 or newer; it is raised only in a new minor release (see `docs/msrv.md`
+//! in the repository).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 

@@ -31,7 +31,8 @@
 //! a log callback in one init call). A test checks them against the header compiled with
 //! the same defines.
 //!
-//! MSRV: Rust 1.NN (see `docs/msrv.md` in the repository).
+//! MSRV: Rust 1.82 or newer; it is raised only in a new minor release (see `docs/msrv.md`
+//! in the repository).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![allow(clippy::all)]

@@ -81,7 +81,8 @@
 //!
 //! Digest ACLs and [`ZooKeeper::add_auth`] work with every build.
 //!
-//! MSRV: Rust 1.NN (see `docs/msrv.md` in the repository).
+//! MSRV: Rust 1.82 or newer; it is raised only in a new minor release (see `docs/msrv.md`
+//! in the repository).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
