@@ -22,12 +22,12 @@ use pending::Pending;
 use std::time::{Duration, Instant};
 use table::{Snapshot, Table};
 use zookeeper_mt::{CreateMode, Error, ZooKeeper};
-use zookeeper_mt_recipes::cache::NodeCache;
-use zookeeper_mt_recipes::config_watch::ConfigWatch;
-use zookeeper_mt_recipes::leader_latch::{LatchStatus, LeaderLatch};
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::membership::PersistentNode;
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::caches::ConfigWatch;
+use zookeeper_mt_recipes::caches::NodeCache;
+use zookeeper_mt_recipes::leadership::{LatchStatus, LeaderLatch};
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::nodes::PersistentNode;
+use zookeeper_mt_recipes::queues::Queue;
 
 /// The timeout of every pending acquire and take (they never get to it).
 const WAIT_TIMEOUT: Duration = Duration::from_secs(600);

@@ -15,8 +15,8 @@ use std::thread::{self, Thread};
 use std::time::Duration;
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::asynchronous::Async;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::Lock;
 
 /// Wakes the executor's thread.
 struct Unpark(Thread);

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::{Acl, CreateMode, Op, ZooKeeper};
-use zookeeper_mt_recipes::cache::{CacheEvent, TreeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
 
 fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper_mt::Result<()> {
     zk.create(path, data.as_bytes(), CreateMode::Persistent)
@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let writer = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let root = format!("/examples/tree-cache-{}", std::process::id());
-    zookeeper_mt_recipes::util::ensure_path(&writer, &root)?;
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &root)?;
     for service in ["billing", "search"] {
         create(&writer, &format!("{root}/{service}"), "v1")?;
         for i in 0..2 {

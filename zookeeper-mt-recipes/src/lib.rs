@@ -48,38 +48,44 @@
 #![warn(missing_docs)]
 
 pub mod asynchronous;
-pub mod barrier;
-pub mod bounded_queue;
-pub mod cache;
-pub mod config_watch;
-pub mod delayed_queue;
-pub mod election;
+pub mod barriers;
+pub mod caches;
 pub mod error;
 pub mod events;
-pub mod fenced;
-pub mod id_generator;
-pub mod leader_latch;
-pub mod lease_semaphore;
+pub mod leadership;
 pub mod lifecycle;
-pub mod lock;
-pub mod membership;
-pub mod multi_lock;
-mod nodes;
-pub mod priority_queue;
-pub mod queue;
+pub mod locks;
+pub mod nodes;
+pub mod queues;
 mod recovery;
-pub mod reentrant_lock;
 pub(crate) mod runtime;
-pub mod rwlock;
-pub mod semaphore;
-pub mod shared_value;
+pub mod shared;
 pub(crate) mod support;
-pub mod util;
-pub mod work_queue;
 
+// The modules' former paths, inside the crate only, while the moved files still use
+// them.
+use barriers as barrier;
+use caches as cache;
+use caches::config_watch;
+use leadership::{election, leader_latch};
+use locks::{fenced, lease_semaphore, lock, multi_lock, read_write_lock as rwlock, semaphore};
+use nodes as membership;
+use nodes::names as util;
+use queues::{bounded_queue, delayed_queue, priority_queue, queue, work_queue};
+use shared as shared_value;
+use shared::id_generator;
+
+pub use asynchronous::{Async, RecipeFuture};
+pub use barriers::{Barrier, DoubleBarrier};
+pub use caches::{ChildrenCache, ConfigWatch, NodeCache, TreeCache};
 pub use error::{LossReason, OptionalExtension, RecipeError, Result};
 pub use events::EventStream;
-pub use nodes::NodeOptions;
+pub use leadership::{LeaderElection, LeaderLatch};
+pub use lifecycle::Client;
+pub use locks::{LeaseSemaphore, Lock, MultiLock, ReadWriteLock, ReentrantLock, Semaphore};
+pub use nodes::{Group, GroupMember, NodeOptions, PersistentNode};
+pub use queues::{BoundedQueue, DelayedQueue, PriorityQueue, Queue, WorkQueue};
+pub use shared::{AtomicLong, IdGenerator, KazooCounter, SharedCount};
 pub use support::{PauseGrowth, RetryPolicy};
 
 /// Background tasks alive on the recipes' driver (caches, latches, persistent nodes,

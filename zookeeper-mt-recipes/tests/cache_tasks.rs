@@ -10,7 +10,7 @@ use cache_common::{create, delete_tree, WAIT};
 use common::unique_path;
 use std::time::{Duration, Instant};
 use zk_harness::testing::process_threads as threads;
-use zookeeper_mt_recipes::cache::{CacheEvent, ChildrenCache, NodeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, ChildrenCache, NodeCache};
 use zookeeper_mt_recipes::events::EventStream;
 
 const CACHES: usize = 200;

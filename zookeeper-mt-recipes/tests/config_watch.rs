@@ -9,14 +9,14 @@ use crossbeam_channel::RecvTimeoutError;
 use std::thread;
 use std::time::Duration;
 use zookeeper_mt::{CreateMode, Error, ZooKeeper};
-use zookeeper_mt_recipes::config_watch::{ConfigEvent, ConfigWatch};
+use zookeeper_mt_recipes::caches::{ConfigEvent, ConfigWatch};
 use zookeeper_mt_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 use zookeeper_mt_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
-    zookeeper_mt_recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
     zk.create(path, data, CreateMode::Persistent).unwrap();
 }
 
@@ -100,7 +100,7 @@ fn every_update_arrives_when_the_writer_waits() {
 fn deletion_and_recreation() {
     let zk = connect();
     let path = unique_path("lifecycle");
-    zookeeper_mt_recipes::util::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
     let watch = ConfigWatch::start(&zk, &path).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted, "absent at start");
 

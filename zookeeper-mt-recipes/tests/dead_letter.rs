@@ -10,7 +10,7 @@ use common::{
 };
 use std::time::Duration;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 use zookeeper_mt_recipes::OptionalExtension;
 
 const CHILD_ENV: &str = "RECIPES_DEAD_LETTER_TEST_CHILD";

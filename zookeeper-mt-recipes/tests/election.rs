@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::election::LeaderElection;
+use zookeeper_mt_recipes::leadership::LeaderElection;
 use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(10);

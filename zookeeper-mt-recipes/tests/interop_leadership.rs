@@ -14,8 +14,8 @@ use zk_harness::testing::wait_until;
 use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{max_overlap, monotonic_ns, sections_at, Participant, Peer, Section};
-use zookeeper_mt_recipes::leader_latch::{LatchLayout, LeaderLatch};
-use zookeeper_mt_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
+use zookeeper_mt_recipes::leadership::{LatchLayout, LeaderLatch};
+use zookeeper_mt_recipes::nodes::{Group, GroupEvent, GroupLayout, GroupMember};
 use zookeeper_mt_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(120);

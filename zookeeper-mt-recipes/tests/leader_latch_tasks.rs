@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::leader_latch::{LatchStatus, LeaderLatch, TermEnd};
+use zookeeper_mt_recipes::leadership::{LatchStatus, LeaderLatch, TermEnd};
 use zookeeper_mt_recipes::live_background_tasks;
 
 /// The tests of this binary take turns: one counts threads.

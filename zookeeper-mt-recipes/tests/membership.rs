@@ -12,7 +12,7 @@ use zk_harness::testing::wait_until;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper_mt::{Acl, CreateMode, ZooKeeper};
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
-use zookeeper_mt_recipes::membership::{
+use zookeeper_mt_recipes::nodes::{
     Group, GroupEvent, GroupLayout, GroupMember, NodeMode, NodeStatus, PersistentNode,
 };
 use zookeeper_mt_recipes::RecipeError;
@@ -125,7 +125,7 @@ fn a_create_whose_reply_is_lost_is_adopted_never_doubled() {
     for mode in [NodeMode::Ephemeral, NodeMode::ProtectedSequential] {
         let parent = unique_path("lost-create");
         let admin = connect();
-        zookeeper_mt_recipes::util::ensure_path(&admin, &parent).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&admin, &parent).unwrap();
         let proxy = FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
         let zk = connect_to(&proxy.connect_string());
         proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE);
@@ -163,7 +163,7 @@ fn a_create_whose_reply_is_lost_is_adopted_never_doubled() {
 fn another_sessions_node_is_waited_for_not_taken_over() {
     let path = format!("{}/me", unique_path("conflict"));
     let other = connect();
-    zookeeper_mt_recipes::util::ensure_path(&other, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&other, path.rsplit_once('/').unwrap().0).unwrap();
     other
         .create(&path, b"other", CreateMode::Ephemeral)
         .unwrap();
@@ -406,7 +406,7 @@ fn a_lost_protected_create_is_found_on_a_lagging_member_after_sync() {
     let (a, b) = (followers[0], followers[1]);
     let parent = unique_path("lagging");
     let admin = connect_to(&ens.member(a).connect_string());
-    zookeeper_mt_recipes::util::ensure_path(&admin, &parent).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&admin, &parent).unwrap();
     let proxy = ens.proxy(a);
     let zk = connect_to(&ens.connect_string(a));
     // Stall B only once it has the client's session: a client that has seen a zxid

@@ -9,7 +9,7 @@ use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::live_background_tasks;
-use zookeeper_mt_recipes::membership::PersistentNode;
+use zookeeper_mt_recipes::nodes::PersistentNode;
 
 const NODES: usize = 200;
 const T: Duration = Duration::from_secs(60);

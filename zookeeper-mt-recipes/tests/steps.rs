@@ -14,14 +14,14 @@ use zk_harness::fault_proxy::Request;
 use zk_harness::testing::{poll_until, unique_path};
 use zk_harness::{FaultProxy, OpCode};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::barrier::DoubleBarrier;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
-use zookeeper_mt_recipes::semaphore::Semaphore;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::barriers::DoubleBarrier;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::semaphore::Semaphore;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::locks::ReadWriteLock;
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::shared::IdGenerator;
 
 /// Short, so a dropped reply is noticed soon (the next ping's reply exposes it).
 const SESSION_TIMEOUT: Duration = Duration::from_secs(4);

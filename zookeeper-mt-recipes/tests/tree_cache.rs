@@ -11,7 +11,7 @@ use common::{unique_path, Proxy};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use zookeeper_mt::{Acl, CreateMode, Op, ZooKeeper};
-use zookeeper_mt_recipes::cache::{CacheEvent, TreeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
 
 /// A tree of `1 + branches + branches * leaves` nodes under `root` (created in a few

@@ -16,7 +16,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use zk_harness::history::{Event, HistoryWriter};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::membership::{
+use zookeeper_mt_recipes::nodes::{
     Group, GroupEvent, GroupLayout, GroupMember, NodeMode, PersistentNode,
 };
 

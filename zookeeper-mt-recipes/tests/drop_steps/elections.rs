@@ -2,9 +2,9 @@
 //! blocks no round.
 
 use super::*;
-use zookeeper_mt_recipes::barrier::DoubleBarrier;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::leader_latch::LeaderLatch;
+use zookeeper_mt_recipes::barriers::DoubleBarrier;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::leadership::LeaderLatch;
 
 // ------------------------------------------------------------------ elections
 

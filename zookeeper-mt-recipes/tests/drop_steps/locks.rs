@@ -2,10 +2,10 @@
 //! request blocks anyone.
 
 use super::*;
-use zookeeper_mt_recipes::lease_semaphore::{Lease, LeaseSemaphore, SemaphoreLayout};
-use zookeeper_mt_recipes::lock::{Lock, LockGuard};
-use zookeeper_mt_recipes::rwlock::{ReadGuard, ReadWriteLock};
-use zookeeper_mt_recipes::semaphore::{self, Semaphore};
+use zookeeper_mt_recipes::locks::lease_semaphore::{Lease, LeaseSemaphore, SemaphoreLayout};
+use zookeeper_mt_recipes::locks::semaphore::{self, Semaphore};
+use zookeeper_mt_recipes::locks::{Lock, LockGuard};
+use zookeeper_mt_recipes::locks::{ReadGuard, ReadWriteLock};
 
 // ------------------------------------------------------------------ locks
 

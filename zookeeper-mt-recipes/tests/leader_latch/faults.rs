@@ -13,7 +13,7 @@ fn a_create_whose_reply_is_lost_is_found_not_repeated() {
     ] {
         let path = unique_path("lost-create");
         let admin = connect();
-        zookeeper_mt_recipes::util::ensure_path(&admin, &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&admin, &path).unwrap();
         let proxy = FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
         let zk = connect_to(&proxy.connect_string());
         // The server applies the create; the client never sees the reply.
@@ -223,7 +223,7 @@ fn a_lost_create_is_found_on_a_lagging_member_after_sync() {
     let (a, b) = (followers[0], followers[1]);
     let path = unique_path("lagging");
     let admin = connect_to(&ens.member(a).connect_string());
-    zookeeper_mt_recipes::util::ensure_path(&admin, &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&admin, &path).unwrap();
     let proxy = ens.proxy(a);
     let zk = connect_to(&ens.connect_string(a));
     // Stall B only once it has the client's session: a client that has seen a zxid

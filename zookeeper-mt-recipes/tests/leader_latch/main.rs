@@ -18,8 +18,8 @@ use zk_harness::testing::wait_until;
 use zk_harness::testing::Seed;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper_mt::{Acl, Perms, ZooKeeper};
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::leader_latch::{
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::leadership::{
     LatchLayout, LatchStatus, LeaderLatch, LeadershipEvent, LeadershipGuard, LeadershipLost,
     TermEnd,
 };

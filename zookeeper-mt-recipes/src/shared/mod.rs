@@ -89,12 +89,14 @@
 mod cas;
 mod cell;
 mod counters;
+pub mod id_generator;
 mod layout;
 mod watching;
 
 use cas::*;
 use cell::*;
 pub use counters::*;
+pub use id_generator::{IdGenerator, IdStats};
 use layout::*;
 pub use watching::*;
 

@@ -96,12 +96,14 @@
 
 mod buffer;
 mod children;
+pub mod config_watch;
 mod engine;
 mod node;
 mod tree;
 
 pub use crate::lifecycle::Client;
 pub use children::ChildrenCache;
+pub use config_watch::{ConfigEvent, ConfigWatch};
 pub use node::NodeCache;
 pub use tree::{TreeCache, TreeCacheBuilder};
 

@@ -87,11 +87,15 @@
 //!   the cache may not be reported).
 
 mod group;
+pub(crate) mod names;
 mod node_task;
+mod options;
 mod persistent_node;
 
 pub use group::*;
+pub use names::*;
 use node_task::*;
+pub use options::NodeOptions;
 pub use persistent_node::*;
 
 use crate::cache::{CacheEvent, ChildrenCache, NodeData};
@@ -102,8 +106,7 @@ use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::runtime::{block_on, until, StopSignal, Task};
 use crate::support::{create_dir_async, finish_later};
-use crate::util::guid;
-use crate::{NodeOptions, RecipeError, Result};
+use crate::{RecipeError, Result};
 use parking_lot::Mutex;
 use std::fmt;
 use std::future::Future;

@@ -396,7 +396,7 @@ pub(super) fn newer(stat: &Stat, old: &Stat) -> bool {
     stat.czxid > old.czxid || (stat.czxid == old.czxid && stat.mzxid > old.mzxid)
 }
 
-pub(in crate::cache) fn child_path(parent: &str, name: &str) -> String {
+pub(in crate::caches) fn child_path(parent: &str, name: &str) -> String {
     if parent == "/" {
         format!("/{name}")
     } else {
