@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::barrier::Barrier;
+//! use zookeeper_mt_recipes::barriers::Barrier;
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -43,7 +43,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::barrier::DoubleBarrier;
+//! use zookeeper_mt_recipes::barriers::DoubleBarrier;
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -64,7 +64,7 @@
 //! next participants. Timed-out waits take their watches off again.
 //!
 //! The end of the sequence counter: participants numbered at or past
-//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or negative) are not counted and not
+//! [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) (or negative) are not counted and not
 //! waited for. A participant whose own node gets such a number removes it, waits
 //! (within its `enter` timeout) for the directory to hold nothing but leftover `ready`
 //! nodes (other rounds finish, or their participants time out and withdraw), deletes
@@ -88,6 +88,7 @@
 //! a dropped `leave_async` leaves the participant entered, and `leave` resumes.
 
 use crate::error::LossReason;
+use crate::nodes::{guid, sequence_in_range, sequence_of};
 use crate::recovery::{
     children_or_none_async, restart_dir_async, unwatch, wait_or_unwatch_async, Restart,
 };
@@ -97,7 +98,6 @@ use crate::support::{
     delete_node_async, delete_on_drop, members, op_deadline, retry_async, Deadline, DeleteOnDrop,
     Member,
 };
-use crate::util::{guid, sequence_in_range, sequence_of};
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
@@ -660,7 +660,7 @@ mod tests {
         let zk = ZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
         let dir = format!("/recipes-unit/double-end-{}", guid());
         let barrier = DoubleBarrier::new(&zk, &dir, 2).unwrap();
-        crate::util::ensure_path(&zk, &dir).unwrap();
+        crate::nodes::ensure_path(&zk, &dir).unwrap();
         let open = Acl::OPEN_UNSAFE;
         let peer = ZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
         let other = peer

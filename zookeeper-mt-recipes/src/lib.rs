@@ -4,26 +4,26 @@
 //!
 //! | recipe | module | from |
 //! |---|---|---|
-//! | FIFO queue with blocking take | [`queue`] | ZooKeeper recipes |
-//! | lock watching only its predecessor | [`lock`] | ZooKeeper recipes |
-//! | locking work queue without herd effect | [`work_queue`] | ZooKeeper recipes |
-//! | id generator (CAS, batched) | [`id_generator`] | ZooKeeper recipes |
-//! | config watch | [`config_watch`] | ZooKeeper recipes |
-//! | barrier, double barrier | [`barrier`] | ZooKeeper recipes |
-//! | leader election | [`election`] | ZooKeeper recipes |
-//! | read-write lock | [`rwlock`] | ZooKeeper recipes |
-//! | semaphore | [`semaphore`] | ZooKeeper recipes |
-//! | lock layouts for Curator `InterProcessMutex` / `InterProcessReadWriteLock` and kazoo `Lock` / `ReadLock` / `WriteLock` | [`lock::LockLayout`] | Curator, kazoo |
-//! | reentrant lock | [`reentrant_lock`] | Curator |
-//! | multi-lock (all or nothing) | [`multi_lock`] | Curator |
-//! | semaphore with leases (Curator `InterProcessSemaphoreV2`, kazoo `Semaphore` layouts) | [`lease_semaphore`] | Curator, kazoo |
-//! | fenced writes (a multi checking the lock node) | [`fenced`] | CURATOR-689 |
+//! | FIFO queue with blocking take | [`queues::queue`] | ZooKeeper recipes |
+//! | lock watching only its predecessor | [`locks::lock`] | ZooKeeper recipes |
+//! | locking work queue without herd effect | [`queues::work_queue`] | ZooKeeper recipes |
+//! | id generator (CAS, batched) | [`shared::id_generator`] | ZooKeeper recipes |
+//! | config watch | [`caches::config_watch`] | ZooKeeper recipes |
+//! | barrier, double barrier | [`barriers`] | ZooKeeper recipes |
+//! | leader election | [`leadership::election`] | ZooKeeper recipes |
+//! | read-write lock | [`locks::read_write_lock`] | ZooKeeper recipes |
+//! | semaphore | [`locks::semaphore`] | ZooKeeper recipes |
+//! | lock layouts for Curator `InterProcessMutex` / `InterProcessReadWriteLock` and kazoo `Lock` / `ReadLock` / `WriteLock` | [`locks::LockLayout`] | Curator, kazoo |
+//! | reentrant lock | [`locks::reentrant_lock`] | Curator |
+//! | multi-lock (all or nothing) | [`locks::multi_lock`] | Curator |
+//! | semaphore with leases (Curator `InterProcessSemaphoreV2`, kazoo `Semaphore` layouts) | [`locks::lease_semaphore`] | Curator, kazoo |
+//! | fenced writes (a multi checking the lock node) | [`locks::fenced`] | CURATOR-689 |
 //! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
-//! | node, children and tree caches | [`cache`] | Curator |
-//! | shared count, atomic long, kazoo counter | [`shared_value`] | Curator, kazoo |
-//! | bounded, priority and delayed queues | [`bounded_queue`], [`priority_queue`], [`delayed_queue`] | Curator |
-//! | leader latch (leadership guard, events, run while leader) | [`leader_latch`] | Curator, kazoo |
-//! | persistent ephemeral node, group membership | [`membership`] | Curator, kazoo |
+//! | node, children and tree caches | [`caches`] | Curator |
+//! | shared count, atomic long, kazoo counter | [`shared`] | Curator, kazoo |
+//! | bounded, priority and delayed queues | [`queues::bounded_queue`], [`queues::priority_queue`], [`queues::delayed_queue`] | Curator |
+//! | leader latch (leadership guard, events, run while leader) | [`leadership::leader_latch`] | Curator, kazoo |
+//! | persistent ephemeral node, group membership | [`nodes`] | Curator, kazoo |
 //!
 //! ## Deletes that could not reach the server
 //!
@@ -61,19 +61,6 @@ mod recovery;
 pub(crate) mod runtime;
 pub mod shared;
 pub(crate) mod support;
-
-// The modules' former paths, inside the crate only, while the moved files still use
-// them.
-use barriers as barrier;
-use caches as cache;
-use caches::config_watch;
-use leadership::{election, leader_latch};
-use locks::{fenced, lease_semaphore, lock, multi_lock, read_write_lock as rwlock, semaphore};
-use nodes as membership;
-use nodes::names as util;
-use queues::{bounded_queue, delayed_queue, priority_queue, queue, work_queue};
-use shared as shared_value;
-use shared::id_generator;
 
 pub use asynchronous::{Async, RecipeFuture};
 pub use barriers::{Barrier, DoubleBarrier};

@@ -6,24 +6,22 @@ use std::time::SystemTime;
 use zookeeper_mt::{Stat, Timeout, ZooKeeper};
 
 use super::{Async, RecipeFuture};
-use crate::barrier::{Barrier, DoubleBarrier};
-use crate::bounded_queue::{BoundedQueue, Offer};
-use crate::delayed_queue::DelayedQueue;
-use crate::election::LeaderElection;
-use crate::id_generator::IdGenerator;
-use crate::leader_latch::{LeaderLatch, LeadershipGuard, Participant};
-use crate::lease_semaphore::{self, LeaseSemaphore};
-use crate::lock::{Lock, LockGuard};
-use crate::membership::{Group, GroupMember, PersistentNode};
-use crate::multi_lock::{MultiGuard, MultiLock};
-use crate::priority_queue::PriorityQueue;
-use crate::queue::Queue;
-use crate::rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
-use crate::semaphore::{self, Semaphore};
-use crate::shared_value::{
-    AtomicLong, AtomicValue, KazooCounter, SharedCount, ValueWatch, Versioned,
-};
-use crate::work_queue::{WorkItem, WorkQueue};
+use crate::barriers::{Barrier, DoubleBarrier};
+use crate::leadership::election::LeaderElection;
+use crate::leadership::leader_latch::{LeaderLatch, LeadershipGuard, Participant};
+use crate::locks::lease_semaphore::{self, LeaseSemaphore};
+use crate::locks::lock::{Lock, LockGuard};
+use crate::locks::multi_lock::{MultiGuard, MultiLock};
+use crate::locks::read_write_lock::{ReadGuard, ReadWriteLock, WriteGuard};
+use crate::locks::semaphore::{self, Semaphore};
+use crate::nodes::{Group, GroupMember, PersistentNode};
+use crate::queues::bounded_queue::{BoundedQueue, Offer};
+use crate::queues::delayed_queue::DelayedQueue;
+use crate::queues::priority_queue::PriorityQueue;
+use crate::queues::queue::Queue;
+use crate::queues::work_queue::{WorkItem, WorkQueue};
+use crate::shared::id_generator::IdGenerator;
+use crate::shared::{AtomicLong, AtomicValue, KazooCounter, SharedCount, ValueWatch, Versioned};
 use crate::{RecipeError, Result};
 
 /// `Async<$recipe>` methods returning the recipe's own `*_async` future on the shared

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// one data watch per child. See the [module docs](super) for what is guaranteed.
 ///
 /// ```no_run
-/// use zookeeper_mt_recipes::cache::{CacheEvent, ChildrenCache};
+/// use zookeeper_mt_recipes::caches::{CacheEvent, ChildrenCache};
 /// use std::time::Duration;
 /// use zookeeper_mt::ZooKeeper;
 ///

@@ -11,7 +11,7 @@
 //! [`ManagedZooKeeper`](crate::lifecycle::ManagedZooKeeper) (see [`Client`]).
 //!
 //! ```no_run
-//! use zookeeper_mt_recipes::cache::{CacheEvent, TreeCache};
+//! use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
 //! use std::time::Duration;
 //! use zookeeper_mt::ZooKeeper;
 //!
@@ -304,9 +304,9 @@ macro_rules! cache_methods {
     () => {
         /// The cache's events, an [`EventStream`](crate::events::EventStream) (see the
         /// [stream contract](crate::events#the-stream-contract)), coalesced per node:
-        /// see [bounded memory](crate::cache#bounded-memory). Clones read the same
+        /// see [bounded memory](crate::caches#bounded-memory). Clones read the same
         /// stream.
-        pub fn events(&self) -> &crate::events::EventStream<crate::cache::CacheEvent> {
+        pub fn events(&self) -> &crate::events::EventStream<crate::caches::CacheEvent> {
             &self.core.events
         }
 

@@ -6,7 +6,7 @@ use crate::Result;
 use std::sync::Arc;
 
 /// The data and `Stat` of one node, kept up to date (Curator's `NodeCache`; a
-/// generalisation of [`ConfigWatch`](crate::config_watch::ConfigWatch) with a snapshot,
+/// generalisation of [`ConfigWatch`](crate::caches::config_watch::ConfigWatch) with a snapshot,
 /// coalesced events and recovery across sessions). The node need not exist: the cache
 /// then holds nothing and reports `Added` when it is created.
 ///
@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// watch while it does not. See the [module docs](super) for what is guaranteed.
 ///
 /// ```no_run
-/// use zookeeper_mt_recipes::cache::{CacheEvent, NodeCache};
+/// use zookeeper_mt_recipes::caches::{CacheEvent, NodeCache};
 /// use std::time::Duration;
 /// use zookeeper_mt::ZooKeeper;
 ///

@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// guaranteed.
 ///
 /// ```no_run
-/// use zookeeper_mt_recipes::cache::TreeCache;
+/// use zookeeper_mt_recipes::caches::TreeCache;
 /// use std::time::Duration;
 /// use zookeeper_mt::ZooKeeper;
 ///

@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::election::LeaderElection;
+//! use zookeeper_mt_recipes::leadership::LeaderElection;
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -41,7 +41,7 @@
 //! Candidate numbers come from the directory's 32-bit child counter, which a 3.8 server
 //! does not wrap cleanly (past 2147483647 it repeats numbers or goes negative: two
 //! candidates could each find themselves lowest). A candidate node numbered at or past
-//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) (or
 //! [`NodeOptions::sequence_limit`]) is deleted at once and never counts; the joining
 //! candidate then restarts the counter by deleting the directory, which the server allows
 //! only when it is empty, and joins the new one. A leader may lead for a long time, so
@@ -60,12 +60,12 @@
 //! - No fairness beyond join order; a candidate that rejoins goes to the back.
 
 use crate::error::LossReason;
+use crate::nodes::guid;
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, create_member_async, delete_eventually_async, op_deadline, ordered_members,
     retry_async, wait_for_change_async, Deadline, DeadlineExt, Member, NodeWait, Patience, SeqDir,
 };
-use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,7 +75,7 @@ use zookeeper_mt::{Error, Timeout, ZooKeeper};
 /// Name prefix of candidate nodes.
 const CANDIDATE: &str = "candidate-";
 
-/// One candidate in a leader election (see the [module docs](crate::election)).
+/// One candidate in a leader election (see the [module docs](crate::leadership::election)).
 /// Usable from any thread. Dropping it resigns (best effort).
 #[derive(Debug)]
 pub struct LeaderElection {

@@ -8,7 +8,7 @@
 //! (CURATOR-689); a fencing token protects only stores that check it.
 //!
 //! For data in ZooKeeper itself the check can be exact: a guard's
-//! [`fenced_multi`](crate::lock::LockGuard::fenced_multi) sends the caller's operations as
+//! [`fenced_multi`](crate::locks::lock::LockGuard::fenced_multi) sends the caller's operations as
 //! one `multi` whose first operation is a `Check` of the guard's own lock node at
 //! version 0. The server applies the operations only if that node still exists, which
 //! is exactly "this guard still holds the lock":
@@ -34,7 +34,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::lock::Lock;
+//! use zookeeper_mt_recipes::locks::Lock;
 //! use zookeeper_mt::{Op, Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;

@@ -29,7 +29,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+//! use zookeeper_mt_recipes::locks::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 //! use zookeeper_mt_recipes::OptionalExtension;
 //! use zookeeper_mt::ZooKeeper;
 //!
@@ -43,13 +43,13 @@
 //! ```
 
 use crate::error::LossReason;
-use crate::lock::{uuid_text, Lock, LockLayout};
+use crate::locks::lock::{uuid_text, Lock, LockLayout};
+use crate::nodes::guid;
 use crate::runtime::block_on;
 use crate::support::{
     await_watch_async, check_base_path, create_dir_async, create_member_async, delete_dropped,
     delete_eventually_async, op_deadline, retry_async, Deadline, DeleteOnDrop, Patience, SeqDir,
 };
-use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

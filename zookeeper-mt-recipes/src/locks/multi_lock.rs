@@ -23,7 +23,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::multi_lock::MultiLock;
+//! use zookeeper_mt_recipes::locks::MultiLock;
 //! use zookeeper_mt::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -36,7 +36,7 @@
 //! ```
 
 use crate::error::LossReason;
-use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
+use crate::locks::lock::{Lock, LockGuard, LockLayout, LockLost};
 use crate::runtime::block_on;
 use crate::{NodeOptions, RecipeError, Result};
 use zookeeper_mt::{Op, OpResult, Timeout, ZooKeeper};
@@ -166,13 +166,13 @@ impl MultiGuard {
     }
 
     /// Runs `ops` as one multi that first checks every lock node: applied only while
-    /// all locks are held (see [`fenced`](crate::fenced)).
+    /// all locks are held (see [`fenced`](crate::locks::fenced)).
     pub fn fenced_multi(&self, ops: &[Op]) -> Result<Vec<OpResult>> {
         if let Some(reason) = self.lost_reason() {
             return Err(RecipeError::Lost(LossReason::Lock(reason)));
         }
         let nodes: Vec<&str> = self.guards.iter().map(LockGuard::node).collect();
-        crate::fenced::fenced_multi(&self.zk, &nodes, ops)
+        crate::locks::fenced::fenced_multi(&self.zk, &nodes, ops)
     }
 
     /// Releases every lock (in reverse order); the first error is reported after all

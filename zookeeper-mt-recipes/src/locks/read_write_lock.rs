@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::rwlock::ReadWriteLock;
+//! use zookeeper_mt_recipes::locks::ReadWriteLock;
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -44,7 +44,7 @@
 //! # The end of the sequence counter
 //! Request numbers come from the directory's 32-bit child counter, which a 3.8 server
 //! does not wrap cleanly (past 2147483647 it repeats numbers or goes negative). A request
-//! numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! numbered at or past [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) (or
 //! [`NodeOptions::sequence_limit`]) is deleted at once and ignored by everyone; the
 //! requester restarts the counter by deleting the directory, which the server allows only
 //! once it is empty, so no guard can be held meanwhile. Until the directory has drained,
@@ -63,7 +63,7 @@
 //!
 //! # Fenced writes
 //! [`WriteGuard::fenced_multi`] runs writes that the server applies only while the
-//! write lock is held (see [`fenced`](crate::fenced)).
+//! write lock is held (see [`fenced`](crate::locks::fenced)).
 //!
 //! # Non-guarantees
 //! - The lock is tied to the ZooKeeper session: if the session expires, the node goes
@@ -77,14 +77,14 @@
 //!   restart.
 
 use crate::error::LossReason;
-use crate::lock::{kazoo_marker, uuid_text, LockLayout};
+use crate::locks::lock::{kazoo_marker, uuid_text, LockLayout};
+use crate::nodes::guid;
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, create_member_async, default_op_timeout, ordered_members, owned_node_guard,
     retry_async, wait_for_change_async, Deadline, DeadlineExt, Member, NodeWait, OwnedNode,
     Patience, SeqDir, ANY_NAME,
 };
-use crate::util::guid;
 use crate::NodeOptions;
 use crate::{OptionalExtension, RecipeError, Result};
 use std::sync::atomic::AtomicU64;
@@ -345,8 +345,8 @@ impl WriteGuard {
     }
 
     /// Runs `ops` as one multi applied only while this write lock is held (its request
-    /// node still exists unchanged; see [`fenced`](crate::fenced)).
+    /// node still exists unchanged; see [`fenced`](crate::locks::fenced)).
     pub fn fenced_multi(&self, ops: &[zookeeper_mt::Op]) -> Result<Vec<zookeeper_mt::OpResult>> {
-        crate::fenced::fenced_multi(&self.zk, &[self.node.path()], ops)
+        crate::locks::fenced::fenced_multi(&self.zk, &[self.node.path()], ops)
     }
 }

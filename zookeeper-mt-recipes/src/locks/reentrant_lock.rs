@@ -22,7 +22,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::reentrant_lock::ReentrantLock;
+//! use zookeeper_mt_recipes::locks::ReentrantLock;
 //! use zookeeper_mt::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -36,7 +36,7 @@
 //! ```
 
 use crate::error::LossReason;
-use crate::lock::{Lock, LockGuard, LockLayout, LockLost};
+use crate::locks::lock::{Lock, LockGuard, LockLayout, LockLost};
 use crate::{NodeOptions, Result};
 use parking_lot::Mutex;
 use std::fmt;
@@ -229,7 +229,7 @@ impl ReentrantGuard<'_> {
         if let Some(reason) = lost {
             return Err(crate::RecipeError::Lost(LossReason::Lock(reason)));
         }
-        crate::fenced::fenced_multi(&zk, &[&node], ops)
+        crate::locks::fenced::fenced_multi(&zk, &[&node], ops)
     }
 }
 

@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::semaphore::Semaphore;
+//! use zookeeper_mt_recipes::locks::semaphore::Semaphore;
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -38,7 +38,7 @@
 //! Request numbers come from the directory's 32-bit child counter, which a 3.8 server
 //! does not wrap cleanly (past 2147483647 it repeats numbers or goes negative, and
 //! counting "the `N` lowest" by them could admit more than `N`). A request numbered at or
-//! past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! past [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) (or
 //! [`NodeOptions::sequence_limit`]) is deleted at once and ignored by everyone; the
 //! requester restarts the counter by deleting the directory, which the server allows only
 //! once it is empty (so no lease can be held meanwhile), and creates it again holding
@@ -54,13 +54,13 @@
 //!   again by the next acquisition with its own `N`.
 
 use crate::error::LossReason;
+use crate::nodes::guid;
 use crate::runtime::block_on;
 use crate::support::{
     await_watch_async, check_base_path, create_member_async, default_op_timeout, op_deadline,
     ordered_members, owned_node_guard, retry_async, watch_node, withdraw_watch, Deadline,
     DeadlineExt, OwnedNode, Patience, SeqDir,
 };
-use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

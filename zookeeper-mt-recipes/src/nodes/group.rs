@@ -158,7 +158,7 @@ impl Group {
     /// The member changes, an [`EventStream`] (see the
     /// [stream contract](crate::events#the-stream-contract)) read from the group's
     /// cache: coalesced per member as a cache's events are (see
-    /// [bounded memory](crate::cache#bounded-memory)); children that are not members in
+    /// [bounded memory](crate::caches#bounded-memory)); children that are not members in
     /// the layout are skipped. Clones read the same stream.
     pub fn events(&self) -> &EventStream<GroupEvent> {
         &self.events

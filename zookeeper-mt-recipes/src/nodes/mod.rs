@@ -5,7 +5,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
-//! use zookeeper_mt_recipes::membership::{GroupEvent, GroupLayout, GroupMember};
+//! use zookeeper_mt_recipes::nodes::{GroupEvent, GroupLayout, GroupMember};
 //!
 //! let client = ManagedZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let me = GroupMember::builder("/services/web", "web-7")
@@ -75,7 +75,7 @@
 //! - Never two nodes for one persistent node, also when create replies are lost
 //!   (`sync`, then a search by owner or uuid, before any new create).
 //! - A group's members and events end on the server's final membership (see
-//!   [`crate::cache`]).
+//!   [`crate::caches`]).
 //! - Closing leaves nothing behind: the node is deleted and every watch removed.
 //!
 //! # Non-guarantees
@@ -87,7 +87,7 @@
 //!   the cache may not be reported).
 
 mod group;
-pub(crate) mod names;
+mod names;
 mod node_task;
 mod options;
 mod persistent_node;
@@ -98,10 +98,10 @@ use node_task::*;
 pub use options::NodeOptions;
 pub use persistent_node::*;
 
-use crate::cache::{CacheEvent, ChildrenCache, NodeData};
+use crate::caches::{CacheEvent, ChildrenCache, NodeData};
 use crate::error::LossReason;
 use crate::events::EventStream;
-use crate::leader_latch::curator_protected_prefix;
+use crate::leadership::leader_latch::curator_protected_prefix;
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::runtime::{block_on, until, StopSignal, Task};

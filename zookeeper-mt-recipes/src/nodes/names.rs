@@ -21,7 +21,7 @@ pub fn ensure_path(zk: &ZooKeeper, path: &str) -> Result<()> {
 /// i32) can only be -2147483648.
 ///
 /// ```
-/// use zookeeper_mt_recipes::util::sequence_of;
+/// use zookeeper_mt_recipes::nodes::sequence_of;
 /// assert_eq!(sequence_of("lock-0000000042"), Some(42));
 /// assert_eq!(sequence_of("lock-2147483647"), Some(2147483647));
 /// assert_eq!(sequence_of("lock--2147483647"), Some(-2147483647));

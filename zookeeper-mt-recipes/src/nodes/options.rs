@@ -1,7 +1,7 @@
 //! How the nodes a recipe creates are made: their ACL, and whether the recipe's
 //! directories are container nodes.
 
-use crate::util::SEQUENCE_LIMIT;
+use crate::nodes::SEQUENCE_LIMIT;
 use zookeeper_mt::{Acl, CreateMode};
 
 /// The ACL and directory kind of the nodes a recipe creates. The default is what a
@@ -59,7 +59,7 @@ impl NodeOptions {
     /// lock, semaphore) restart their directory's counter: a node numbered at or past it
     /// is removed again and the directory is restarted once empty (see each recipe's
     /// docs on the counter's end). Default and upper bound:
-    /// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT), just below where a ZooKeeper 3.8
+    /// [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT), just below where a ZooKeeper 3.8
     /// server's counter ends; values are clamped to `1..=SEQUENCE_LIMIT`.
     ///
     /// A lower limit restarts counters sooner, which lets a test (or a drill) cross the

@@ -38,7 +38,7 @@
 //! # Guarantees
 //! - The items directory never holds more than `max` items (counting items a put has
 //!   created and not yet confirmed).
-//! - Everything the [queue](crate::queue) guarantees: FIFO by sequence number, put
+//! - Everything the [queue](crate::queues::queue) guarantees: FIFO by sequence number, put
 //!   exactly once on `Ok` (also across connection loss: the receipt, and a lost reply of
 //!   a put refused by the gate is simply sent again), no lost wake-up, items past the
 //!   counter's end never delivered, no item lost at a take's deadline.
@@ -63,7 +63,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::bounded_queue::{BoundedQueue, Offer};
+//! use zookeeper_mt_recipes::queues::{BoundedQueue, Offer};
 //! use zookeeper_mt::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -76,7 +76,7 @@
 //! # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 //! ```
 
-use crate::queue::{split_items, Queue};
+use crate::queues::queue::{split_items, Queue};
 use crate::recovery::children_or_none_async;
 use crate::runtime::block_on;
 use crate::support::{check_base_path, ensure_dir_async, retry_async, Deadline};

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! # How it works
-//! The [queue](crate::queue)'s protocol (exactly-once put through receipts, claim by
+//! The [queue](crate::queues::queue)'s protocol (exactly-once put through receipts, claim by
 //! `get` and versioned `delete`, `sync` before every recovery read, items past the
 //! sequence counter's end never delivered), with the due time in each item's name. A
 //! take lists the directory (with the queue's shared child watch registered first),
@@ -45,7 +45,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::delayed_queue::DelayedQueue;
+//! use zookeeper_mt_recipes::queues::DelayedQueue;
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -55,7 +55,7 @@
 //! # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 //! ```
 
-use crate::queue::{now_millis, Order, Queue};
+use crate::queues::queue::{now_millis, Order, Queue};
 use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zookeeper_mt::{Timeout, ZooKeeper};

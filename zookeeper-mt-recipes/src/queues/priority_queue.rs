@@ -12,13 +12,13 @@
 //! reading any item; the sequence suffix orders items of equal priority.
 //!
 //! # How it works
-//! The [queue](crate::queue)'s protocol, unchanged except for the order: the same put
+//! The [queue](crate::queues::queue)'s protocol, unchanged except for the order: the same put
 //! (item and receipt in one `multi`, exactly once on `Ok` across connection loss), the
 //! same claim (`get`, then `delete` at the read version; a lost delete resolved after a
 //! `sync`), the same blocking take (a child watch registered before the listing it acts
 //! on, one per value, shared by its threads), the same handling of the sequence
 //! counter's end (items numbered at or past
-//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) never take part; the put restarts an
+//! [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) never take part; the put restarts an
 //! empty directory or fails with `SequenceExhausted`). Where the FIFO queue claims from a
 //! cached listing across takes, every take here lists the directory again, so an item
 //! put with a higher priority since the last take is not passed over.
@@ -28,7 +28,7 @@
 //!   saw (the listing is made during that take), and among those the one put first (by
 //!   the server's sequence number). A take that loses its first choice to another
 //!   consumer takes the next in that order.
-//! - Everything the [queue](crate::queue) guarantees about puts and claims: exactly-once
+//! - Everything the [queue](crate::queues::queue) guarantees about puts and claims: exactly-once
 //!   put on `Ok`, at most one consumer per item except a delete lost with the
 //!   connection (then at-least-once), no item lost at a take's deadline.
 //!
@@ -44,7 +44,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::priority_queue::PriorityQueue;
+//! use zookeeper_mt_recipes::queues::PriorityQueue;
 //! use zookeeper_mt::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -55,7 +55,7 @@
 //! # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 //! ```
 
-use crate::queue::{Order, Queue};
+use crate::queues::queue::{Order, Queue};
 use crate::{NodeOptions, Result, RetryPolicy};
 use std::time::Duration;
 use zookeeper_mt::{Timeout, ZooKeeper};

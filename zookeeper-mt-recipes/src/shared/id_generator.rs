@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::id_generator::IdGenerator;
+//! use zookeeper_mt_recipes::shared::IdGenerator;
 //! use zookeeper_mt_recipes::NodeOptions;
 //! use zookeeper_mt::ZooKeeper;
 //!
@@ -91,11 +91,11 @@
 //! thread each), and a refill whose future is dropped hands the turn to the next caller.
 
 use crate::error::LossReason;
+use crate::nodes::guid;
 use crate::runtime::{block_on, until};
 use crate::support::{
     create_if_absent, op_deadline, reconnected, retry, retry_async, Deadline, Patience,
 };
-use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use batch::{turn, Batch, Turn};

@@ -30,7 +30,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::shared_value::{AtomicLong, SharedCount};
+//! use zookeeper_mt_recipes::shared::{AtomicLong, SharedCount};
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -100,7 +100,7 @@ pub use id_generator::{IdGenerator, IdStats};
 use layout::*;
 pub use watching::*;
 
-use crate::config_watch::{first_read, follow, NodeReader, ReadFuture};
+use crate::caches::config_watch::{first_read, follow, NodeReader, ReadFuture};
 use crate::error::LossReason;
 use crate::lifecycle::following::Following;
 use crate::lifecycle::Client;

@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::config_watch::{ConfigEvent, ConfigWatch};
+//! use zookeeper_mt_recipes::caches::{ConfigEvent, ConfigWatch};
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;

@@ -6,7 +6,7 @@ use super::*;
 // Losses, term ends, events.
 // ---------------------------------------------------------------------------------------
 
-/// Why leadership was lost (the vocabulary of [`crate::lock::LockLost`]).
+/// Why leadership was lost (the vocabulary of [`crate::locks::lock::LockLost`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LeadershipLost {

@@ -6,7 +6,7 @@ use super::*;
 // Layouts.
 // ---------------------------------------------------------------------------------------
 
-/// Name prefix of native nodes: the layout of [`crate::election::LeaderElection`].
+/// Name prefix of native nodes: the layout of [`crate::leadership::election::LeaderElection`].
 pub(super) const NATIVE_PREFIX: &str = "candidate-";
 /// Curator `LeaderLatch`'s node name (`LOCK_NAME`), after the protected prefix.
 pub(super) const CURATOR_LATCH_NAME: &str = "latch-";
@@ -21,7 +21,7 @@ pub(super) const CURATOR_PROTECTED: &str = "_c_";
 #[non_exhaustive]
 pub enum LatchLayout {
     /// `candidate-<guid>-<seq>`, ordered by in-range sequence numbers: the nodes of
-    /// [`crate::election::LeaderElection`], so latches and elections on one path exclude
+    /// [`crate::leadership::election::LeaderElection`], so latches and elections on one path exclude
     /// each other.
     #[default]
     Native,

@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::leader_latch::{LatchLayout, LeaderLatch};
+//! use zookeeper_mt_recipes::leadership::{LatchLayout, LeaderLatch};
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -52,7 +52,7 @@
 //!
 //! # Learning that leadership is lost
 //! The current term's [`LeadershipGuard`] reports the first of ([`LeadershipLost`], the
-//! vocabulary of [`crate::lock::LockLost`]):
+//! vocabulary of [`crate::locks::lock::LockLost`]):
 //! - `SessionExpired`: the session expired (its ephemeral node is gone);
 //! - `NodeDeleted`: someone deleted the latch's node;
 //! - `Preempted`: a node that the layout orders first appeared before ours (possible
@@ -83,7 +83,7 @@
 //!
 //! | layout | node name | ordered by | excludes |
 //! |---|---|---|---|
-//! | [`Native`](LatchLayout::Native) | `candidate-<guid>-<seq>` | sequence number, only in-range numbers | [`crate::election::LeaderElection`] and native latches |
+//! | [`Native`](LatchLayout::Native) | `candidate-<guid>-<seq>` | sequence number, only in-range numbers | [`crate::leadership::election::LeaderElection`] and native latches |
 //! | [`CuratorLeaderLatch`](LatchLayout::CuratorLeaderLatch) | `_c_<uuid>-latch-<seq>` | Curator's order: the text after the last `latch-` (the whole name if none), every child counts | Curator 5.x `LeaderLatch` |
 //! | [`KazooElection`](LatchLayout::KazooElection) | `<hex uuid>__lock__<seq>` | kazoo's order: the text of `-?\d{10}` after `__lock__`, only such names | kazoo 2.x `Election`, `Lock`, `WriteLock` |
 //!
@@ -93,7 +93,7 @@
 //! # The sequence counter's end
 //! A sequential name is the directory's 32-bit child counter; after 2^31 creates the
 //! 3.8 server repeats `2147483647` or hands out negative numbers. A latch never leads
-//! with a node whose number is out of range ([`crate::util::SEQUENCE_LIMIT`]): it deletes
+//! with a node whose number is out of range ([`crate::nodes::SEQUENCE_LIMIT`]): it deletes
 //! that node, and then restarts the counter by deleting the directory, which the server
 //! allows only while it is empty (so it is safe against concurrent participants: one
 //! that holds a node keeps the directory non-empty; one about to create gets `NoNode`
@@ -152,12 +152,12 @@ use crate::error::LossReason;
 use crate::events::{Buffer, EventQueue, EventStream};
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
+use crate::nodes::{guid, sequence_in_range, sequence_of};
 use crate::runtime::driver::on_driver_thread;
 use crate::runtime::{block_on, until, StopSignal, Task};
 use crate::support::{
     check_base_path, create_dir_async, delete_in_background, members, withdraw_tagged_in_background,
 };
-use crate::util::{guid, sequence_in_range, sequence_of};
 use crate::{NodeOptions, RecipeError, Result};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;

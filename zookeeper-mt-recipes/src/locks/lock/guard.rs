@@ -113,14 +113,14 @@ impl LockGuard {
 
     /// Runs `ops` as one `multi` that the server applies only while this guard's lock
     /// node still exists unchanged, i.e. only while this guard holds the lock (see
-    /// [`fenced`](crate::fenced)). Fails with [`RecipeError::Lost`] if the lock is gone,
+    /// [`fenced`](crate::locks::fenced)). Fails with [`RecipeError::Lost`] if the lock is gone,
     /// without sending anything if the guard already knows it. Returns the results of
     /// `ops`.
     pub fn fenced_multi(&self, ops: &[zookeeper_mt::Op]) -> Result<Vec<zookeeper_mt::OpResult>> {
         if let Some(reason) = self.lost_reason() {
             return Err(RecipeError::Lost(LossReason::Lock(reason)));
         }
-        crate::fenced::fenced_multi(&self.zk, &[&self.node], ops)
+        crate::locks::fenced::fenced_multi(&self.zk, &[&self.node], ops)
     }
 
     /// Releases the lock (deletes the node). Fails with `RecipeError::Lost` if the lock

@@ -18,7 +18,7 @@
 //! Sequence numbers are the directory's 32-bit child counter, which a 3.8 server does
 //! not wrap cleanly: past 2147483647 it repeats numbers or goes negative, and ordering by
 //! them would admit two holders. So a lock node numbered at or past
-//! [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or the limit set with
+//! [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) (or the limit set with
 //! [`NodeOptions::sequence_limit`]) is deleted at once and takes no part: waiters skip
 //! such nodes. The acquisition then restarts the counter: it deletes the directory, which
 //! the server allows only once it is empty (atomically, so no holder or waiter can be in
@@ -50,7 +50,7 @@
 //! [`LockGuard::fenced_multi`] runs writes as one `multi` that first checks the guard's
 //! own lock node, so the server refuses them once the lock is gone, even when the holder
 //! has not heard of the loss yet (Curator has nothing like it: CURATOR-689). See
-//! [`fenced`](crate::fenced).
+//! [`fenced`](crate::locks::fenced).
 //!
 //! # Learning that the lock is lost
 //! Neither kazoo nor Curator tells a lock holder that its lock is gone. Here a guard
@@ -95,7 +95,7 @@
 //! ```no_run
 //! # async fn demo(zk: zookeeper_mt::ZooKeeper) -> zookeeper_mt_recipes::Result<()> {
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::lock::Lock;
+//! use zookeeper_mt_recipes::locks::Lock;
 //!
 //! let lock = Lock::new(&zk, "/locks/report")?;
 //! let guard = lock.acquire_async(Duration::from_secs(5)).await?;
@@ -124,8 +124,8 @@
 //! # Non-guarantees
 //! - Not reentrant: a second `acquire` on the same path from the same thread waits for
 //!   the first guard (each acquisition is its own node). Use
-//!   [`ReentrantLock`](crate::reentrant_lock::ReentrantLock) for that, and
-//!   [`MultiLock`](crate::multi_lock::MultiLock) to hold several paths at once.
+//!   [`ReentrantLock`](crate::locks::reentrant_lock::ReentrantLock) for that, and
+//!   [`MultiLock`](crate::locks::multi_lock::MultiLock) to hold several paths at once.
 //! - Like every ZooKeeper lock, a holder paused (GC, SIGSTOP, swapped out) for longer
 //!   than the session timeout can resume believing it still holds the lock before its
 //!   guard hears the news. Protect external resources with the guard's
@@ -133,7 +133,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::{lock::Lock, OptionalExtension};
+//! use zookeeper_mt_recipes::{locks::Lock, OptionalExtension};
 //! use zookeeper_mt::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -156,13 +156,13 @@ pub use guard::*;
 use loss::*;
 
 use crate::error::LossReason;
+use crate::nodes::guid;
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, create_member_async, delete_eventually_async, delete_on_drop, ordered_members,
     retry_async, wait_for_change_async, Deadline, DeleteOnDrop, Member, NodeWait, Patience, SeqDir,
     ANY_NAME,
 };
-use crate::util::guid;
 use crate::{NodeOptions, RetryPolicy};
 use crate::{RecipeError, Result};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -262,7 +262,7 @@ impl LockLayout {
 /// The kazoo lock marker (`__lock__` or `__rlock__`) that directly precedes `name`'s
 /// sequence suffix (kazoo's contender pattern `(?:marker)(-?\d{10})$`), if any.
 pub(crate) fn kazoo_marker(name: &str) -> Option<&'static str> {
-    crate::util::sequence_of(name)?;
+    crate::nodes::sequence_of(name)?;
     let head = &name[..name.len() - 10];
     ["__lock__", "__rlock__"]
         .into_iter()

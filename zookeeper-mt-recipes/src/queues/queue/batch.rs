@@ -84,7 +84,7 @@ impl ItemStore {
                     let next = i64::from(stat.cversion);
                     let count = i64::try_from(count).unwrap_or(i64::MAX);
                     let end = next.saturating_add(count).saturating_add(BATCH_HEADROOM);
-                    return Ok(next >= 0 && end <= i64::from(crate::util::SEQUENCE_LIMIT));
+                    return Ok(next >= 0 && end <= i64::from(crate::nodes::SEQUENCE_LIMIT));
                 }
                 None => self.ensure_async(zk, patience).await?,
             }
@@ -243,7 +243,7 @@ impl ItemStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::SEQUENCE_LIMIT;
+    use crate::nodes::SEQUENCE_LIMIT;
     use zk_harness::{Crafted, Server};
 
     const DIRS: [&str; 4] = ["/partly", "/drained", "/empty", "/busy"];
@@ -273,7 +273,7 @@ mod tests {
         assert!(past_end.is_empty(), "left past the end: {past_end:?}");
         items
             .iter()
-            .filter_map(|n| crate::util::sequence_of(n))
+            .filter_map(|n| crate::nodes::sequence_of(n))
             .collect()
     }
 

@@ -50,7 +50,7 @@
 //! # The end of the sequence counter
 //! Sequence numbers are the queue node's signed 32-bit child counter; near its end the
 //! 3.8 server repeats 2147483647 and wraps to negative numbers, where order by number
-//! breaks. Items numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! breaks. Items numbered at or past [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) (or
 //! negative) never take part: consumers neither deliver nor count them. The `put` that
 //! created one removes it (before its receipt) and restarts the counter by deleting the
 //! queue and receipts nodes in one multi, which the server applies only if both are
@@ -73,7 +73,7 @@
 //!   outcome cannot be learnt (the reconnect timeout of the queue's
 //!   [`RetryPolicy`] passed, or the session ended and its
 //!   marker with it), the item is returned (at least once rather than lost). Use
-//!   [`WorkQueue`](crate::work_queue::WorkQueue) when items must be acknowledged after
+//!   [`WorkQueue`](crate::queues::work_queue::WorkQueue) when items must be acknowledged after
 //!   processing.
 //! - An item whose take this consumer sent is never lost: after a lost reply the
 //!   consumer reconnects (within the reconnect timeout, even past a `take`
@@ -89,11 +89,11 @@
 //!
 //! # Non-guarantees
 //! - No priorities, no peeking without taking, no bound on the queue length (see the
-//!   variants [`priority_queue`](crate::priority_queue),
-//!   [`bounded_queue`](crate::bounded_queue) and [`delayed_queue`](crate::delayed_queue),
+//!   variants [`priority_queue`](crate::queues::priority_queue),
+//!   [`bounded_queue`](crate::queues::bounded_queue) and [`delayed_queue`](crate::queues::delayed_queue),
 //!   which share this protocol).
 //! - A consumer that takes an item and crashes loses it (it was deleted); see
-//!   [`WorkQueue`](crate::work_queue::WorkQueue).
+//!   [`WorkQueue`](crate::queues::work_queue::WorkQueue).
 //! - Every blocked consumer holds a child watch on the queue node, so each put wakes all
 //!   blocked consumers (one per `Queue` value); the work queue avoids that herd.
 //! - At the counter's end, puts fail with `SequenceExhausted` until the queue has been
@@ -101,7 +101,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::{queue::Queue, OptionalExtension};
+//! use zookeeper_mt_recipes::{queues::Queue, OptionalExtension};
 //! use zookeeper_mt::{Timeout, ZooKeeper};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -123,13 +123,13 @@ use child_watcher::*;
 pub(crate) use items::*;
 use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 
+use crate::nodes::guid;
 use crate::recovery::{children_or_none_async, name_in_range, Restart};
 use crate::runtime::block_on;
 use crate::support::{
     check_base_path, check_event, ensure_dir_async, members, reconnected, retry_async, Deadline,
     Patience,
 };
-use crate::util::guid;
 use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -160,7 +160,7 @@ const PUT_RESTARTS: usize = 3;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use zookeeper_mt_recipes::queue::Queue;
+/// use zookeeper_mt_recipes::queues::Queue;
 /// use zookeeper_mt::{Timeout, ZooKeeper};
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -347,7 +347,7 @@ impl Queue {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use zookeeper_mt_recipes::queue::Queue;
+    /// use zookeeper_mt_recipes::queues::Queue;
     /// use zookeeper_mt::ZooKeeper;
     ///
     /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;

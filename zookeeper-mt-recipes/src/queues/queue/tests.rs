@@ -142,7 +142,7 @@ fn a_put_past_the_counters_end_restarts_an_empty_queue_only() {
     queue.put(b"fresh").unwrap();
     let (items, _) = split_items(zk.get_children(&path).unwrap());
     // The restarted counter: `receipts` took 0, the item 1.
-    assert_eq!(crate::util::sequence_of(&items[0]), Some(1));
+    assert_eq!(crate::nodes::sequence_of(&items[0]), Some(1));
     assert_eq!(queue.try_take().unwrap().as_deref(), Some(&b"fresh"[..]));
     let id = guid();
     let in_range = format!("{ITEM_PREFIX}-{id}-0000000005");

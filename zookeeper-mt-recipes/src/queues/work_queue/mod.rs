@@ -79,11 +79,11 @@
 //! # The end of the sequence counters
 //! Items and waiters are numbered by their directories' signed 32-bit child counters;
 //! near their end the 3.8 server repeats 2147483647 and wraps to negative numbers.
-//! Nodes numbered at or past [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) (or
+//! Nodes numbered at or past [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) (or
 //! negative) never take part. An item put past the end is removed again and the `items`
 //! directory restarted if it is empty; otherwise the put fails with
 //! [`SequenceExhausted`](crate::RecipeError::SequenceExhausted), adding nothing (as for
-//! the [queue](crate::queue), which describes the receipts and orphans). A waiter node
+//! the [queue](crate::queues::queue), which describes the receipts and orphans). A waiter node
 //! past the end is removed at once and the `waiters` directory restarted if it is
 //! empty; otherwise that consumer waits without a place in line, as an extra head:
 //! more wake-ups, the same exclusivity (the line only spares wake-ups; claims are what
@@ -114,7 +114,7 @@
 //!   progress. Competing consumers claim from the head of the queue, FIFO only roughly
 //!   (see above); a released item is offered again from each consumer's next listing.
 //! - `put` is exactly-once on `Ok`, also across connection loss (see
-//!   [`queue`](crate::queue)).
+//!   [`queue`](crate::queues::queue)).
 //! - Per put, at most a small constant number of consumers is woken (the head, its
 //!   successor, and the head again on completion), independent of the number of idle
 //!   consumers. [`WorkQueue::stats`] counts them.
@@ -133,7 +133,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::{work_queue::WorkQueue, OptionalExtension};
+//! use zookeeper_mt_recipes::{queues::WorkQueue, OptionalExtension};
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
@@ -153,7 +153,8 @@ mod line;
 pub use item::*;
 
 use crate::error::LossReason;
-use crate::queue::{split_items, ItemStore, RECEIPTS};
+use crate::nodes::guid;
+use crate::queues::queue::{split_items, ItemStore, RECEIPTS};
 use crate::recovery::{
     children_or_none_async, name_in_range, random_below, restart_dir_async, Restart,
 };
@@ -163,7 +164,6 @@ use crate::support::{
     ensure_dir_async, finish_later, members, reconnected, retry_async, wait_for_change_async,
     withdraw_watch, Counted, Deadline, DeleteOnDrop, NodeWait, Patience, ANY_NAME,
 };
-use crate::util::guid;
 use crate::NodeOptions;
 use crate::{RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
@@ -423,7 +423,7 @@ impl WorkQueue {
 
     /// Adds `items` as one batch, in one round trip: all of them exactly once, in order
     /// and contiguous, or none (with the same guarantees, counter's end included, as
-    /// [`Queue::put_all`](crate::queue::Queue::put_all)). Each item is at most
+    /// [`Queue::put_all`](crate::queues::queue::Queue::put_all)). Each item is at most
     /// [`MAX_ITEM_LEN`] bytes; an empty batch does nothing.
     pub fn put_all<I>(&self, items: I) -> Result<()>
     where
