@@ -166,7 +166,7 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
 /// counts its own terms: a participant that gets a term past `n` leaves the election
 /// (`close`) and its thread ends, and so every one does. Notifications = the latches'
 /// predecessor-watch wake-ups. Only the API the latch has had since its threads era
-/// (`builder`, `start`, `await_leadership`, `relinquish`, `close`, `wakeups`), so
+/// (`builder`, `build`, `await_leadership`, `relinquish`, `close`, `wakeups`), so
 /// `before-after` runs this same code against older trees.
 pub fn latch(p: &Params, base: &str) -> Result<Vec<Row>> {
     let setup = connect(&p.hosts)?;
@@ -178,7 +178,7 @@ pub fn latch(p: &Params, base: &str) -> Result<Vec<Row>> {
     let latches = handles
         .iter()
         .enumerate()
-        .map(|(i, zk)| LeaderLatch::builder(&dir).id(format!("p{i}")).start(zk))
+        .map(|(i, zk)| LeaderLatch::builder(&dir).id(format!("p{i}")).build(zk))
         .collect::<Result<Vec<_>, _>>()?;
     let terms = AtomicUsize::new(0);
     let leaders = AtomicUsize::new(0);

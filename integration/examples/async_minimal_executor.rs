@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         first?;
         second?;
         let election =
-            Async::<LeaderElection>::join(&zk, &format!("{base}/election"), b"main".to_vec())
+            Async::<LeaderElection>::new_async(&zk, &format!("{base}/election"), b"main".to_vec())
                 .await?;
         election.wait_until_leader(Duration::from_secs(30)).await?;
         println!("leading: {}", election.is_leader().await?);

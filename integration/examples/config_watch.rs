@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     zk.create(&path, b"threads=1", CreateMode::Persistent)?;
 
     // The watcher: prints each state as it arrives; the node's deletion ends it.
-    let watch = ConfigWatch::start(&zk, &path)?;
+    let watch = ConfigWatch::new(&zk, &path)?;
     let events = watch.receiver();
     let watcher = thread::spawn(move || {
         let mut seen = Vec::new();

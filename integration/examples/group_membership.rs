@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .enumerate()
         .map(|(i, client)| {
-            GroupMember::join(
+            GroupMember::new(
                 client,
                 &path,
                 &format!("web-{i}"),
@@ -88,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let rust = GroupMember::builder(&party_path, "rust-worker")
         .layout(GroupLayout::KazooParty)
-        .start(&zk)?;
+        .build(&zk)?;
     rust.node().wait_created(WAIT)?;
     match Peer::builder(Participant::KazooParty, &connect, &party_path)
         .id("python-worker")

@@ -36,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             LeaderLatch::builder(&path)
                 .id(format!("rust-{i}"))
                 .layout(LatchLayout::CuratorLeaderLatch)
-                .start(client)
+                .build(client)
         })
         .collect::<Result<_, _>>()?;
 

@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .connect()
     })?;
     let states = client.states();
-    let cache = NodeCache::start(&client, &config)?;
+    let cache = NodeCache::new(&client, &config)?;
     cache.wait_initialized(Duration::from_secs(10))?;
     println!(
         "config: {:?}",

@@ -294,18 +294,18 @@ pub struct DoubleBarrier {
 }
 
 impl DoubleBarrier {
-    /// A participant of the double barrier in directory `dir` (created when first
+    /// A participant of the double barrier at `path` (created when first
     /// needed) for `count` participants. Every participant must use the same `count`.
-    pub fn new(zk: &ZooKeeper, dir: &str, count: usize) -> Result<DoubleBarrier> {
+    pub fn new(zk: &ZooKeeper, path: &str, count: usize) -> Result<DoubleBarrier> {
         if count == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a double barrier needs at least one participant",
             ));
         }
-        check_base_path(dir)?;
+        check_base_path(path)?;
         Ok(DoubleBarrier {
             zk: zk.clone(),
-            dir: dir.to_string(),
+            dir: path.to_string(),
             count,
             nodes: NodeOptions::default(),
             state: Mutex::new(Participant::default()),

@@ -48,7 +48,7 @@
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let cache = NodeCache::start(&zk, "/app/flag")?;
+//! let cache = NodeCache::new(&zk, "/app/flag")?;
 //! // Blocking, with a timeout.
 //! match cache.events().recv_timeout(Duration::from_secs(5)) {
 //!     Ok(event) => println!("{event:?}"),

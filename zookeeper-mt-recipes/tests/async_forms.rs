@@ -216,7 +216,7 @@ fn an_election_can_be_joined_and_resigned_asynchronously() {
     let zk = connect();
     let path = unique_path("async-election");
     block_on(async {
-        let election = Async::<LeaderElection>::join(&zk, &path, b"me".to_vec())
+        let election = Async::<LeaderElection>::new_async(&zk, &path, b"me".to_vec())
             .await
             .unwrap();
         election.wait_until_leader(T).await.unwrap();

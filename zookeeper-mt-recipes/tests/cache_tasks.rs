@@ -47,10 +47,10 @@ fn hundreds_of_caches_share_the_driver() {
     let before = threads();
 
     let nodes: Vec<NodeCache> = (0..CACHES)
-        .map(|i| NodeCache::start(&zk, &format!("{base}/n{i}")).unwrap())
+        .map(|i| NodeCache::new(&zk, &format!("{base}/n{i}")).unwrap())
         .collect();
     let children: Vec<ChildrenCache> = (0..CACHES)
-        .map(|i| ChildrenCache::start(&zk, &format!("{base}/n{i}")).unwrap())
+        .map(|i| ChildrenCache::new(&zk, &format!("{base}/n{i}")).unwrap())
         .collect();
     for cache in &nodes {
         read_until_initialized(cache.events());

@@ -26,7 +26,7 @@ fn follows_the_children_of_a_node() {
     let baseline = zk.live_contexts();
 
     // The parent does not exist yet: an exists watch and nothing else.
-    let cache = ChildrenCache::start(&zk, &parent).unwrap();
+    let cache = ChildrenCache::new(&zk, &parent).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     assert!(cache.is_empty());
@@ -85,7 +85,7 @@ fn a_parent_recreated_at_once_keeps_one_watch_per_node() {
     let parent = unique_path("recreated");
     let baseline = zk.live_contexts();
     zookeeper_mt_recipes::nodes::ensure_path(&writer, &parent).unwrap();
-    let cache = ChildrenCache::start(&zk, &parent).unwrap();
+    let cache = ChildrenCache::new(&zk, &parent).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     for round in 0..ROUNDS {
@@ -118,7 +118,7 @@ fn a_burst_for_a_slow_reader_ends_with_the_final_state_in_bounded_memory() {
     for i in 0..CHILDREN {
         create(&writer, &format!("{parent}/c{i}"), b"start");
     }
-    let cache = ChildrenCache::start(&zk, &parent).unwrap();
+    let cache = ChildrenCache::new(&zk, &parent).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     assert_eq!(model.nodes.len(), CHILDREN);

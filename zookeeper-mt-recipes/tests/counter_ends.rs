@@ -176,7 +176,7 @@ fn lock_and_election_have_one_holder_across_the_sequence_end() {
         let results = on_threads(&server, 3, move |i, zk| {
             let mut out = Vec::new();
             for _ in 0..4 {
-                let candidate = until_not_exhausted(&ex, || LeaderElection::join(&zk, &dir, b"c"));
+                let candidate = until_not_exhausted(&ex, || LeaderElection::new(&zk, &dir, b"c"));
                 candidate.wait_until_leader(WAIT).expect("leads");
                 let start = monotonic_nanos();
                 assert!(candidate.is_leader().expect("is_leader"));

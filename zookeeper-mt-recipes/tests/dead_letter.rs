@@ -21,7 +21,7 @@ fn released_items_go_to_the_dead_letters_after_their_attempts() {
     let zk = connect();
     let path = unique_path("released");
     let queue = WorkQueue::new(&zk, &path).unwrap().with_dead_letter(2);
-    assert_eq!(queue.dead_letter_dir(), Some(&*format!("{path}/dead")));
+    assert_eq!(queue.dead_letter_path(), Some(&*format!("{path}/dead")));
     queue.put(b"flaky job").unwrap();
 
     let first = queue.try_take().unwrap().expect("claimed");

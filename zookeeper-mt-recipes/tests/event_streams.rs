@@ -124,7 +124,7 @@ fn streams_own_their_producers_and_end_after_the_final_item() {
     let group = Group::watch(&zk, &format!("{base}/group"), GroupLayout::default()).unwrap();
     let mut events = group.events().clone();
     group.wait_initialized(WAIT).unwrap();
-    let member = GroupMember::join(&zk, &format!("{base}/group"), "m1", b"").unwrap();
+    let member = GroupMember::new(&zk, &format!("{base}/group"), "m1", b"").unwrap();
     block_on(async {
         loop {
             match poll_next(&mut events).await.unwrap() {

@@ -334,7 +334,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
         zookeeper_mt_recipes::nodes::ensure_path(&admin(&ens), &path).unwrap();
         let election_path = path.clone();
         let out = lagging(&ens, "election join", (1, is_create), move |zk| {
-            let election = LeaderElection::join(&zk, &election_path, b"me")?;
+            let election = LeaderElection::new(&zk, &election_path, b"me")?;
             election.wait_until_leader(T)?;
             let children = zk.get_children(&election_path)?;
             election.resign()?;

@@ -36,7 +36,7 @@ fn many_nodes_on_one_session_add_no_thread_each_and_leave_nothing() {
     let paths: Vec<String> = (0..NODES).map(|i| format!("{base}/n{i:03}")).collect();
     let nodes: Vec<PersistentNode> = paths
         .iter()
-        .map(|path| PersistentNode::start(&zk, path, b"v1").unwrap())
+        .map(|path| PersistentNode::new(&zk, path, b"v1").unwrap())
         .collect();
     for (node, path) in nodes.iter().zip(&paths) {
         assert_eq!(&node.wait_created(T).unwrap(), path);

@@ -225,8 +225,7 @@ fn container_directories_go_when_idle_and_come_back() {
         let write = rw.write(wait).unwrap();
         let lease = sem.acquire(wait).unwrap();
         let candidate =
-            LeaderElection::join_with_options(&zk, "/c/election", b"x", containers.clone())
-                .unwrap();
+            LeaderElection::with_options(&zk, "/c/election", b"x", containers.clone()).unwrap();
         for dir in ["/c/lock", "/c/rw", "/c/sem", "/c/election"] {
             assert!(zk.exists(dir).unwrap().is_some(), "{dir} created again");
         }

@@ -357,13 +357,13 @@ fn cases() -> Vec<Case> {
             name: "election-join",
             setup: no_setup,
             run: |zk, path| {
-                let election = LeaderElection::join(zk, path, b"me").map_err(err_text)?;
+                let election = LeaderElection::new(zk, path, b"me").map_err(err_text)?;
                 election.wait_until_leader(OP_TIMEOUT).map_err(err_text)?;
                 election.resign().map(|()| String::new()).map_err(err_text)
             },
             check: |admin, path, _| {
                 // Nothing left in line: the next candidate leads at once.
-                let election = LeaderElection::join(admin, path, b"next").unwrap();
+                let election = LeaderElection::new(admin, path, b"next").unwrap();
                 let led = election.wait_until_leader(SETTLE);
                 election.resign().ok();
                 led.map_err(|e| format!("a stale candidate blocks the line: {e}"))

@@ -46,7 +46,7 @@ fn config_and_value_watches_add_no_threads() {
         (live_background_tasks(), threads(), zk.live_contexts());
 
     let configs: Vec<ConfigWatch> = (0..EACH)
-        .map(|i| ConfigWatch::start(&zk, &config(i)).unwrap())
+        .map(|i| ConfigWatch::new(&zk, &config(i)).unwrap())
         .collect();
     let mut values: Vec<ValueWatch<i32>> = counters
         .iter()

@@ -135,11 +135,15 @@ native_forms!(LeaderElection {
 });
 
 impl Async<LeaderElection> {
-    /// Async form of [`LeaderElection::join`]: [`LeaderElection::join_async`].
-    pub fn join(zk: &ZooKeeper, dir: &str, data: impl Into<Vec<u8>>) -> RecipeFuture<Result<Self>> {
-        let (zk, dir, data) = (zk.clone(), dir.to_string(), data.into());
+    /// Async form of [`LeaderElection::new`]: [`LeaderElection::new_async`].
+    pub fn new_async(
+        zk: &ZooKeeper,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+    ) -> RecipeFuture<Result<Self>> {
+        let (zk, path, data) = (zk.clone(), path.to_string(), data.into());
         Box::pin(async move {
-            LeaderElection::join_async(&zk, &dir, &data)
+            LeaderElection::new_async(&zk, &path, &data)
                 .await
                 .map(Async::new)
         })

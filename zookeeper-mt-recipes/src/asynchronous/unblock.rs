@@ -127,7 +127,7 @@ impl<T: Send + 'static> std::fmt::Debug for Unblock<T> {
 /// ```no_run
 /// # async fn f(zk: zookeeper_mt::ZooKeeper) -> zookeeper_mt_recipes::Result<()> {
 /// use zookeeper_mt_recipes::{asynchronous::unblock, leadership::LeaderElection};
-/// let election = unblock(move || LeaderElection::join(&zk, "/election", b"me")).await?;
+/// let election = unblock(move || LeaderElection::new(&zk, "/election", b"me")).await?;
 /// # Ok(()) }
 /// ```
 /// A panic in `call` is resumed in the task that polls the future.

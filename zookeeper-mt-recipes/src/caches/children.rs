@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// use zookeeper_mt::ZooKeeper;
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-/// let workers = ChildrenCache::start(&zk, "/workers")?;
+/// let workers = ChildrenCache::new(&zk, "/workers")?;
 /// workers.wait_initialized(Duration::from_secs(10))?;
 /// println!("{} workers: {:?}", workers.len(), workers.children().keys());
 /// while let Ok(event) = workers.events().recv() {
@@ -41,7 +41,7 @@ impl ChildrenCache {
     /// Starts following the children of `path` with a plain handle or a managed client.
     /// Returns at once; see [`wait_initialized`](Self::wait_initialized). Fails on an
     /// invalid path.
-    pub fn start(client: impl Into<Client>, path: &str) -> Result<ChildrenCache> {
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<ChildrenCache> {
         let config = Config {
             root: path.to_string(),
             max_depth: 1,

@@ -16,7 +16,7 @@
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let cache = TreeCache::builder("/services").max_depth(2).start(&zk)?;
+//! let cache = TreeCache::builder("/services").max_depth(2).build(&zk)?;
 //! cache.wait_initialized(Duration::from_secs(10))?;
 //! println!("{} nodes", cache.snapshot().len());
 //! for event in cache.events().iter() {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// use zookeeper_mt::ZooKeeper;
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-/// let config = NodeCache::start(&zk, "/app/config")?;
+/// let config = NodeCache::new(&zk, "/app/config")?;
 /// config.wait_initialized(Duration::from_secs(10))?;
 /// if let Some(node) = config.current() {
 ///     println!("config v{}: {:?}", node.stat.version, node.data);
@@ -40,7 +40,7 @@ impl NodeCache {
     /// Starts following `path` with a plain handle or a managed client (`&zk`,
     /// `&managed`). Returns at once; the first read happens in the cache's task
     /// (see [`wait_initialized`](Self::wait_initialized)). Fails on an invalid path.
-    pub fn start(client: impl Into<Client>, path: &str) -> Result<NodeCache> {
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<NodeCache> {
         let config = Config {
             root: path.to_string(),
             max_depth: 0,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// use zookeeper_mt::ZooKeeper;
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-/// let tree = TreeCache::builder("/config").start(&zk)?;
+/// let tree = TreeCache::builder("/config").build(&zk)?;
 /// tree.wait_initialized(Duration::from_secs(10))?;
 /// for (path, node) in tree.snapshot() {
 ///     println!("{path}: {} bytes", node.data.len());
@@ -50,7 +50,7 @@ impl TreeCacheBuilder {
 
     /// Starts the cache with a plain handle or a managed client. Returns at once; see
     /// [`TreeCache::wait_initialized`]. Fails on an invalid path.
-    pub fn start(self, client: impl Into<Client>) -> Result<TreeCache> {
+    pub fn build(self, client: impl Into<Client>) -> Result<TreeCache> {
         let config = Config {
             root: self.root,
             max_depth: self.max_depth,
@@ -63,17 +63,17 @@ impl TreeCacheBuilder {
 }
 
 impl TreeCache {
-    /// Options for a cache of the subtree at `root`.
-    pub fn builder(root: &str) -> TreeCacheBuilder {
+    /// Options for a cache of the subtree at `path`.
+    pub fn builder(path: &str) -> TreeCacheBuilder {
         TreeCacheBuilder {
-            root: root.to_string(),
+            root: path.to_string(),
             max_depth: usize::MAX,
         }
     }
 
-    /// Starts a cache of the whole subtree at `root` (no depth limit).
-    pub fn start(client: impl Into<Client>, root: &str) -> Result<TreeCache> {
-        TreeCache::builder(root).start(client)
+    /// Starts a cache of the whole subtree at `path` (no depth limit).
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<TreeCache> {
+        TreeCache::builder(path).build(client)
     }
 
     /// Every cached node by full path.

@@ -10,7 +10,7 @@
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let candidate = LeaderElection::join(&zk, "/app/election", b"worker-7")?;
+//! let candidate = LeaderElection::new(&zk, "/app/election", b"worker-7")?;
 //! candidate.wait_until_leader(Duration::from_secs(60))?;
 //! assert!(candidate.is_leader()?);
 //! // ... lead, checking `is_leader()` (or the session events) before acting, and
@@ -33,7 +33,7 @@
 //!   directories.
 //! - A [`wait_until_leader`](LeaderElection::wait_until_leader) that times out leaves no
 //!   watch registered.
-//! - With [`NodeOptions::acl`] (see [`LeaderElection::join_with_options`]) the directory
+//! - With [`NodeOptions::acl`] (see [`LeaderElection::with_options`]) the directory
 //!   and candidate nodes get that ACL: a client without the rights cannot delete a
 //!   candidate.
 //!
@@ -91,46 +91,46 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// Joins the election in `dir` (created if missing) as a new candidate carrying
+    /// Joins the election at `path` (created if missing) as a new candidate carrying
     /// `data` (e.g. its address, readable by others through [`leader_data`]).
     ///
     /// [`leader_data`]: LeaderElection::leader_data
-    pub fn join(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
-        Self::join_with_options(zk, dir, data, NodeOptions::default())
+    pub fn new(zk: &ZooKeeper, path: &str, data: &[u8]) -> Result<LeaderElection> {
+        Self::with_options(zk, path, data, NodeOptions::default())
     }
 
-    /// [`join`](Self::join), async. Dropped before it returns, it withdraws the
+    /// [`new`](Self::new), async. Dropped before it returns, it withdraws the
     /// candidate node it may have created.
-    pub async fn join_async(zk: &ZooKeeper, dir: &str, data: &[u8]) -> Result<LeaderElection> {
-        Self::join_with_options_async(zk, dir, data, NodeOptions::default()).await
+    pub async fn new_async(zk: &ZooKeeper, path: &str, data: &[u8]) -> Result<LeaderElection> {
+        Self::with_options_async(zk, path, data, NodeOptions::default()).await
     }
 
-    /// [`join`](Self::join), creating the directory (if missing) and the candidate node
+    /// [`new`](Self::new), creating the directory (if missing) and the candidate node
     /// as `nodes` say: their ACL, a container directory (removed by the server once every
     /// candidate has left), the sequence limit. Fails with
     /// [`RecipeError::SequenceExhausted`] at the end of the directory's counter while
     /// other candidates remain (see the module docs).
-    pub fn join_with_options(
+    pub fn with_options(
         zk: &ZooKeeper,
-        dir: &str,
+        path: &str,
         data: &[u8],
         nodes: NodeOptions,
     ) -> Result<LeaderElection> {
-        block_on(Self::join_with_options_async(zk, dir, data, nodes))
+        block_on(Self::with_options_async(zk, path, data, nodes))
     }
 
-    /// [`join_with_options`](Self::join_with_options), async (see
-    /// [`join_async`](Self::join_async)).
-    pub async fn join_with_options_async(
+    /// [`with_options`](Self::with_options), async (see
+    /// [`new_async`](Self::new_async)).
+    pub async fn with_options_async(
         zk: &ZooKeeper,
-        dir: &str,
+        path: &str,
         data: &[u8],
         nodes: NodeOptions,
     ) -> Result<LeaderElection> {
-        check_base_path(dir)?;
+        check_base_path(path)?;
         let deadline = op_deadline(zk);
         let seq_dir = SeqDir {
-            path: dir,
+            path,
             data: b"",
             nodes: &nodes,
         };
@@ -139,7 +139,7 @@ impl LeaderElection {
             create_member_async(zk, &seq_dir, &tag, data, deadline.into(), deadline).await?;
         Ok(LeaderElection {
             zk: zk.clone(),
-            dir: dir.to_string(),
+            dir: path.to_string(),
             name: created.name,
             seq: created.seq,
             czxid: created.czxid,

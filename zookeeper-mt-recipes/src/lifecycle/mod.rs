@@ -26,7 +26,7 @@
 //! use std::time::Duration;
 //!
 //! let client = ManagedZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let cache = NodeCache::start(&client, "/app/config")?; // follows every new session
+//! let cache = NodeCache::new(&client, "/app/config")?; // follows every new session
 //! let taken_on = client.generation();
 //! for event in client.states().iter() {
 //!     if event.state == ConnectionState::NewSession {

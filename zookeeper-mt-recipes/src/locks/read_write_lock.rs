@@ -145,14 +145,14 @@ pub struct ReadWriteLock {
 }
 
 impl ReadWriteLock {
-    /// The lock in `dir`. The directory (and its parents) is created by the first
+    /// The lock at `path`. The directory (and its parents) is created by the first
     /// request if missing, with the node options then set
     /// ([`with_node_options`](Self::with_node_options)). No request is sent here.
-    pub fn new(zk: &ZooKeeper, dir: &str) -> Result<ReadWriteLock> {
-        check_base_path(dir)?;
+    pub fn new(zk: &ZooKeeper, path: &str) -> Result<ReadWriteLock> {
+        check_base_path(path)?;
         Ok(ReadWriteLock {
             zk: zk.clone(),
-            dir: dir.to_string(),
+            dir: path.to_string(),
             nodes: NodeOptions::default(),
             layout: LockLayout::Native,
         })

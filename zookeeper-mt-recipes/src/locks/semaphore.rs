@@ -90,20 +90,20 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
-    /// The semaphore in `dir` with `permits` permits. If the directory exists with
+    /// The semaphore at `path` with `permits` permits. If the directory exists with
     /// another permit count, this fails with `InvalidArgument`. A missing directory is
     /// created (holding `permits` as decimal text, with the node options then set:
     /// [`with_node_options`](Self::with_node_options)) by the first acquisition.
-    pub fn new(zk: &ZooKeeper, dir: &str, permits: u32) -> Result<Semaphore> {
+    pub fn new(zk: &ZooKeeper, path: &str, permits: u32) -> Result<Semaphore> {
         if permits == 0 {
             return Err(RecipeError::InvalidArgument(
                 "a semaphore needs at least one permit",
             ));
         }
-        check_base_path(dir)?;
+        check_base_path(path)?;
         let semaphore = Semaphore {
             zk: zk.clone(),
-            dir: dir.to_string(),
+            dir: path.to_string(),
             permits,
             count: permits.to_string(),
             nodes: NodeOptions::default(),

@@ -106,7 +106,7 @@ impl Group {
     /// Starts following the members of the group at `path` (which need not exist yet).
     /// Returns at once; see [`wait_initialized`](Self::wait_initialized).
     pub fn watch(client: impl Into<Client>, path: &str, layout: GroupLayout) -> Result<Group> {
-        let cache = ChildrenCache::start(client, path)?;
+        let cache = ChildrenCache::new(client, path)?;
         let events = cache
             .events()
             .clone()
@@ -212,7 +212,7 @@ impl GroupMemberBuilder {
 
     /// Joins: starts the member's [`PersistentNode`] and a [`Group`] view. Fails at once
     /// on a bad path or id, or data in kazoo's layout.
-    pub fn start(self, client: impl Into<Client>) -> Result<GroupMember> {
+    pub fn build(self, client: impl Into<Client>) -> Result<GroupMember> {
         let client = client.into();
         crate::support::check_base_path(&self.path)?;
         let (node_path, data) = match self.layout {
@@ -242,7 +242,7 @@ impl GroupMemberBuilder {
         let node = PersistentNode::builder(&node_path)
             .data(&data)
             .node_options(self.nodes)
-            .start(client.clone())?;
+            .build(client.clone())?;
         let group = Group::watch(client, &self.path, self.layout)?;
         Ok(GroupMember {
             group,
@@ -275,14 +275,15 @@ impl GroupMember {
     }
 
     /// Joins the group at `path` as `id` with `payload`, in Curator's `GroupMember`
-    /// layout.
-    pub fn join(
+    /// layout: starts the member's node and its group view at once (see
+    /// [`GroupMemberBuilder::build`]).
+    pub fn new(
         client: impl Into<Client>,
         path: &str,
         id: &str,
         payload: &[u8],
     ) -> Result<GroupMember> {
-        GroupMember::builder(path, id).data(payload).start(client)
+        GroupMember::builder(path, id).data(payload).build(client)
     }
 
     /// This member's id.

@@ -10,7 +10,7 @@
 //! let client = ManagedZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let me = GroupMember::builder("/services/web", "web-7")
 //!     .data(b"10.0.0.7:8080")
-//!     .start(&client)?; // Curator GroupMember layout: node /services/web/web-7
+//!     .build(&client)?; // Curator GroupMember layout: node /services/web/web-7
 //! me.group().wait_initialized(Duration::from_secs(10))?;
 //! for member in me.group().members() {
 //!     println!("{} at {}", member.id, String::from_utf8_lossy(&member.data));

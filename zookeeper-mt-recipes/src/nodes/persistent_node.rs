@@ -65,7 +65,7 @@ impl PersistentNodeBuilder {
     /// Starts keeping the node (returns at once; see
     /// [`wait_created`](PersistentNode::wait_created)). Fails on a bad path or data over
     /// the node data limit.
-    pub fn start(self, client: impl Into<Client>) -> Result<PersistentNode> {
+    pub fn build(self, client: impl Into<Client>) -> Result<PersistentNode> {
         PersistentNode::start_with(client.into(), self)
     }
 }
@@ -131,8 +131,8 @@ impl PersistentNode {
     }
 
     /// Starts keeping an ephemeral node at `path` holding `data`.
-    pub fn start(client: impl Into<Client>, path: &str, data: &[u8]) -> Result<PersistentNode> {
-        PersistentNode::builder(path).data(data).start(client)
+    pub fn new(client: impl Into<Client>, path: &str, data: &[u8]) -> Result<PersistentNode> {
+        PersistentNode::builder(path).data(data).build(client)
     }
 
     pub(super) fn start_with(

@@ -1,7 +1,7 @@
 //! Config watch: follow one znode and receive its newest state (for workers that
 //! reload their configuration when it changes).
 //!
-//! [`ConfigWatch::start`] reads the node once (its current state is the first state
+//! [`ConfigWatch::new`] reads the node once (its current state is the first state
 //! every receiver sees), then a background task waits on a one-shot watch and, after
 //! every event, re-reads the node *with a new watch* (`get_watch`, or `exists_watch`
 //! while the node is absent). Because the watch is re-armed by the same read that
@@ -15,7 +15,7 @@
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let config = ConfigWatch::start(&zk, "/app/config")?;
+//! let config = ConfigWatch::new(&zk, "/app/config")?;
 //! for event in config.receiver() {
 //!     match event {
 //!         ConfigEvent::Value { data, stat } => println!("v{}: {data:?}", stat.version),
@@ -36,7 +36,7 @@
 //! receiver takes a state away from another: every receiver sees the final state.
 //!
 //! # What is delivered, exactly (to each receiver)
-//! - The first state is the newest one when it first receives (the state at `start`,
+//! - The first state is the newest one when it first receives (the state at `new`,
 //!   for a receiver that starts reading at once): `Value`, or `Deleted` if absent.
 //! - Values arrive in strictly increasing modification order (`stat.mzxid`, which also
 //!   orders a node's re-creation after its deletion); a value is never delivered twice
@@ -128,12 +128,12 @@ impl ConfigWatch {
     /// `&managed`; see the [module docs](self) on sessions). The node's current state is
     /// read before this returns (errors such as an invalid path or a closed session are
     /// reported here) and is the first state every receiver sees.
-    pub fn start(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
-        block_on(Self::start_async(client, path))
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
+        block_on(Self::new_async(client, path))
     }
 
-    /// [`start`](Self::start), async: the first read is awaited, not waited for.
-    pub async fn start_async(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
+    /// [`new`](Self::new), async: the first read is awaited, not waited for.
+    pub async fn new_async(client: impl Into<Client>, path: &str) -> Result<ConfigWatch> {
         // Subscribed to the client's states before the first read: nothing is missed.
         let following = Following::new(client.into(), true, RetryPolicy::FOLLOWING);
         let hub = Arc::new(Hub::default());

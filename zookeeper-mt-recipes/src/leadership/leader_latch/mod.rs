@@ -13,7 +13,7 @@
 //! let latch = LeaderLatch::builder("/app/leader")
 //!     .id("worker-7")
 //!     .layout(LatchLayout::CuratorLeaderLatch) // the Java services use Curator's LeaderLatch
-//!     .start(&zk)?;
+//!     .build(&zk)?;
 //! let guard = latch.await_leadership(Duration::from_secs(60))?;
 //! while !guard.is_lost() {
 //!     // ... lead; pass guard.token() to resources that accept a fencing token ...
@@ -245,7 +245,7 @@ impl LatchBuilder {
     /// Starts the latch: it joins the election in the background (see
     /// [`LeaderLatch::await_leadership`]). Fails at once on a bad path or an id over the
     /// node data limit.
-    pub fn start(self, client: impl Into<Client>) -> Result<LeaderLatch> {
+    pub fn build(self, client: impl Into<Client>) -> Result<LeaderLatch> {
         LeaderLatch::start_with(client.into(), self)
     }
 
@@ -258,7 +258,7 @@ impl LatchBuilder {
         timeout: Duration,
         work: impl FnOnce(&LeadershipGuard) -> T,
     ) -> Result<T> {
-        let latch = self.start(client)?;
+        let latch = self.build(client)?;
         let guard = latch.await_leadership(timeout);
         let result = guard.map(|guard| work(&guard));
         latch.close();
@@ -303,8 +303,8 @@ impl LeaderLatch {
 
     /// Starts a native-layout latch with an empty id on `path` (see
     /// [`builder`](Self::builder) for the options).
-    pub fn start(client: impl Into<Client>, path: &str) -> Result<LeaderLatch> {
-        LeaderLatch::builder(path).start(client)
+    pub fn new(client: impl Into<Client>, path: &str) -> Result<LeaderLatch> {
+        LeaderLatch::builder(path).build(client)
     }
 
     fn start_with(client: Client, builder: LatchBuilder) -> Result<LeaderLatch> {

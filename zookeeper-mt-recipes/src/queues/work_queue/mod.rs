@@ -355,26 +355,26 @@ impl WorkQueue {
     /// often and never completed (released, dropped, or abandoned by a consumer whose
     /// session ended) is moved to the dead-letter directory `<path>/dead` by the next
     /// consumer that finds it, instead of being handed out again. See
-    /// [`with_dead_letter_dir`](Self::with_dead_letter_dir) and the module docs.
+    /// [`with_dead_letter_path`](Self::with_dead_letter_path) and the module docs.
     pub fn with_dead_letter(self, max_attempts: u32) -> WorkQueue {
         let dir = format!("{}/dead", self.path);
-        self.with_dead_letter_dir(max_attempts, &dir)
+        self.with_dead_letter_path(max_attempts, &dir)
     }
 
     /// [`with_dead_letter`](Self::with_dead_letter) with the dead-letter directory at
-    /// `dir` (any path; created when first needed, with the [`NodeOptions`]). Every
+    /// `path` (any path; created when first needed, with the [`NodeOptions`]). Every
     /// consumer of the queue must use the same settings.
-    pub fn with_dead_letter_dir(mut self, max_attempts: u32, dir: &str) -> WorkQueue {
+    pub fn with_dead_letter_path(mut self, max_attempts: u32, path: &str) -> WorkQueue {
         let max_attempts = i32::try_from(max_attempts.max(1)).unwrap_or(i32::MAX);
         self.dead_letter = Some(DeadLetter {
             max_attempts,
-            dir: dir.to_string(),
+            dir: path.to_string(),
         });
         self
     }
 
     /// The dead-letter directory, if dead-lettering is on.
-    pub fn dead_letter_dir(&self) -> Option<&str> {
+    pub fn dead_letter_path(&self) -> Option<&str> {
         self.dead_letter.as_ref().map(|d| d.dir.as_str())
     }
 
