@@ -59,8 +59,8 @@ native_forms!(ReadWriteLock {
 });
 
 native_forms!(Semaphore {
-    fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<semaphore::Lease>;
-    fn try_acquire => try_acquire_async() -> Result<Option<semaphore::Lease>>;
+    fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<semaphore::PermitGuard>;
+    fn try_acquire => try_acquire_async() -> Result<Option<semaphore::PermitGuard>>;
 });
 
 native_forms!(Semaphore {
@@ -68,7 +68,7 @@ native_forms!(Semaphore {
 });
 
 native_forms!(LeaseSemaphore {
-    fn acquire => acquire_async(n: u32, timeout: impl Into<Timeout> + Send + 'static) -> Result<Vec<lease_semaphore::Lease>>;
+    fn acquire => acquire_async(n: u32, timeout: impl Into<Timeout> + Send + 'static) -> Result<Vec<lease_semaphore::LeaseGuard>>;
     fn held => held_async() -> Result<usize>;
 });
 

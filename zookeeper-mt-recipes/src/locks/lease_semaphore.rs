@@ -17,11 +17,11 @@
 //! - [`LeaseSemaphore::acquire`] returns `n` leases or none: leases taken on the way are
 //!   returned when the deadline passes or a step fails (as Curator's `acquire(n)`).
 //! - A timed-out wait leaves no node and no watch behind; the guard lock is released.
-//! - Each lease is a node: release one with [`Lease::release`] or by dropping it.
+//! - Each lease is a node: release one with [`LeaseGuard::release`] or by dropping it.
 //!
 //! # Non-guarantees
 //! - A lease is tied to its session: if it expires the node goes and the lease is handed
-//!   on. No revocation ([`Lease::is_held`] checks).
+//!   on. No revocation ([`LeaseGuard::is_held`] checks).
 //! - Not fair between acquirers beyond the guard lock's order, and an `acquire(n)` that
 //!   holds some of its leases while waiting for more keeps them from others meanwhile.
 //! - The kazoo layout's `max` is checked against the path's data once per value
@@ -141,14 +141,18 @@ impl LeaseSemaphore {
 
     /// `n` leases within `timeout` (one deadline for all; [`Timeout::Never`]: as long as
     /// it takes), or `Err(Timeout)` and none held.
-    pub fn acquire(&self, n: u32, timeout: impl Into<Timeout>) -> Result<Vec<Lease>> {
+    pub fn acquire(&self, n: u32, timeout: impl Into<Timeout>) -> Result<Vec<LeaseGuard>> {
         block_on(self.acquire_async(n, timeout))
     }
 
     /// [`acquire`](Self::acquire), async. Dropped before it returns, it withdraws what it
     /// started: the leases taken so far are released, a lease request and the guard lock
     /// are withdrawn.
-    pub async fn acquire_async(&self, n: u32, timeout: impl Into<Timeout>) -> Result<Vec<Lease>> {
+    pub async fn acquire_async(
+        &self,
+        n: u32,
+        timeout: impl Into<Timeout>,
+    ) -> Result<Vec<LeaseGuard>> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         if n == 0 || n > self.max {
             return Err(RecipeError::InvalidArgument(
@@ -184,7 +188,7 @@ impl LeaseSemaphore {
     }
 
     /// One lease within `timeout`.
-    async fn acquire_one(&self, timeout: Duration) -> Result<Option<Lease>> {
+    async fn acquire_one(&self, timeout: Duration) -> Result<Option<LeaseGuard>> {
         let deadline = Deadline::after(timeout);
         let Some(lock) = self.guard.acquire_within_async(timeout).await? else {
             return Ok(None);
@@ -201,7 +205,7 @@ impl LeaseSemaphore {
     }
 
     /// Curator: create the lease, keep it once the leases number at most `max`.
-    async fn curator_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
+    async fn curator_lease(&self, deadline: Deadline) -> Result<Option<LeaseGuard>> {
         let patience = Patience::from(op_deadline(&self.zk));
         let dir = SeqDir {
             path: &self.leases_dir,
@@ -210,7 +214,7 @@ impl LeaseSemaphore {
         };
         let tag = format!("_c_{}-lease-", uuid_text());
         let created = create_member_async(&self.zk, &dir, &tag, b"", patience, deadline).await?;
-        let lease = Lease {
+        let lease = LeaseGuard {
             zk: self.zk.clone(),
             path: format!("{}/{}", self.leases_dir, created.name),
             handed_out: false,
@@ -240,7 +244,7 @@ impl LeaseSemaphore {
     }
 
     /// kazoo: check `max` in the path's data; create a lease once fewer than `max` exist.
-    async fn kazoo_lease(&self, deadline: Deadline) -> Result<Option<Lease>> {
+    async fn kazoo_lease(&self, deadline: Deadline) -> Result<Option<LeaseGuard>> {
         let step: Patience = op_deadline(&self.zk).into();
         let zk = &self.zk;
         if !self.checked.load(Ordering::Relaxed) {
@@ -286,7 +290,7 @@ impl LeaseSemaphore {
                     Err(error) => return Err(error),
                 }
                 drop(pending);
-                return Ok(Some(Lease {
+                return Ok(Some(LeaseGuard {
                     zk: zk.clone(),
                     path,
                     handed_out: false,
@@ -305,7 +309,7 @@ impl LeaseSemaphore {
 /// One lease; dropping it releases the lease (deletes its node).
 #[derive(Debug)]
 #[must_use = "dropping the lease releases it at once"]
-pub struct Lease {
+pub struct LeaseGuard {
     zk: ZooKeeper,
     /// Empty once released.
     path: String,
@@ -314,7 +318,7 @@ pub struct Lease {
     handed_out: bool,
 }
 
-impl Lease {
+impl LeaseGuard {
     /// The lease node's path.
     pub fn node(&self) -> &str {
         &self.path
@@ -348,7 +352,7 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
+impl Drop for LeaseGuard {
     fn drop(&mut self) {
         delete_dropped(&self.zk, &mut self.path, self.handed_out);
     }

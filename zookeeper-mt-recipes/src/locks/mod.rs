@@ -13,9 +13,9 @@ pub mod read_write_lock;
 pub mod reentrant_lock;
 pub mod semaphore;
 
-pub use lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+pub use lease_semaphore::{LeaseGuard, LeaseSemaphore, SemaphoreLayout};
 pub use lock::{Lock, LockGuard, LockLayout, LockLost};
 pub use multi_lock::{MultiGuard, MultiLock};
 pub use read_write_lock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use reentrant_lock::{ReentrantGuard, ReentrantLock};
-pub use semaphore::Semaphore;
+pub use semaphore::{PermitGuard, Semaphore};

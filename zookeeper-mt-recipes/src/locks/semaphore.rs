@@ -48,7 +48,7 @@
 //! # Non-guarantees
 //! - A lease is tied to its session: if the session expires the node goes and the permit
 //!   is handed to someone else while this process may still believe it holds it (check
-//!   [`Lease::is_held`] or watch [`ZooKeeper::session_events`]). No revocation.
+//!   [`PermitGuard::is_held`] or watch [`ZooKeeper::session_events`]). No revocation.
 //! - With container directories, the permit count is checked when a [`Semaphore`] value
 //!   first meets the directory; a directory the server removed while idle is created
 //!   again by the next acquisition with its own `N`.
@@ -194,13 +194,13 @@ impl Semaphore {
     }
 
     /// Acquires a permit, waiting up to `timeout`. On timeout the request is withdrawn.
-    pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<Lease> {
+    pub fn acquire(&self, timeout: impl Into<Timeout>) -> Result<PermitGuard> {
         block_on(self.acquire_async(timeout))
     }
 
     /// Async [`acquire`](Self::acquire): no thread waits for it; dropping it withdraws
     /// the request (its node is deleted, its watch released).
-    pub async fn acquire_async(&self, timeout: impl Into<Timeout>) -> Result<Lease> {
+    pub async fn acquire_async(&self, timeout: impl Into<Timeout>) -> Result<PermitGuard> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let deadline = Deadline::after(timeout);
         let step_deadline = Deadline::after(timeout.max(default_op_timeout(&self.zk)));
@@ -223,7 +223,7 @@ impl Semaphore {
             RecipeError::SequenceExhausted { .. } => RecipeError::Timeout,
             other => other,
         })?;
-        let lease = Lease {
+        let lease = PermitGuard {
             node: OwnedNode::new(&self.zk, &self.dir, created),
         };
         // A dropped future drops `lease`, which withdraws the request in the background.
@@ -237,7 +237,7 @@ impl Semaphore {
             Err(error) => Err(error),
         };
         match granted {
-            Ok(()) => Ok(Lease {
+            Ok(()) => Ok(PermitGuard {
                 node: lease.node.hand_out(),
             }),
             Err(error) => {
@@ -248,12 +248,12 @@ impl Semaphore {
     }
 
     /// A permit if one is free now, else `None`.
-    pub fn try_acquire(&self) -> Result<Option<Lease>> {
+    pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
         block_on(self.try_acquire_async())
     }
 
     /// Async [`try_acquire`](Self::try_acquire).
-    pub async fn try_acquire_async(&self) -> Result<Option<Lease>> {
+    pub async fn try_acquire_async(&self) -> Result<Option<PermitGuard>> {
         match self.acquire_async(Duration::ZERO).await {
             Ok(lease) => Ok(Some(lease)),
             Err(RecipeError::Timeout) => Ok(None),
@@ -263,7 +263,7 @@ impl Semaphore {
 
     async fn wait_granted(
         &self,
-        lease: &Lease,
+        lease: &PermitGuard,
         deadline: Deadline,
         read_deadline: Deadline,
     ) -> Result<()> {
@@ -333,9 +333,9 @@ impl Semaphore {
 
 /// A held permit; dropping it releases the permit (deletes the lease node).
 #[derive(Debug)]
-#[must_use = "dropping the lease releases the permit at once"]
-pub struct Lease {
+#[must_use = "dropping the guard releases the permit at once"]
+pub struct PermitGuard {
     node: OwnedNode,
 }
 
-owned_node_guard!(Lease, "lease");
+owned_node_guard!(PermitGuard, "lease");
