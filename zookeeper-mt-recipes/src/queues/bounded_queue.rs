@@ -285,6 +285,8 @@ impl BoundedQueue {
 
     /// Threads of this value blocked right now waiting for the items directory to change
     /// (producers on a full queue, consumers on an empty one; for monitoring and tests).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn waiting(&self) -> usize {
         self.queue.waiting()
     }

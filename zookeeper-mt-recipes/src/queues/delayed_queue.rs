@@ -177,6 +177,8 @@ impl DelayedQueue {
 
     /// Threads blocked in `take` on this value right now (for monitoring
     /// and tests).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn waiting(&self) -> usize {
         self.queue.waiting()
     }
@@ -193,6 +195,8 @@ impl DelayedQueue {
 
     /// Child-watch notifications this value has received (each a wake-up of its
     /// blocked takes; waking at a due time is not counted).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn wakeups(&self) -> u64 {
         self.queue.wakeups()
     }

@@ -187,6 +187,8 @@ impl PriorityQueue {
 
     /// Threads blocked in `take` on this value right now (for monitoring
     /// and tests).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn waiting(&self) -> usize {
         self.queue.waiting()
     }

@@ -522,6 +522,8 @@ impl LeaderLatch {
 
     /// How many times the latch was woken by the watch on the node before its own (each
     /// departure wakes only the participant behind it).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn wakeups(&self) -> u64 {
         self.shared.wakeups.load(Ordering::Relaxed)
     }

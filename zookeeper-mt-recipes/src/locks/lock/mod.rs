@@ -463,12 +463,16 @@ impl Lock {
     /// How many times a waiter of this value was woken by its predecessor's watch.
     /// With the predecessor-only protocol each release wakes one waiter, so after `n`
     /// waiters got the lock in turn the sum over all waiters is `n`.
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::Relaxed)
     }
 
     /// Threads of this value blocked right now on their predecessor's watch (for
     /// monitoring and tests).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed) as usize
     }

@@ -511,12 +511,16 @@ impl Queue {
 
     /// Child-watch notifications this value has received (each wakes the threads blocked
     /// in `take` on this value).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn wakeups(&self) -> u64 {
         self.watcher.events()
     }
 
     /// Threads blocked in `take` on this value right now, waiting for the
     /// queue to change (for monitoring and tests).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn waiting(&self) -> usize {
         self.watcher.waiting() as usize
     }

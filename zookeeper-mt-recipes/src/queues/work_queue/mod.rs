@@ -538,6 +538,8 @@ impl WorkQueue {
 
     /// Takes of this value waiting right now on a watch (as head of the line or behind
     /// another waiter; for monitoring and tests).
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed) as usize
     }
