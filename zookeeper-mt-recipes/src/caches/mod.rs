@@ -3,6 +3,9 @@
 //! `PathChildrenCache`) and [`TreeCache`] (a whole subtree, optionally to a maximum
 //! depth, Curator's `CuratorCache`).
 //!
+//! Beside them, [`ConfigWatch`] ([`config_watch`]): one node's newest state, read again
+//! after every change.
+//!
 //! Each cache is one task on the recipes' driver thread (never work on the C client's
 //! threads, no thread per cache or per node). It loads its nodes, reports
 //! [`CacheEvent::Initialized`] once the first load is complete, then follows every

@@ -2,6 +2,9 @@
 //! `PersistentNode`), and group membership for service discovery ([`GroupMember`] and the
 //! observer [`Group`]), in the layouts of Curator's `GroupMember` and kazoo's `Party`.
 //!
+//! Also here, for every recipe: how its nodes are made ([`NodeOptions`]), and helpers for
+//! node paths and names ([`ensure_path`], [`sequence_of`], [`guid`]).
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;

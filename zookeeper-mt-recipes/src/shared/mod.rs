@@ -2,6 +2,8 @@
 //! in the layouts Apache Curator and kazoo use, so a Rust service can read and change
 //! the same counter as Java and Python services.
 //!
+//! Beside them, [`IdGenerator`] ([`id_generator`]): unique ids from a counter node.
+//!
 //! | type | layout of the node's data | same node as |
 //! |---|---|---|
 //! | [`SharedCount`] | a 4-byte big-endian `i32` | Curator `SharedCount`; kazoo `Counter(support_curator=True)` |

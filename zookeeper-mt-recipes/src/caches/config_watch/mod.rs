@@ -1,6 +1,11 @@
 //! Config watch: follow one znode and receive its newest state (for workers that
 //! reload their configuration when it changes).
 //!
+//! It is what kazoo's `DataWatch` is (the node's data and stat after each change, read
+//! with a new watch), delivered as a stream of the newest state per receiver. It is not
+//! a cache with change events: for that, [`NodeCache`](crate::caches::NodeCache)
+//! (Curator's `NodeCache`).
+//!
 //! [`ConfigWatch::new`] reads the node once (its current state is the first state
 //! every receiver sees), then a background task waits on a one-shot watch and, after
 //! every event, re-reads the node *with a new watch* (`get_watch`, or `exists_watch`
