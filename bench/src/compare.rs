@@ -12,7 +12,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::{CreateMode, Error, Stat, Watch, ZooKeeper};
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::queues::Queue;
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::RecipeError;
 

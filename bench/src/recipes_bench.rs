@@ -12,9 +12,9 @@ use std::thread;
 use std::time::Instant;
 use zookeeper_mt::Timeout;
 use zookeeper_mt::{Acl, CreateMode};
-use zookeeper_mt_recipes::leader_latch::LeaderLatch;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::leadership::LeaderLatch;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::queues::Queue;
 
 const STOP: &[u8] = b"STOP";
 
@@ -166,7 +166,7 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
 /// counts its own terms: a participant that gets a term past `n` leaves the election
 /// (`close`) and its thread ends, and so every one does. Notifications = the latches'
 /// predecessor-watch wake-ups. Only the API the latch has had since its threads era
-/// (`builder`, `start`, `await_leadership`, `relinquish`, `close`, `wakeups`), so
+/// (`builder`, `build`, `await_leadership`, `relinquish`, `close`, `wakeups`), so
 /// `before-after` runs this same code against older trees.
 pub fn latch(p: &Params, base: &str) -> Result<Vec<Row>> {
     let setup = connect(&p.hosts)?;
@@ -178,7 +178,7 @@ pub fn latch(p: &Params, base: &str) -> Result<Vec<Row>> {
     let latches = handles
         .iter()
         .enumerate()
-        .map(|(i, zk)| LeaderLatch::builder(&dir).id(format!("p{i}")).start(zk))
+        .map(|(i, zk)| LeaderLatch::builder(&dir).id(format!("p{i}")).build(zk))
         .collect::<Result<Vec<_>, _>>()?;
     let terms = AtomicUsize::new(0);
     let leaders = AtomicUsize::new(0);
@@ -264,8 +264,8 @@ pub fn queue_scale(p: &Params, base: &str) -> Result<Vec<Row>> {
     let qpath = format!("{base}/q");
     let len = Queue::new(&zk, &qpath)?;
     // `Queue` creates its node on first use; the raw creates below need it now.
-    zookeeper_mt_recipes::util::ensure_path(&zk, &qpath)?;
-    let prefix = format!("{qpath}/item-{}-", zookeeper_mt_recipes::util::guid());
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &qpath)?;
+    let prefix = format!("{qpath}/item-{}-", zookeeper_mt_recipes::nodes::guid());
     let acl = Acl::OPEN_UNSAFE;
     let names = vec![prefix; p.n];
     pipelined(&names, 1000, |path| {

@@ -352,7 +352,7 @@ pub fn render_side(meta: &Meta, clients: &[ClientKind], runs: &[ConfigRun]) -> S
         w,
         "Each cell: ops/s, median of {} rounds (min–max); each client is its own process, run \
          one at a time. The queue and lock rows run each client's own recipe: Rust \
-         `zookeeper_mt_recipes::queue`/`zookeeper_mt_recipes::lock`/`zookeeper_mt_recipes::id_generator`, Curator \
+         `zookeeper_mt_recipes::Queue`/`Lock`/`IdGenerator`, Curator \
          `SimpleDistributedQueue`/`InterProcessMutex`/`DistributedAtomicLong`, kazoo its `Lock`; \
          C, zkpython and kazoo's queue and counter run the classic queue algorithm and a versioned \
          get + set.",

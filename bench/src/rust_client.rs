@@ -320,7 +320,7 @@ fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
 // ------------------------------------------------------------------ id generator
 
 fn idgen(p: &Params, base: &str) -> Result<Vec<Row>> {
-    use zookeeper_mt_recipes::id_generator::IdGenerator;
+    use zookeeper_mt_recipes::shared::IdGenerator;
     let setup = connect(&p.hosts)?;
     ensure_path(&setup, base)?;
     let ctr = format!("{base}/ctr");

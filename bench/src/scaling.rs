@@ -286,7 +286,7 @@ pub fn run(launchers: &Launchers, hosts: &str, server: &str, meta: &Meta, plan: 
     if plan.wants("queue") {
         let _ = writeln!(
             w,
-            "\n### Queue take cost against queue length (`zookeeper_mt_recipes::queue::Queue`)\n\nThe queue \
+            "\n### Queue take cost against queue length (`zookeeper_mt_recipes::queues::Queue`)\n\nThe queue \
              is filled with L items, then a fresh `Queue` value takes one item (it lists the \
              whole queue: one `get_children` of L names) and {} more (served from that listing: \
              get + delete each).\n",
@@ -346,7 +346,7 @@ pub fn run(launchers: &Launchers, hosts: &str, server: &str, meta: &Meta, plan: 
     if plan.wants("lock") {
         let _ = writeln!(
             w,
-            "\n### Lock hand-off against waiters (`zookeeper_mt_recipes::lock::Lock`)\n\nW contenders, each \
+            "\n### Lock hand-off against waiters (`zookeeper_mt_recipes::locks::Lock`)\n\nW contenders, each \
              its own session and `Lock` value in one process, acquire and release in a loop \
              (max(2, {} / W) times each), so up to W − 1 are queued at every hand-off. With \
              W = 1 there is no hand-off: the uncontended acquire + release.\n",

@@ -22,12 +22,12 @@ use pending::Pending;
 use std::time::{Duration, Instant};
 use table::{Snapshot, Table};
 use zookeeper_mt::{CreateMode, Error, ZooKeeper};
-use zookeeper_mt_recipes::cache::NodeCache;
-use zookeeper_mt_recipes::config_watch::ConfigWatch;
-use zookeeper_mt_recipes::leader_latch::{LatchStatus, LeaderLatch};
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::membership::PersistentNode;
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::caches::ConfigWatch;
+use zookeeper_mt_recipes::caches::NodeCache;
+use zookeeper_mt_recipes::leadership::{LatchStatus, LeaderLatch};
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::nodes::PersistentNode;
+use zookeeper_mt_recipes::queues::Queue;
 
 /// The timeout of every pending acquire and take (they never get to it).
 const WAIT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -138,13 +138,13 @@ fn run(zk: &ZooKeeper, other: &ZooKeeper, dirs: &Dirs, n: usize, each: usize) ->
     let caches = dirs
         .watched
         .iter()
-        .map(|path| NodeCache::start(zk, path))
+        .map(|path| NodeCache::new(zk, path))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     for cache in &caches {
         cache.wait_initialized(SETTLE)?;
     }
     table.row(
-        &format!("{each} node caches (`NodeCache::start`), initialized"),
+        &format!("{each} node caches (`NodeCache::new`), initialized"),
         snap(),
         Some(ROW_THREADS),
     );
@@ -154,7 +154,7 @@ fn run(zk: &ZooKeeper, other: &ZooKeeper, dirs: &Dirs, n: usize, each: usize) ->
         .map(|i| {
             LeaderLatch::builder(&dirs.latch)
                 .id(format!("p{i}"))
-                .start(zk)
+                .build(zk)
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let settled = settle(|| {
@@ -165,21 +165,21 @@ fn run(zk: &ZooKeeper, other: &ZooKeeper, dirs: &Dirs, n: usize, each: usize) ->
         })
     });
     table.row(
-        &format!("{each} leader latches (`LeaderLatch::start`, one election){settled}"),
+        &format!("{each} leader latches (`LeaderLatch::new`, one election){settled}"),
         snap(),
         Some(ROW_THREADS),
     );
     table.not_started(&format!("{each} leader latches, async API"), same);
 
     let nodes = (0..each)
-        .map(|i| PersistentNode::start(zk, &format!("{}/n{i:04}", dirs.persistent), b"x"))
+        .map(|i| PersistentNode::new(zk, &format!("{}/n{i:04}", dirs.persistent), b"x"))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     for node in &nodes {
         node.wait_created(SETTLE)?;
     }
     let settled = settle(|| nodes.iter().all(|node| node.armed_watches() == 1));
     table.row(
-        &format!("{each} persistent nodes (`PersistentNode::start`), created{settled}"),
+        &format!("{each} persistent nodes (`PersistentNode::new`), created{settled}"),
         snap(),
         Some(ROW_THREADS),
     );
@@ -188,16 +188,16 @@ fn run(zk: &ZooKeeper, other: &ZooKeeper, dirs: &Dirs, n: usize, each: usize) ->
     let configs = dirs
         .watched
         .iter()
-        .map(|path| ConfigWatch::start(zk, path))
+        .map(|path| ConfigWatch::new(zk, path))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     table.row(
-        &format!("{each} config watches (`ConfigWatch::start`)"),
+        &format!("{each} config watches (`ConfigWatch::new`)"),
         snap(),
         Some(ROW_THREADS),
     );
     let mut starts = Pending::new();
     for path in &dirs.watched {
-        starts.push(ConfigWatch::start_async(zk, path));
+        starts.push(ConfigWatch::new_async(zk, path));
     }
     starts.drive_all(Instant::now() + SETTLE);
     let async_configs = starts
@@ -206,7 +206,7 @@ fn run(zk: &ZooKeeper, other: &ZooKeeper, dirs: &Dirs, n: usize, each: usize) ->
         .collect::<std::result::Result<Vec<_>, _>>()?;
     table.row(
         &format!(
-            "{} more config watches (`ConfigWatch::start_async`, driven without a thread)",
+            "{} more config watches (`ConfigWatch::new_async`, driven without a thread)",
             async_configs.len()
         ),
         snap(),

@@ -160,7 +160,7 @@ fn threads_quick_run_prints_every_row() {
         "20 persistent nodes (",
         "20 persistent nodes, async API",
         "20 config watches (",
-        "20 more config watches (`ConfigWatch::start_async`",
+        "20 more config watches (`ConfigWatch::new_async`",
         "**total, all of the above**",
     ] {
         assert!(

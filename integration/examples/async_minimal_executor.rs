@@ -15,8 +15,8 @@ use std::thread::{self, Thread};
 use std::time::Duration;
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::asynchronous::Async;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::Lock;
 
 /// Wakes the executor's thread.
 struct Unpark(Thread);
@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         first?;
         second?;
         let election =
-            Async::<LeaderElection>::join(&zk, &format!("{base}/election"), b"main".to_vec())
+            Async::<LeaderElection>::new_async(&zk, &format!("{base}/election"), b"main".to_vec())
                 .await?;
         election.wait_until_leader(Duration::from_secs(30)).await?;
         println!("leading: {}", election.is_leader().await?);

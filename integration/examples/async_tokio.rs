@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use zookeeper_mt::{Timeout, ZooKeeper};
 use zookeeper_mt_recipes::asynchronous::Async;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::queues::Queue;
 
 const WORKERS: usize = 3;
 const JOBS: usize = 9;

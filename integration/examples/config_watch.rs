@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::{CreateMode, ZooKeeper};
-use zookeeper_mt_recipes::config_watch::{ConfigEvent, ConfigWatch};
+use zookeeper_mt_recipes::caches::{ConfigEvent, ConfigWatch};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
@@ -27,11 +27,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = format!("{parent}/worker.conf");
 
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
-    zookeeper_mt_recipes::util::ensure_path(&zk, &parent)?;
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &parent)?;
     zk.create(&path, b"threads=1", CreateMode::Persistent)?;
 
     // The watcher: prints each state as it arrives; the node's deletion ends it.
-    let watch = ConfigWatch::start(&zk, &path)?;
+    let watch = ConfigWatch::new(&zk, &path)?;
     let events = watch.receiver();
     let watcher = thread::spawn(move || {
         let mut seen = Vec::new();

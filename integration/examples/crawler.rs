@@ -15,7 +15,7 @@ use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 
 const PRODUCERS: usize = 2;
 const LINKS_PER_PRODUCER: usize = 8;

@@ -10,7 +10,7 @@
 use std::time::Duration;
 use zookeeper_mt::Timeout;
 use zookeeper_mt::{CreateMode, Op, ZooKeeper};
-use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::locks::Lock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (lock_path, data) = (format!("{base}/lock"), format!("{base}/data"));
     let first = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     let second = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
-    zookeeper_mt_recipes::util::ensure_path(&first, &base)?;
+    zookeeper_mt_recipes::nodes::ensure_path(&first, &base)?;
     first.create(&data, b"initial", CreateMode::Persistent)?;
 
     let stale = Lock::new(&first, &lock_path)?.acquire(Timeout::Never)?;

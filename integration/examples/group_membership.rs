@@ -17,14 +17,14 @@ use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::events::EventStream;
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
-use zookeeper_mt_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
+use zookeeper_mt_recipes::nodes::{Group, GroupEvent, GroupLayout, GroupMember};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
     let connect = hosts.connect_string();
-    let base = format!("/examples/groups-{}", zookeeper_mt_recipes::util::guid());
+    let base = format!("/examples/groups-{}", zookeeper_mt_recipes::nodes::guid());
     let path = format!("{base}/web");
     let admin = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     println!("group {path} on {connect}");
@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .enumerate()
         .map(|(i, client)| {
-            GroupMember::join(
+            GroupMember::new(
                 client,
                 &path,
                 &format!("web-{i}"),
@@ -88,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let rust = GroupMember::builder(&party_path, "rust-worker")
         .layout(GroupLayout::KazooParty)
-        .start(&zk)?;
+        .build(&zk)?;
     rust.node().wait_created(WAIT)?;
     match Peer::builder(Participant::KazooParty, &connect, &party_path)
         .id("python-worker")

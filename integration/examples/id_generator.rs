@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::id_generator::{IdGenerator, IdStats};
+use zookeeper_mt_recipes::shared::{IdGenerator, IdStats};
 
 const WORKERS: usize = 8;
 const IDS_PER_WORKER: usize = 250;
@@ -110,7 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tag = format!(
         "{}-{}",
         std::process::id(),
-        zookeeper_mt_recipes::util::guid()
+        zookeeper_mt_recipes::nodes::guid()
     );
     let naive_path = format!("/examples/id-generator/{tag}/naive");
     let batched_path = format!("/examples/id-generator/{tag}/batched");

@@ -14,7 +14,7 @@ use std::time::Duration;
 use zk_harness::peers::{monotonic_ns, Participant, Peer};
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::leader_latch::{LatchLayout, LeaderLatch, LeadershipEvent};
+use zookeeper_mt_recipes::leadership::{LatchLayout, LeaderLatch, LeadershipEvent};
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -22,7 +22,7 @@ const WAIT: Duration = Duration::from_secs(60);
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
     let connect = hosts.connect_string();
-    let path = format!("/examples/leader-{}", zookeeper_mt_recipes::util::guid());
+    let path = format!("/examples/leader-{}", zookeeper_mt_recipes::nodes::guid());
     let admin = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     println!("election {path} on {connect}");
 
@@ -36,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             LeaderLatch::builder(&path)
                 .id(format!("rust-{i}"))
                 .layout(LatchLayout::CuratorLeaderLatch)
-                .start(client)
+                .build(client)
         })
         .collect::<Result<_, _>>()?;
 
@@ -164,7 +164,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The index and guard of the current leader among `latches`.
 fn wait_for_leader(
     latches: &[LeaderLatch],
-) -> Result<(usize, zookeeper_mt_recipes::leader_latch::LeadershipGuard), Box<dyn std::error::Error>>
+) -> Result<(usize, zookeeper_mt_recipes::leadership::LeadershipGuard), Box<dyn std::error::Error>>
 {
     let started = monotonic_ns();
     loop {

@@ -13,7 +13,7 @@ use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::locks::Lock;
 
 const PROCESSES: usize = 4;
 /// How long each holder keeps the lock (short, so the example is quick).

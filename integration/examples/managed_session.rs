@@ -17,7 +17,7 @@ mod support;
 use std::time::Duration;
 use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper_mt::{CreateMode, ZooKeeper};
-use zookeeper_mt_recipes::cache::{CacheEvent, NodeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, NodeCache};
 use zookeeper_mt_recipes::lifecycle::{ConnectionState, ConnectionStates, ManagedZooKeeper};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("ZooKeeper at {connect}");
     let base = format!("/examples/managed-{}", std::process::id());
     let admin = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
-    zookeeper_mt_recipes::util::ensure_path(&admin, &base)?;
+    zookeeper_mt_recipes::nodes::ensure_path(&admin, &base)?;
     let config = format!("{base}/config");
     admin.create(&config, b"threads=4", CreateMode::Persistent)?;
 
@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .connect()
     })?;
     let states = client.states();
-    let cache = NodeCache::start(&client, &config)?;
+    let cache = NodeCache::new(&client, &config)?;
     cache.wait_initialized(Duration::from_secs(10))?;
     println!(
         "config: {:?}",

@@ -10,16 +10,16 @@
 use std::time::{Duration, Instant};
 use zookeeper_mt::Timeout;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::bounded_queue::{BoundedQueue, Offer};
-use zookeeper_mt_recipes::delayed_queue::DelayedQueue;
-use zookeeper_mt_recipes::priority_queue::PriorityQueue;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::queues::DelayedQueue;
+use zookeeper_mt_recipes::queues::PriorityQueue;
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::queues::{BoundedQueue, Offer};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ZK_HOSTS, or a throwaway server stopped when `hosts` is dropped.
     let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
-    let base = format!("/queue-variants-{}", zookeeper_mt_recipes::util::guid());
+    let base = format!("/queue-variants-{}", zookeeper_mt_recipes::nodes::guid());
 
     let jobs = PriorityQueue::new(&zk, &format!("{base}/jobs"))?;
     jobs.put(b"nightly report", 100)?;

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::queues::Queue;
 use zookeeper_mt_recipes::OptionalExtension;
 
 const QUEUE: &str = "/myfirstqueue";

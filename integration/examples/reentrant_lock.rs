@@ -10,8 +10,8 @@ use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::lock::LockLayout;
-use zookeeper_mt_recipes::reentrant_lock::ReentrantLock;
+use zookeeper_mt_recipes::locks::LockLayout;
+use zookeeper_mt_recipes::locks::ReentrantLock;
 
 /// Takes the lock, then calls a helper that takes it again.
 fn transfer(lock: &ReentrantLock) -> Result<(), zookeeper_mt_recipes::RecipeError> {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use zk_harness::peers::{Participant, Peer};
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::shared_value::SharedCount;
+use zookeeper_mt_recipes::shared::SharedCount;
 
 const THREADS: usize = 4;
 const EACH: u32 = 100;
@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let connect = hosts.connect_string();
     let path = format!(
         "/examples/shared-count-{}",
-        zookeeper_mt_recipes::util::guid()
+        zookeeper_mt_recipes::nodes::guid()
     );
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let count = SharedCount::new(&zk, &path, 0)?;

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::{Acl, CreateMode, Op, ZooKeeper};
-use zookeeper_mt_recipes::cache::{CacheEvent, TreeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
 
 fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper_mt::Result<()> {
     zk.create(path, data.as_bytes(), CreateMode::Persistent)
@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let zk = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let writer = ZooKeeper::connect(&connect, Duration::from_secs(10))?;
     let root = format!("/examples/tree-cache-{}", std::process::id());
-    zookeeper_mt_recipes::util::ensure_path(&writer, &root)?;
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &root)?;
     for service in ["billing", "search"] {
         create(&writer, &format!("{root}/{service}"), "v1")?;
         for i in 0..2 {
@@ -91,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
-    let cache = TreeCache::builder(&root).max_depth(2).start(&zk)?;
+    let cache = TreeCache::builder(&root).max_depth(2).build(&zk)?;
     cache.wait_initialized(Duration::from_secs(10))?;
     println!("initial load: {} nodes", cache.len());
 
@@ -164,7 +164,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         writer.multi(&ops)?;
     }
     let started = Instant::now();
-    let cache = TreeCache::start(&zk, &big)?;
+    let cache = TreeCache::new(&zk, &big)?;
     cache.wait_initialized(Duration::from_secs(60))?;
     println!(
         "initial load of {} nodes: {:?}, {} watches armed",
@@ -176,7 +176,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // then wait for its event (each wake-up of a cache thread looks at all its watches).
     round_trips(&writer, &cache, &format!("{big}/b7/l7"))?;
     drop(cache);
-    let one = TreeCache::start(&zk, &format!("{big}/b7/l7"))?;
+    let one = TreeCache::new(&zk, &format!("{big}/b7/l7"))?;
     one.wait_initialized(Duration::from_secs(10))?;
     round_trips(&writer, &one, &format!("{big}/b7/l7"))?;
     drop(one);

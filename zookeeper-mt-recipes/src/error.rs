@@ -1,7 +1,7 @@
 //! The recipes' error type: the client's errors plus what a recipe itself can report.
 
-use crate::leader_latch::LeadershipLost;
-use crate::lock::LockLost;
+use crate::leadership::leader_latch::LeadershipLost;
+use crate::locks::lock::LockLost;
 use std::fmt;
 
 /// Shorthand for recipe results.
@@ -22,7 +22,7 @@ pub enum RecipeError {
     /// Data found in ZooKeeper that the recipe did not write (e.g. a counter that is not a number).
     Corrupt(String),
     /// The directory's sequence counter is at its end (see
-    /// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT) and
+    /// [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT) and
     /// [`NodeOptions::sequence_limit`](crate::NodeOptions::sequence_limit)) and the
     /// directory could not be restarted in time because it is not empty. Nothing was left
     /// behind by the failed call; the next call after the directory has drained restarts
@@ -31,7 +31,7 @@ pub enum RecipeError {
         /// The recipe directory.
         dir: String,
     },
-    /// A batched put (such as [`Queue::put_all`](crate::queue::Queue::put_all)) enqueued
+    /// A batched put (such as [`Queue::put_all`](crate::queues::queue::Queue::put_all)) enqueued
     /// only the first `enqueued` items of its batch, in order, each exactly once; then
     /// `error` stopped it. The item at index `enqueued` may or may not be enqueued if
     /// `error` is a session error (as for a single put); the items after it are not.
@@ -104,7 +104,7 @@ pub enum LossReason {
     /// The id counter node was deleted; restarting it at 0 would hand out ids again.
     CounterDeleted,
     /// The id counter node does not exist (never created with
-    /// [`IdGenerator::create_counter`](crate::id_generator::IdGenerator::create_counter),
+    /// [`IdGenerator::create_counter`](crate::shared::id_generator::IdGenerator::create_counter),
     /// or deleted).
     CounterMissing,
     /// This candidate resigned.
@@ -145,7 +145,7 @@ impl fmt::Display for LossReason {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use zookeeper_mt_recipes::{lock::Lock, OptionalExtension};
+/// use zookeeper_mt_recipes::{locks::Lock, OptionalExtension};
 /// # fn demo(lock: &Lock) -> zookeeper_mt_recipes::Result<()> {
 /// match lock.acquire(Duration::from_secs(1)).optional()? {
 ///     Some(guard) => { /* hold it */ drop(guard) }

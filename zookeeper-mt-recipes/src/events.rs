@@ -2,11 +2,11 @@
 //!
 //! | stream | items | from |
 //! |---|---|---|
-//! | cache changes | [`CacheEvent`](crate::cache::CacheEvent) | [`NodeCache::events`](crate::cache::NodeCache::events), [`ChildrenCache::events`](crate::cache::ChildrenCache::events), [`TreeCache::events`](crate::cache::TreeCache::events) |
-//! | leadership | [`LeadershipEvent`](crate::leader_latch::LeadershipEvent) | [`LeaderLatch::events`](crate::leader_latch::LeaderLatch::events) |
-//! | group members | [`GroupEvent`](crate::membership::GroupEvent) | [`Group::events`](crate::membership::Group::events) |
-//! | config states | [`ConfigEvent`](crate::config_watch::ConfigEvent) | [`ConfigWatch::receiver`](crate::config_watch::ConfigWatch::receiver) |
-//! | values | `Result<`[`Versioned<T>`](crate::shared_value::Versioned)`>` | [`ValueWatch::into_stream`](crate::shared_value::ValueWatch::into_stream) |
+//! | cache changes | [`CacheEvent`](crate::caches::CacheEvent) | [`NodeCache::events`](crate::caches::NodeCache::events), [`ChildrenCache::events`](crate::caches::ChildrenCache::events), [`TreeCache::events`](crate::caches::TreeCache::events) |
+//! | leadership | [`LeadershipEvent`](crate::leadership::leader_latch::LeadershipEvent) | [`LeaderLatch::events`](crate::leadership::leader_latch::LeaderLatch::events) |
+//! | group members | [`GroupEvent`](crate::nodes::GroupEvent) | [`Group::events`](crate::nodes::Group::events) |
+//! | config states | [`ConfigEvent`](crate::caches::config_watch::ConfigEvent) | [`ConfigWatch::receiver`](crate::caches::config_watch::ConfigWatch::receiver) |
+//! | values | `Result<`[`Versioned<T>`](crate::shared::Versioned)`>` | [`ValueWatch::into_stream`](crate::shared::ValueWatch::into_stream) |
 //!
 //! Connection states are the client crate's own stream,
 //! [`ConnectionStates`](crate::lifecycle::ConnectionStates) (from
@@ -43,12 +43,12 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zookeeper_mt_recipes::cache::{CacheEvent, NodeCache};
+//! use zookeeper_mt_recipes::caches::{CacheEvent, NodeCache};
 //! use zookeeper_mt_recipes::events::{EventStream, RecvTimeoutError};
 //! use zookeeper_mt::ZooKeeper;
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let cache = NodeCache::start(&zk, "/app/flag")?;
+//! let cache = NodeCache::new(&zk, "/app/flag")?;
 //! // Blocking, with a timeout.
 //! match cache.events().recv_timeout(Duration::from_secs(5)) {
 //!     Ok(event) => println!("{event:?}"),

@@ -5,26 +5,26 @@
 //!
 //! | recipe | types | from |
 //! |---|---|---|
-//! | FIFO queue with blocking take | `Queue` | ZooKeeper recipes |
-//! | lock watching only its predecessor | `Lock` | ZooKeeper recipes |
-//! | locking work queue without herd effect | `WorkQueue` | ZooKeeper recipes |
-//! | id generator (CAS, batched) | `IdGenerator` | ZooKeeper recipes |
-//! | config watch | `ConfigWatch` | ZooKeeper recipes |
-//! | barrier, double barrier | `Barrier`, `DoubleBarrier` | ZooKeeper recipes |
-//! | leader election | `LeaderElection` | ZooKeeper recipes |
-//! | read-write lock | `ReadWriteLock` | ZooKeeper recipes |
-//! | semaphore | `Semaphore` | ZooKeeper recipes |
-//! | lock layouts for Curator `InterProcessMutex` / `InterProcessReadWriteLock` and kazoo `Lock` / `ReadLock` / `WriteLock` | `LockLayout` | Curator, kazoo |
-//! | reentrant lock | `ReentrantLock` | Curator |
-//! | multi-lock (all or nothing) | `MultiLock` | Curator |
-//! | semaphore with leases (Curator `InterProcessSemaphoreV2`, kazoo `Semaphore` layouts) | `LeaseSemaphore` | Curator, kazoo |
-//! | fenced writes (a multi checking the lock node) | `fenced_multi` on the lock guards | CURATOR-689 |
-//! | connection states, client renewing expired sessions | `connection_states`, `ManagedZooKeeper` (from `zookeeper-mt`) | Curator |
-//! | node, children and tree caches | `NodeCache`, `ChildrenCache`, `TreeCache` | Curator |
-//! | shared count, atomic long, kazoo counter | `SharedCount`, `AtomicLong`, `KazooCounter` | Curator, kazoo |
-//! | bounded, priority and delayed queues | `BoundedQueue`, `PriorityQueue`, `DelayedQueue` | Curator |
-//! | leader latch (leadership guard, events, run while leader) | `LeaderLatch` | Curator, kazoo |
-//! | persistent ephemeral node, group membership | `PersistentNode`, `GroupMember`, `Group` | Curator, kazoo |
+//! | FIFO queue with blocking take | [`queues::queue`] | ZooKeeper recipes |
+//! | lock watching only its predecessor | [`locks::lock`] | ZooKeeper recipes |
+//! | locking work queue without herd effect | [`queues::work_queue`] | ZooKeeper recipes |
+//! | id generator (CAS, batched) | [`shared::id_generator`] | ZooKeeper recipes |
+//! | config watch | [`caches::config_watch`] | ZooKeeper recipes |
+//! | barrier, double barrier | [`barriers`] | ZooKeeper recipes |
+//! | leader election | [`leadership::election`] | ZooKeeper recipes |
+//! | read-write lock | [`locks::read_write_lock`] | ZooKeeper recipes |
+//! | semaphore | [`locks::semaphore`] | ZooKeeper recipes |
+//! | lock layouts for Curator `InterProcessMutex` / `InterProcessReadWriteLock` and kazoo `Lock` / `ReadLock` / `WriteLock` | [`locks::LockLayout`] | Curator, kazoo |
+//! | reentrant lock | [`locks::reentrant_lock`] | Curator |
+//! | multi-lock (all or nothing) | [`locks::multi_lock`] | Curator |
+//! | semaphore with leases (Curator `InterProcessSemaphoreV2`, kazoo `Semaphore` layouts) | [`locks::lease_semaphore`] | Curator, kazoo |
+//! | fenced writes (a multi checking the lock node) | [`locks::fenced`] | CURATOR-689 |
+//! | connection states, client renewing expired sessions | [`lifecycle`] | Curator |
+//! | node, children and tree caches | [`caches`] | Curator |
+//! | shared count, atomic long, kazoo counter | [`shared`] | Curator, kazoo |
+//! | bounded, priority and delayed queues | [`queues::bounded_queue`], [`queues::priority_queue`], [`queues::delayed_queue`] | Curator |
+//! | leader latch (leadership guard, events, run while leader) | [`leadership::leader_latch`] | Curator, kazoo |
+//! | persistent ephemeral node, group membership | [`nodes`] | Curator, kazoo |
 //!
 //! Every waiting call takes a `zookeeper_mt::Timeout` (a `Duration` or `Timeout::Never`)
 //! and reports [`RecipeError::Timeout`] when it passes ([`OptionalExtension::optional`]
@@ -34,12 +34,18 @@
 //! non-guarantees, with an example; the workspace's `docs/recipes.md` collects them in
 //! one table.
 //!
+//! Every constructor takes the same handle type, [`Client`]: a plain
+//! `zookeeper_mt::ZooKeeper` (one session) or a `zookeeper_mt::ManagedZooKeeper` (a new
+//! session after each expiry), by reference or by value. Call-style recipes run each
+//! call on the session current when it starts; the followers (caches, latches,
+//! persistent nodes, watches) carry on in each new session.
+//!
 //! ## Deletes that could not reach the server
 //!
 //! When a recipe must remove one of its nodes (a released lock, a withdrawn wait, a
 //! released work item) and the server cannot be reached in time, the call reports the
-//! error and one process-wide cleanup thread sends the delete once the session is
-//! connected again. It keeps trying for as long as the session lives and some clone of
+//! error and the process-wide background driver (one thread for all background work
+//! of every recipe) sends the delete once the session is connected again. It keeps trying for as long as the session lives and some clone of
 //! the handle is still held: an ensemble without a quorum expires no session, so a
 //! client can come back after any outage with its ephemeral nodes, and a lock node left
 //! behind would block every later acquirer. It stops when the session ends (the nodes
@@ -71,38 +77,31 @@
 #![warn(missing_docs)]
 
 pub mod asynchronous;
-pub mod barrier;
-pub mod bounded_queue;
-pub mod cache;
-pub mod config_watch;
-pub mod delayed_queue;
-pub mod election;
+pub mod barriers;
+pub mod caches;
 pub mod error;
 pub mod events;
-pub mod fenced;
-pub mod id_generator;
-pub mod leader_latch;
-pub mod lease_semaphore;
+pub mod leadership;
 pub mod lifecycle;
-pub mod lock;
-pub mod membership;
-pub mod multi_lock;
-mod nodes;
-pub mod priority_queue;
-pub mod queue;
+pub mod locks;
+pub mod nodes;
+pub mod queues;
 mod recovery;
-pub mod reentrant_lock;
 pub(crate) mod runtime;
-pub mod rwlock;
-pub mod semaphore;
-pub mod shared_value;
+pub mod shared;
 pub(crate) mod support;
-pub mod util;
-pub mod work_queue;
 
+pub use asynchronous::{Async, RecipeFuture};
+pub use barriers::{Barrier, DoubleBarrier};
+pub use caches::{ChildrenCache, ConfigWatch, NodeCache, TreeCache};
 pub use error::{LossReason, OptionalExtension, RecipeError, Result};
 pub use events::EventStream;
-pub use nodes::NodeOptions;
+pub use leadership::{LeaderElection, LeaderLatch};
+pub use lifecycle::Client;
+pub use locks::{LeaseSemaphore, Lock, MultiLock, ReadWriteLock, ReentrantLock, Semaphore};
+pub use nodes::{Group, GroupMember, NodeOptions, PersistentNode};
+pub use queues::{BoundedQueue, DelayedQueue, PriorityQueue, Queue, WorkQueue};
+pub use shared::{AtomicLong, IdGenerator, KazooCounter, SharedCount};
 pub use support::{PauseGrowth, RetryPolicy};
 
 /// Background tasks alive on the recipes' driver (caches, latches, persistent nodes,

@@ -3,14 +3,14 @@
 //! container directories the server removed), and for waits that must leave nothing
 //! registered when they give up.
 
+use crate::nodes::{sequence_in_range, sequence_of};
 use crate::support::{await_watch_async, ensure_dir_async, retry_async, Deadline, Patience};
-use crate::util::{sequence_in_range, sequence_of};
 use crate::{NodeOptions, RecipeError, Result};
 use std::sync::atomic::AtomicU64;
 use zookeeper_mt::{Error, Op, Watch, WatchedEvent, ZooKeeper};
 
 /// Whether a sequential node's name carries a number recipes may order by (see
-/// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT)).
+/// [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT)).
 pub(crate) fn name_in_range(name: &str) -> bool {
     sequence_of(name).is_some_and(sequence_in_range)
 }
@@ -152,7 +152,7 @@ mod tests {
     /// counts as restarted.
     #[test]
     fn restart_only_an_empty_directory() {
-        use crate::util::guid;
+        use crate::nodes::guid;
         use zookeeper_mt::{Acl, CreateMode};
         let zk = ZooKeeper::connect(
             &zk_harness::shared_test_connect_string(),
@@ -163,7 +163,7 @@ mod tests {
         let inner = format!("{dir}/inner");
         let nodes = NodeOptions::default();
         let patience = Patience::reconnect(std::time::Duration::from_secs(10));
-        crate::util::ensure_path(&zk, &inner).unwrap();
+        crate::nodes::ensure_path(&zk, &inner).unwrap();
         let open = Acl::OPEN_UNSAFE;
         let seq = |zk: &ZooKeeper| {
             let made = zk

@@ -10,11 +10,11 @@ use zk_harness::executor::block_on;
 use zk_harness::testing::{unique_path, wait_until};
 use zookeeper_mt::{Timeout, ZooKeeper};
 use zookeeper_mt_recipes::asynchronous::{unblock, Async};
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::priority_queue::PriorityQueue;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::queues::PriorityQueue;
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 use zookeeper_mt_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(30);
@@ -216,7 +216,7 @@ fn an_election_can_be_joined_and_resigned_asynchronously() {
     let zk = connect();
     let path = unique_path("async-election");
     block_on(async {
-        let election = Async::<LeaderElection>::join(&zk, &path, b"me".to_vec())
+        let election = Async::<LeaderElection>::new_async(&zk, &path, b"me".to_vec())
             .await
             .unwrap();
         election.wait_until_leader(T).await.unwrap();

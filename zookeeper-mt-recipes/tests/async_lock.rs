@@ -15,7 +15,7 @@ use zk_harness::testing::process_threads as threads;
 use zk_harness::testing::under_valgrind;
 use zookeeper_mt::{Timeout, ZooKeeper};
 use zookeeper_mt_recipes::asynchronous::Async;
-use zookeeper_mt_recipes::lock::{Lock, LockGuard};
+use zookeeper_mt_recipes::locks::{Lock, LockGuard};
 use zookeeper_mt_recipes::Result;
 
 type Task = Pin<Box<dyn Future<Output = Result<LockGuard>> + Send>>;
@@ -190,7 +190,7 @@ fn a_dropped_acquire_gives_way_and_a_later_one_gets_the_lock() {
 
 #[test]
 fn a_dropped_multi_lock_acquire_releases_what_it_took() {
-    use zookeeper_mt_recipes::multi_lock::MultiLock;
+    use zookeeper_mt_recipes::locks::MultiLock;
     let zk = connect();
     let admin = connect();
     let (first, second) = (unique_path("async-multi-a"), unique_path("async-multi-b"));
@@ -218,7 +218,7 @@ fn a_dropped_multi_lock_acquire_releases_what_it_took() {
 
 #[test]
 fn a_dropped_write_request_is_withdrawn() {
-    use zookeeper_mt_recipes::rwlock::ReadWriteLock;
+    use zookeeper_mt_recipes::locks::ReadWriteLock;
     let zk = connect();
     let admin = connect();
     let path = unique_path("async-rwlock");
@@ -244,7 +244,7 @@ fn a_dropped_write_request_is_withdrawn() {
 
 #[test]
 fn a_dropped_semaphore_request_is_withdrawn() {
-    use zookeeper_mt_recipes::semaphore::Semaphore;
+    use zookeeper_mt_recipes::locks::semaphore::Semaphore;
     let zk = connect();
     let admin = connect();
     let path = unique_path("async-semaphore");

@@ -17,7 +17,7 @@ use zk_harness::testing::under_valgrind;
 use zk_harness::FaultProxy;
 use zookeeper_mt::{Timeout, ZooKeeper};
 use zookeeper_mt_recipes::asynchronous::Async;
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::queues::Queue;
 use zookeeper_mt_recipes::Result;
 
 type Take = Pin<Box<dyn Future<Output = Result<Vec<u8>>> + Send>>;

@@ -13,7 +13,7 @@ use std::thread;
 use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::{Timeout, ZooKeeper};
-use zookeeper_mt_recipes::barrier::{Barrier, DoubleBarrier};
+use zookeeper_mt_recipes::barriers::{Barrier, DoubleBarrier};
 use zookeeper_mt_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -167,7 +167,7 @@ fn timed_out_waits_leave_nothing_registered() {
     });
     lone.enter(WAIT).unwrap();
     let other = entering.join().unwrap();
-    let seq = |b: &DoubleBarrier| zookeeper_mt_recipes::util::sequence_of(&b.node().unwrap());
+    let seq = |b: &DoubleBarrier| zookeeper_mt_recipes::nodes::sequence_of(&b.node().unwrap());
     // The lowest leaves last: it waits on the other, which stays in the round meanwhile.
     let (waiter, holder) = if seq(&lone) < seq(&other) {
         (lone, other)
@@ -214,7 +214,7 @@ fn a_dead_lowest_participant_does_not_open_the_next_round() {
         e.join().unwrap();
     }
     let lowest = (0..3)
-        .min_by_key(|i| zookeeper_mt_recipes::util::sequence_of(&barriers[*i].node().unwrap()))
+        .min_by_key(|i| zookeeper_mt_recipes::nodes::sequence_of(&barriers[*i].node().unwrap()))
         .unwrap();
     let leaving: Vec<_> = (0..3)
         .filter(|i| *i != lowest)
@@ -253,10 +253,10 @@ fn participants_past_the_counters_end_are_not_counted() {
     let zk = connect();
     let dir = unique_path("counter-end");
     let barrier = DoubleBarrier::new(&zk, &dir, 2).unwrap();
-    zookeeper_mt_recipes::util::ensure_path(&zk, &dir).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &dir).unwrap();
     let peer = connect();
     peer.create(
-        &format!("{dir}/p-{}-2147483647", zookeeper_mt_recipes::util::guid()),
+        &format!("{dir}/p-{}-2147483647", zookeeper_mt_recipes::nodes::guid()),
         b"",
         zookeeper_mt::CreateMode::Ephemeral,
     )
@@ -556,7 +556,7 @@ fn a_dropped_leave_can_be_resumed() {
     ];
     zk.exists("/").unwrap();
     let contexts = zk.live_contexts();
-    let seq = |b: &DoubleBarrier| zookeeper_mt_recipes::util::sequence_of(&b.node().unwrap());
+    let seq = |b: &DoubleBarrier| zookeeper_mt_recipes::nodes::sequence_of(&b.node().unwrap());
     for lowest in [true, false] {
         for polls in 0.. {
             let entered = join_all(vec![

@@ -8,8 +8,8 @@ use common::{connect, connect_to, opcode, unique_path, FaultProxy};
 use std::collections::BTreeSet;
 use std::thread;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 use zookeeper_mt_recipes::RecipeError;
 
 fn batch(prefix: &str, n: usize) -> Vec<String> {
@@ -153,7 +153,7 @@ fn a_work_queue_batch_is_claimed_in_order() {
     }
     assert!(queue.try_take().unwrap().is_none());
     // Items above the work queue's own limit: the batch is refused whole.
-    let too_big = vec![0u8; zookeeper_mt_recipes::work_queue::MAX_ITEM_LEN + 1];
+    let too_big = vec![0u8; zookeeper_mt_recipes::queues::work_queue::MAX_ITEM_LEN + 1];
     let error = queue.put_all([&b"ok"[..], &too_big[..]]).unwrap_err();
     assert!(
         matches!(error, RecipeError::InvalidArgument(_)),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::bounded_queue::{BoundedQueue, Offer};
+use zookeeper_mt_recipes::queues::{BoundedQueue, Offer};
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::RecipeError;
 

@@ -10,7 +10,7 @@ use cache_common::{create, delete_tree, WAIT};
 use common::unique_path;
 use std::time::{Duration, Instant};
 use zk_harness::testing::process_threads as threads;
-use zookeeper_mt_recipes::cache::{CacheEvent, ChildrenCache, NodeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, ChildrenCache, NodeCache};
 use zookeeper_mt_recipes::events::EventStream;
 
 const CACHES: usize = 200;
@@ -47,10 +47,10 @@ fn hundreds_of_caches_share_the_driver() {
     let before = threads();
 
     let nodes: Vec<NodeCache> = (0..CACHES)
-        .map(|i| NodeCache::start(&zk, &format!("{base}/n{i}")).unwrap())
+        .map(|i| NodeCache::new(&zk, &format!("{base}/n{i}")).unwrap())
         .collect();
     let children: Vec<ChildrenCache> = (0..CACHES)
-        .map(|i| ChildrenCache::start(&zk, &format!("{base}/n{i}")).unwrap())
+        .map(|i| ChildrenCache::new(&zk, &format!("{base}/n{i}")).unwrap())
         .collect();
     for cache in &nodes {
         read_until_initialized(cache.events());

@@ -9,7 +9,7 @@ mod common;
 use cache_common::{create, delete_tree, server_tree, settled_watches, Model};
 use common::unique_path;
 use std::collections::BTreeMap;
-use zookeeper_mt_recipes::cache::{CacheEvent, ChildrenCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, ChildrenCache};
 
 /// The children of `parent` as the server has them, by full path.
 fn server_children(zk: &zookeeper_mt::ZooKeeper, parent: &str) -> BTreeMap<String, Vec<u8>> {
@@ -26,13 +26,13 @@ fn follows_the_children_of_a_node() {
     let baseline = zk.live_contexts();
 
     // The parent does not exist yet: an exists watch and nothing else.
-    let cache = ChildrenCache::start(&zk, &parent).unwrap();
+    let cache = ChildrenCache::new(&zk, &parent).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     assert!(cache.is_empty());
     settled_watches(|| cache.armed_watches(), &zk, baseline, 1);
 
-    zookeeper_mt_recipes::util::ensure_path(&writer, &parent).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &parent).unwrap();
     for name in ["a", "b", "c"] {
         create(&writer, &format!("{parent}/{name}"), name.as_bytes());
         // A grandchild is below the cache's depth: neither reported nor watched.
@@ -61,7 +61,7 @@ fn follows_the_children_of_a_node() {
     // The children may be reported gone (an empty listing) before the parent's deletion
     // is seen; then the child watch gives way to an exists watch.
     settled_watches(|| cache.armed_watches(), &zk, baseline, 1);
-    zookeeper_mt_recipes::util::ensure_path(&writer, &parent).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &parent).unwrap();
     create(&writer, &format!("{parent}/d"), b"d");
     model.read_until(cache.events(), "d added", |m| m.nodes.len() == 1);
     assert_eq!(model.data(), server_children(&writer, &parent));
@@ -84,8 +84,8 @@ fn a_parent_recreated_at_once_keeps_one_watch_per_node() {
     let zk = common::connect();
     let parent = unique_path("recreated");
     let baseline = zk.live_contexts();
-    zookeeper_mt_recipes::util::ensure_path(&writer, &parent).unwrap();
-    let cache = ChildrenCache::start(&zk, &parent).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &parent).unwrap();
+    let cache = ChildrenCache::new(&zk, &parent).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     for round in 0..ROUNDS {
@@ -97,7 +97,7 @@ fn a_parent_recreated_at_once_keeps_one_watch_per_node() {
         settled_watches(|| cache.armed_watches(), &zk, baseline, 1 + 1);
         // Deleted and back before the cache can have re-read anything.
         delete_tree(&writer, &parent);
-        zookeeper_mt_recipes::util::ensure_path(&writer, &parent).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&writer, &parent).unwrap();
         model.read_until(cache.events(), "the child removed", |m| m.nodes.is_empty());
         settled_watches(|| cache.armed_watches(), &zk, baseline, 1);
     }
@@ -114,11 +114,11 @@ fn a_burst_for_a_slow_reader_ends_with_the_final_state_in_bounded_memory() {
     let writer = common::connect();
     let zk = common::connect();
     let parent = unique_path("burst");
-    zookeeper_mt_recipes::util::ensure_path(&writer, &parent).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &parent).unwrap();
     for i in 0..CHILDREN {
         create(&writer, &format!("{parent}/c{i}"), b"start");
     }
-    let cache = ChildrenCache::start(&zk, &parent).unwrap();
+    let cache = ChildrenCache::new(&zk, &parent).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     assert_eq!(model.nodes.len(), CHILDREN);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use zk_harness::testing::{unique_path, wait_until};
 use zk_harness::{Ensemble, ServerOptions};
 use zookeeper_mt::{Error, EventType, ZooKeeper};
-use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::locks::Lock;
 
 const SESSION: Duration = Duration::from_secs(4);
 /// Upper bound of every wait; reached only when something is broken.

@@ -9,14 +9,14 @@ use crossbeam_channel::RecvTimeoutError;
 use std::thread;
 use std::time::Duration;
 use zookeeper_mt::{CreateMode, Error, ZooKeeper};
-use zookeeper_mt_recipes::config_watch::{ConfigEvent, ConfigWatch};
+use zookeeper_mt_recipes::caches::{ConfigEvent, ConfigWatch};
 use zookeeper_mt_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 use zookeeper_mt_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
-    zookeeper_mt_recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
     zk.create(path, data, CreateMode::Persistent).unwrap();
 }
 
@@ -41,7 +41,7 @@ fn rapid_updates_arrive_in_order_with_the_final_value() {
     let zk = connect();
     let path = unique_path("rapid");
     create(&zk, &path, b"v0");
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     assert_eq!(value_of(&next(&watch)), ("v0".to_string(), 0));
 
     let updates = 300;
@@ -87,7 +87,7 @@ fn every_update_arrives_when_the_writer_waits() {
     let zk = connect();
     let path = unique_path("paced");
     create(&zk, &path, b"0");
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     assert_eq!(value_of(&next(&watch)).1, 0);
     for i in 1..=30 {
         zk.set(&path, i.to_string().as_bytes(), None).unwrap();
@@ -100,8 +100,8 @@ fn every_update_arrives_when_the_writer_waits() {
 fn deletion_and_recreation() {
     let zk = connect();
     let path = unique_path("lifecycle");
-    zookeeper_mt_recipes::util::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, path.rsplit_once('/').unwrap().0).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     assert_eq!(next(&watch), ConfigEvent::Deleted, "absent at start");
 
     zk.create(&path, b"a", CreateMode::Persistent).unwrap();
@@ -127,7 +127,7 @@ fn stops_when_dropped() {
     let zk = connect();
     let path = unique_path("drop");
     create(&zk, &path, b"x");
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     let receiver = watch.receiver();
     assert!(watch.is_running());
     drop(watch);
@@ -146,7 +146,7 @@ fn stops_when_the_session_closes() {
     let zk = connect();
     let path = unique_path("close");
     create(&zk, &path, b"x");
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     next(&watch);
     zk.close().unwrap();
     assert!(matches!(
@@ -183,7 +183,7 @@ fn stops_when_the_session_expires() {
     let zk = connect();
     let path = unique_path("expire");
     create(&zk, &path, b"x");
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     next(&watch);
     expire(&zk, &hosts);
     assert!(matches!(
@@ -207,7 +207,7 @@ fn follows_a_managed_client_into_a_new_session() {
     let path = unique_path("managed");
     create(&writer, &path, b"v0");
     let states = managed.states();
-    let watch = ConfigWatch::start(&managed, &path).unwrap();
+    let watch = ConfigWatch::new(&managed, &path).unwrap();
     assert_eq!(value_of(&next(&watch)), ("v0".to_string(), 0));
 
     let old = managed.current();
@@ -247,7 +247,7 @@ fn follows_a_managed_client_into_a_new_session() {
 fn invalid_path_is_reported_at_start() {
     let zk = connect();
     assert!(matches!(
-        ConfigWatch::start(&zk, "no-slash"),
+        ConfigWatch::new(&zk, "no-slash"),
         Err(RecipeError::ZooKeeper(Error::InvalidPath { .. }))
     ));
 }
@@ -270,7 +270,7 @@ fn a_slow_reader_gets_the_latest_value_not_a_backlog() {
     let zk = connect();
     let path = unique_path("slow-reader");
     create(&zk, &path, b"v0");
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     let slow = watch.receiver();
     write_burst(&watch, &path, 300);
     assert_eq!(
@@ -290,7 +290,7 @@ fn every_receiver_sees_the_final_value() {
     let zk = connect();
     let path = unique_path("receivers");
     create(&zk, &path, b"v0");
-    let watch = ConfigWatch::start(&zk, &path).unwrap();
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
     let first = watch.receiver();
     let receivers = vec![first.clone(), first, watch.receiver()];
     let readers: Vec<_> = receivers

@@ -26,16 +26,16 @@ use zk_harness::history::{
 };
 use zk_harness::{Crafted, Server};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::barrier::DoubleBarrier;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
-use zookeeper_mt_recipes::semaphore::Semaphore;
-use zookeeper_mt_recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
-use zookeeper_mt_recipes::util::{sequence_in_range, sequence_of, SEQUENCE_LIMIT};
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::barriers::DoubleBarrier;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::semaphore::Semaphore;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::locks::ReadWriteLock;
+use zookeeper_mt_recipes::nodes::{sequence_in_range, sequence_of, SEQUENCE_LIMIT};
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::shared::IdGenerator;
+use zookeeper_mt_recipes::shared::{AtomicLong, KazooCounter, SharedCount};
 use zookeeper_mt_recipes::RecipeError;
 
 /// Upper bound of any single wait (only reached when something is broken).
@@ -176,7 +176,7 @@ fn lock_and_election_have_one_holder_across_the_sequence_end() {
         let results = on_threads(&server, 3, move |i, zk| {
             let mut out = Vec::new();
             for _ in 0..4 {
-                let candidate = until_not_exhausted(&ex, || LeaderElection::join(&zk, &dir, b"c"));
+                let candidate = until_not_exhausted(&ex, || LeaderElection::new(&zk, &dir, b"c"));
                 candidate.wait_until_leader(WAIT).expect("leads");
                 let start = monotonic_nanos();
                 assert!(candidate.is_leader().expect("is_leader"));

@@ -10,7 +10,7 @@ use common::{
 };
 use std::time::Duration;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 use zookeeper_mt_recipes::OptionalExtension;
 
 const CHILD_ENV: &str = "RECIPES_DEAD_LETTER_TEST_CHILD";
@@ -21,7 +21,7 @@ fn released_items_go_to_the_dead_letters_after_their_attempts() {
     let zk = connect();
     let path = unique_path("released");
     let queue = WorkQueue::new(&zk, &path).unwrap().with_dead_letter(2);
-    assert_eq!(queue.dead_letter_dir(), Some(&*format!("{path}/dead")));
+    assert_eq!(queue.dead_letter_path(), Some(&*format!("{path}/dead")));
     queue.put(b"flaky job").unwrap();
 
     let first = queue.try_take().unwrap().expect("claimed");

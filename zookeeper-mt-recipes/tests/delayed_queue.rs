@@ -8,7 +8,7 @@ use common::{connect, connect_to, opcode, unique_path, wait_until, FaultProxy};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
-use zookeeper_mt_recipes::delayed_queue::DelayedQueue;
+use zookeeper_mt_recipes::queues::DelayedQueue;
 use zookeeper_mt_recipes::OptionalExtension;
 
 #[test]

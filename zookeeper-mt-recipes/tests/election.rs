@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::election::LeaderElection;
+use zookeeper_mt_recipes::leadership::LeaderElection;
 use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -28,9 +28,9 @@ fn leaders(candidates: &[&LeaderElection]) -> Vec<usize> {
 fn first_candidate_leads_and_resign_hands_over() {
     let dir = unique_path("resign");
     let (zk_a, zk_b, zk_c) = (connect(), connect(), connect());
-    let a = LeaderElection::join(&zk_a, &dir, b"a").unwrap();
-    let b = LeaderElection::join(&zk_b, &dir, b"b").unwrap();
-    let c = LeaderElection::join(&zk_c, &dir, b"c").unwrap();
+    let a = LeaderElection::new(&zk_a, &dir, b"a").unwrap();
+    let b = LeaderElection::new(&zk_b, &dir, b"b").unwrap();
+    let c = LeaderElection::new(&zk_c, &dir, b"c").unwrap();
     assert!(a.sequence() < b.sequence() && b.sequence() < c.sequence());
     a.wait_until_leader(WAIT).unwrap();
     assert_eq!(leaders(&[&a, &b, &c]), vec![0]);
@@ -56,11 +56,11 @@ fn first_candidate_leads_and_resign_hands_over() {
 fn handoff_when_the_leaders_session_closes() {
     let dir = unique_path("close");
     let leader_zk = connect();
-    let leader = LeaderElection::join(&leader_zk, &dir, b"old").unwrap();
+    let leader = LeaderElection::new(&leader_zk, &dir, b"old").unwrap();
     leader.wait_until_leader(WAIT).unwrap();
 
     let follower_zk = connect();
-    let follower = LeaderElection::join(&follower_zk, &dir, b"new").unwrap();
+    let follower = LeaderElection::new(&follower_zk, &dir, b"new").unwrap();
     assert!(!follower.is_leader().unwrap());
     let (elected, elected_rx) = crossbeam_channel::bounded(1);
     let waiting = thread::spawn(move || {
@@ -94,7 +94,7 @@ fn one_leader_at_a_time() {
             let (dir, active, turns) = (dir.clone(), Arc::clone(&active), Arc::clone(&turns));
             thread::spawn(move || {
                 let zk = connect();
-                let me = LeaderElection::join(&zk, &dir, format!("{i}").as_bytes()).unwrap();
+                let me = LeaderElection::new(&zk, &dir, format!("{i}").as_bytes()).unwrap();
                 me.wait_until_leader(Duration::from_secs(30)).unwrap();
                 assert_eq!(active.fetch_add(1, Ordering::SeqCst), 0, "two leaders");
                 assert!(me.is_leader().unwrap());
@@ -123,9 +123,9 @@ fn one_leader_at_a_time() {
 fn timed_out_waits_leave_nothing_registered() {
     let dir = unique_path("leak");
     let leader_zk = connect();
-    let _leader = LeaderElection::join(&leader_zk, &dir, b"leader").unwrap();
+    let _leader = LeaderElection::new(&leader_zk, &dir, b"leader").unwrap();
     let zk = connect();
-    let candidate = LeaderElection::join(&zk, &dir, b"waiting").unwrap();
+    let candidate = LeaderElection::new(&zk, &dir, b"waiting").unwrap();
     assert_no_leftover_contexts(&zk);
     for _ in 0..50 {
         assert_eq!(
@@ -145,14 +145,14 @@ fn counter_end_fails_the_join_until_the_candidates_leave() {
     let dir = unique_path("counter-end");
     let options = NodeOptions::default().sequence_limit(2);
     let (zk_a, zk_b) = (connect(), connect());
-    let a = LeaderElection::join_with_options(&zk_a, &dir, b"a", options.clone()).unwrap();
-    let b = LeaderElection::join_with_options(&zk_b, &dir, b"b", options.clone()).unwrap();
+    let a = LeaderElection::with_options(&zk_a, &dir, b"a", options.clone()).unwrap();
+    let b = LeaderElection::with_options(&zk_b, &dir, b"b", options.clone()).unwrap();
     assert_eq!((a.sequence(), b.sequence()), (0, 1));
     // A short session: the join waits up to its 2 s request timeout.
     let hosts = zk_harness::shared_test_connect_string();
     let zk_c = zookeeper_mt::ZooKeeper::connect(&hosts, Duration::from_secs(2)).unwrap();
     assert_eq!(
-        LeaderElection::join_with_options(&zk_c, &dir, b"c", options.clone()).err(),
+        LeaderElection::with_options(&zk_c, &dir, b"c", options.clone()).err(),
         Some(RecipeError::SequenceExhausted { dir: dir.clone() })
     );
     assert_eq!(
@@ -167,7 +167,7 @@ fn counter_end_fails_the_join_until_the_candidates_leave() {
     b.wait_until_leader(WAIT).unwrap();
     // The join waits for the last candidate to leave, then restarts the directory.
     let c = thread::spawn(move || {
-        let c = LeaderElection::join_with_options(&zk_c, &dir, b"c", options).unwrap();
+        let c = LeaderElection::with_options(&zk_c, &dir, b"c", options).unwrap();
         c.wait_until_leader(WAIT).unwrap();
         c
     });
@@ -185,7 +185,7 @@ fn fencing_token_grows_with_each_leader() {
     let mut last = 0;
     for _ in 0..4 {
         let zk = connect();
-        let me = LeaderElection::join(&zk, &dir, b"x").unwrap();
+        let me = LeaderElection::new(&zk, &dir, b"x").unwrap();
         me.wait_until_leader(WAIT).unwrap();
         assert!(me.fencing_token() > last);
         last = me.fencing_token();
@@ -205,7 +205,7 @@ fn node_options_acl_protects_the_candidates() {
         "auth",
         "",
     )]);
-    let me = LeaderElection::join_with_options(&zk, &dir, b"me", owner_only).unwrap();
+    let me = LeaderElection::with_options(&zk, &dir, b"me", owner_only).unwrap();
     let stranger = connect();
     let node = format!("{dir}/{}", me.node());
     assert_eq!(
@@ -213,7 +213,7 @@ fn node_options_acl_protects_the_candidates() {
         Err(zookeeper_mt::Error::NoAuth)
     );
     assert_eq!(
-        LeaderElection::join(&stranger, &dir, b"rogue").err(),
+        LeaderElection::new(&stranger, &dir, b"rogue").err(),
         Some(RecipeError::ZooKeeper(zookeeper_mt::Error::NoAuth))
     );
     assert!(me.is_leader().unwrap());
@@ -227,9 +227,9 @@ fn pending_async_waits_cost_no_thread_and_dropped_ones_leave_no_watch() {
     const CANDIDATES: usize = 200;
     let zk = connect();
     let dir = unique_path("async-waits");
-    let leader = LeaderElection::join(&zk, &dir, b"leader").unwrap();
+    let leader = LeaderElection::new(&zk, &dir, b"leader").unwrap();
     let candidates: Vec<LeaderElection> = (0..CANDIDATES)
-        .map(|_| LeaderElection::join(&zk, &dir, b"c").unwrap())
+        .map(|_| LeaderElection::new(&zk, &dir, b"c").unwrap())
         .collect();
     let contexts = zk.live_contexts();
     let before = threads();
@@ -277,9 +277,9 @@ fn pending_async_waits_cost_no_thread_and_dropped_ones_leave_no_watch() {
 fn a_dropped_async_join_leaves_no_candidate() {
     let zk = connect();
     let dir = unique_path("async-join");
-    let _first = LeaderElection::join(&zk, &dir, b"first").unwrap();
+    let _first = LeaderElection::new(&zk, &dir, b"first").unwrap();
     for polls in 0..4 {
-        let mut join = Box::pin(LeaderElection::join_async(&zk, &dir, b"dropped"));
+        let mut join = Box::pin(LeaderElection::new_async(&zk, &dir, b"dropped"));
         for _ in 0..polls {
             if zk_harness::executor::poll_once(&mut join).is_ready() {
                 break;

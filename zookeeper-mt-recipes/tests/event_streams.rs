@@ -17,8 +17,8 @@ use zk_harness::testing::process_threads as threads;
 use zookeeper_mt_recipes::events::RecvTimeoutError;
 use zookeeper_mt_recipes::lifecycle::{connection_states, ConnectionState, ConnectionStates};
 use zookeeper_mt_recipes::live_background_tasks;
-use zookeeper_mt_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
-use zookeeper_mt_recipes::shared_value::SharedCount;
+use zookeeper_mt_recipes::nodes::{Group, GroupEvent, GroupLayout, GroupMember};
+use zookeeper_mt_recipes::shared::SharedCount;
 use zookeeper_mt_recipes::RecipeError;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -76,7 +76,7 @@ fn streams_own_their_producers_and_end_after_the_final_item() {
     // A value watch as a stream: read through the `Stream` impl; dropping it stops the
     // watch; a watch that stops by itself ends with why.
     let base = unique_path("streams");
-    zookeeper_mt_recipes::util::ensure_path(&zk, &base).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &base).unwrap();
     let count = SharedCount::new(&zk, &format!("{base}/count"), 1).unwrap();
     let mut values = count.watch().unwrap().into_stream();
     assert_eq!(live_background_tasks(), tasks + 1);
@@ -124,7 +124,7 @@ fn streams_own_their_producers_and_end_after_the_final_item() {
     let group = Group::watch(&zk, &format!("{base}/group"), GroupLayout::default()).unwrap();
     let mut events = group.events().clone();
     group.wait_initialized(WAIT).unwrap();
-    let member = GroupMember::join(&zk, &format!("{base}/group"), "m1", b"").unwrap();
+    let member = GroupMember::new(&zk, &format!("{base}/group"), "m1", b"").unwrap();
     block_on(async {
         loop {
             match poll_next(&mut events).await.unwrap() {

@@ -7,15 +7,15 @@ use common::{connect, connect_to, unique_path, Proxy};
 use std::time::Duration;
 use zookeeper_mt::Timeout;
 use zookeeper_mt::{CreateMode, Error, Op, OpResult, ZooKeeper};
-use zookeeper_mt_recipes::lock::{Lock, LockLayout};
-use zookeeper_mt_recipes::multi_lock::MultiLock;
-use zookeeper_mt_recipes::reentrant_lock::ReentrantLock;
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
+use zookeeper_mt_recipes::locks::MultiLock;
+use zookeeper_mt_recipes::locks::ReadWriteLock;
+use zookeeper_mt_recipes::locks::ReentrantLock;
+use zookeeper_mt_recipes::locks::{Lock, LockLayout};
 use zookeeper_mt_recipes::RecipeError;
 
 fn data_node(zk: &ZooKeeper, path: &str) -> String {
     let node = format!("{path}-data");
-    zookeeper_mt_recipes::util::ensure_path(zk, path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(zk, path).unwrap();
     zk.create(&node, b"v0", CreateMode::Persistent).unwrap();
     node
 }

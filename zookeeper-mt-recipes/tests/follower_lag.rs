@@ -14,11 +14,11 @@ use zk_harness::fault_proxy::Request;
 use zk_harness::testing::unique_path;
 use zk_harness::{LaggingEnsemble, OpCode, ServerOptions};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::shared::IdGenerator;
 use zookeeper_mt_recipes::NodeOptions;
 
 const T: Duration = Duration::from_secs(60);
@@ -230,7 +230,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     {
         let path = unique_path("lag-lock");
         // The directory first: the create that is cut is then the lock node's.
-        zookeeper_mt_recipes::util::ensure_path(&admin(&ens), &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&admin(&ens), &path).unwrap();
         let lock_path = path.clone();
         let out = lagging(&ens, "lock acquire", (1, is_create), move |zk| {
             let lock = Lock::new(&zk, &lock_path).unwrap();
@@ -309,7 +309,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
             // write after it (a reply seen after the stall would make the lagging
             // member refuse the session).
             move |zk| {
-                zookeeper_mt_recipes::util::ensure_path(zk, &format!("{queue_path}/receipts"))
+                zookeeper_mt_recipes::nodes::ensure_path(zk, &format!("{queue_path}/receipts"))
                     .unwrap();
                 Queue::new(zk, &queue_path).unwrap()
             },
@@ -331,10 +331,10 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     // Election: the join's create applied, reply lost: one candidate node, leading.
     {
         let path = unique_path("lag-election");
-        zookeeper_mt_recipes::util::ensure_path(&admin(&ens), &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&admin(&ens), &path).unwrap();
         let election_path = path.clone();
         let out = lagging(&ens, "election join", (1, is_create), move |zk| {
-            let election = LeaderElection::join(&zk, &election_path, b"me")?;
+            let election = LeaderElection::new(&zk, &election_path, b"me")?;
             election.wait_until_leader(T)?;
             let children = zk.get_children(&election_path)?;
             election.resign()?;

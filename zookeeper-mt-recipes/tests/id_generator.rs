@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::id_generator::{IdGenerator, IdStats};
+use zookeeper_mt_recipes::shared::{IdGenerator, IdStats};
 use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 
 /// Child mode of this test binary: `path,count,batch` in this variable.

@@ -14,8 +14,8 @@ use zk_harness::testing::wait_until;
 use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{max_overlap, monotonic_ns, sections_at, Participant, Peer, Section};
-use zookeeper_mt_recipes::leader_latch::{LatchLayout, LeaderLatch};
-use zookeeper_mt_recipes::membership::{Group, GroupEvent, GroupLayout, GroupMember};
+use zookeeper_mt_recipes::leadership::{LatchLayout, LeaderLatch};
+use zookeeper_mt_recipes::nodes::{Group, GroupEvent, GroupLayout, GroupMember};
 use zookeeper_mt_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(120);
@@ -96,7 +96,7 @@ fn terms_together(
                     let latch = LeaderLatch::builder(path)
                         .id(&holder)
                         .layout(layout)
-                        .start(&zk)
+                        .build(&zk)
                         .unwrap();
                     let mut mine = Vec::new();
                     for _ in 0..ROUNDS {
@@ -172,7 +172,7 @@ fn curator_leader_latch_and_ours_have_one_leader_at_a_time() {
     let latch = LeaderLatch::builder(&path)
         .id("ours")
         .layout(LatchLayout::CuratorLeaderLatch)
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     leadership_passes_both_ways(&mut peers[0], &latch);
     latch.close();
@@ -197,7 +197,7 @@ fn kazoo_election_and_ours_have_one_leader_at_a_time() {
     let latch = LeaderLatch::builder(&path)
         .id("ours")
         .layout(LatchLayout::KazooElection)
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     leadership_passes_both_ways(&mut peers[0], &latch);
     latch.close();
@@ -218,7 +218,7 @@ fn kazoo_party_and_ours_see_each_others_members() {
     let zk = connect();
     let member = GroupMember::builder(&path, "rust-1")
         .layout(GroupLayout::KazooParty)
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     member.node().wait_created(T).unwrap();
     let group = member.group();
@@ -290,7 +290,7 @@ fn curator_group_member_and_ours_see_each_others_members() {
     let mut curator = spawn(Participant::CuratorGroupMember, &path, "java-1");
     ready(std::slice::from_mut(&mut curator));
     let zk = connect();
-    let member = GroupMember::join(&zk, &path, "rust-1", b"rust payload").unwrap();
+    let member = GroupMember::new(&zk, &path, "rust-1", b"rust payload").unwrap();
     member.node().wait_created(T).unwrap();
     let group = member.group();
     group.wait_initialized(T).unwrap();

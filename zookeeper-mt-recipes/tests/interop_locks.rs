@@ -9,10 +9,10 @@ use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{max_overlap, monotonic_ns, sections_at, Participant, Peer, Section};
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
-use zookeeper_mt_recipes::lock::{Lock, LockLayout};
-use zookeeper_mt_recipes::reentrant_lock::ReentrantLock;
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
+use zookeeper_mt_recipes::locks::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+use zookeeper_mt_recipes::locks::ReadWriteLock;
+use zookeeper_mt_recipes::locks::ReentrantLock;
+use zookeeper_mt_recipes::locks::{Lock, LockLayout};
 use zookeeper_mt_recipes::OptionalExtension;
 
 const T: Duration = Duration::from_secs(180);

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::thread;
 use std::time::Duration;
 use zk_harness::peers::{Participant, Peer};
-use zookeeper_mt_recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
+use zookeeper_mt_recipes::shared::{AtomicLong, KazooCounter, SharedCount};
 use zookeeper_mt_recipes::RecipeError;
 
 const T: Duration = Duration::from_secs(120);

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::leader_latch::{LatchStatus, LeaderLatch, TermEnd};
+use zookeeper_mt_recipes::leadership::{LatchStatus, LeaderLatch, TermEnd};
 use zookeeper_mt_recipes::live_background_tasks;
 
 /// The tests of this binary take turns: one counts threads.
@@ -44,7 +44,7 @@ fn two_hundred_latches_cost_no_thread_each_and_leave_nothing() {
         .map(|i| {
             LeaderLatch::builder(&dir)
                 .id(format!("latch-{i}"))
-                .start(&zk)
+                .build(&zk)
                 .unwrap()
         })
         .collect();
@@ -90,7 +90,7 @@ fn native_async_forms_wait_relinquish_and_list() {
     // its deadline, which the other test would count.)
     let zk = connect();
     let dir = unique_path("async");
-    let first = LeaderLatch::builder(&dir).id("first").start(&zk).unwrap();
+    let first = LeaderLatch::builder(&dir).id("first").build(&zk).unwrap();
     // The futures can go to any executor (made, never polled: nothing is sent).
     fn assert_send<T: Send>(_: &T) {}
     assert_send(&first.await_leadership_async(Timeout::Never));
@@ -98,7 +98,7 @@ fn native_async_forms_wait_relinquish_and_list() {
     assert_send(&first.participants_async());
     let guard =
         zk_harness::executor::block_on(first.await_leadership_async(Timeout::Never)).unwrap();
-    let second = LeaderLatch::builder(&dir).id("second").start(&zk).unwrap();
+    let second = LeaderLatch::builder(&dir).id("second").build(&zk).unwrap();
     wait_until("the second latch is in line", || {
         second.status() == LatchStatus::Waiting
     });

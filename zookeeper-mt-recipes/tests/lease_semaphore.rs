@@ -7,7 +7,7 @@ mod ordered_support;
 use common::{assert_no_leftover_contexts, connect, connect_to, unique_path};
 use ordered_support::{eventually, op, shared_server_addr, RequestProxy};
 use std::time::Duration;
-use zookeeper_mt_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+use zookeeper_mt_recipes::locks::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::RecipeError;
 

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::Timeout;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::lock::{Lock, LockLost};
+use zookeeper_mt_recipes::locks::{Lock, LockLost};
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 
@@ -29,7 +29,7 @@ const CHILD_SESSION: Duration = Duration::from_secs(4);
 fn lock_types_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Lock>();
-    send_sync::<zookeeper_mt_recipes::lock::LockGuard>();
+    send_sync::<zookeeper_mt_recipes::locks::LockGuard>();
 }
 
 #[test]
@@ -385,7 +385,7 @@ fn ops_after(log: &[ordered_support::Request], index: usize) -> Vec<i32> {
 fn lost_create_reply_is_looked_up_after_a_sync() {
     let proxy = RequestProxy::start(&shared_server_addr());
     let path = unique_path("lost-create");
-    zookeeper_mt_recipes::util::ensure_path(&connect(), &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&connect(), &path).unwrap();
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &path).unwrap();
     proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
@@ -425,7 +425,7 @@ fn acquire_timeout_keeps_its_deadline_during_the_create() {
     let proxy = RequestProxy::start(&shared_server_addr());
     let path = unique_path("deadline");
     let direct = connect();
-    zookeeper_mt_recipes::util::ensure_path(&direct, &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&direct, &path).unwrap();
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &path).unwrap();
     proxy.set_up(false);
@@ -602,11 +602,11 @@ fn acquire_timeout_keeps_its_deadline_while_waiting_disconnected() {
 /// the Curator- and kazoo-named node is found again after a sync, never made twice.
 #[test]
 fn foreign_layouts_find_a_lost_create() {
-    use zookeeper_mt_recipes::lock::LockLayout;
+    use zookeeper_mt_recipes::locks::LockLayout;
     for layout in [LockLayout::Curator, LockLayout::Kazoo] {
         let proxy = RequestProxy::start(&shared_server_addr());
         let path = unique_path("lost-create-layout");
-        zookeeper_mt_recipes::util::ensure_path(&connect(), &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&connect(), &path).unwrap();
         let zk = connect_to(&proxy.addr);
         let lock = Lock::new(&zk, &path).unwrap().with_layout(layout);
         proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);

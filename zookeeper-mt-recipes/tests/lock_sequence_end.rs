@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::locks::Lock;
 use zookeeper_mt_recipes::NodeOptions;
 use zookeeper_mt_recipes::OptionalExtension;
 
@@ -24,7 +24,7 @@ use zookeeper_mt_recipes::OptionalExtension;
 fn nodes_past_the_counters_end_take_no_part() {
     let zk = connect();
     let path = unique_path("crafted");
-    zookeeper_mt_recipes::util::ensure_path(&zk, &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &path).unwrap();
     let crafted = [
         "x-lock-2147483647",
         "y-lock--2147483648",

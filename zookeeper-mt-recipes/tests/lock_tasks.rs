@@ -12,7 +12,7 @@ use std::time::Duration;
 use zk_harness::testing::{process_threads as threads, process_threads_named as threads_named};
 use zookeeper_mt::{CreateMode, Op};
 use zookeeper_mt_recipes::live_background_tasks;
-use zookeeper_mt_recipes::lock::{Lock, LockLost};
+use zookeeper_mt_recipes::locks::{Lock, LockLost};
 use zookeeper_mt_recipes::RecipeError;
 
 const LOCKS: usize = 200;
@@ -28,7 +28,7 @@ fn guards_asked_for_their_loss_share_one_task() {
     let zk = connect();
     let thief = connect();
     let base = unique_path("lost");
-    zookeeper_mt_recipes::util::ensure_path(&zk, &base).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &base).unwrap();
     let paths: Vec<String> = (0..LOCKS).map(|i| format!("{base}/{i}")).collect();
     let ops: Vec<Op> = paths
         .iter()

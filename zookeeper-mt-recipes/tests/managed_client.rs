@@ -9,21 +9,12 @@ use std::time::{Duration, SystemTime};
 use zk_harness::executor::block_on;
 use zk_harness::testing::poll_until;
 use zookeeper_mt::{ManagedZooKeeper, Timeout, ZooKeeper};
-use zookeeper_mt_recipes::barrier::{Barrier, DoubleBarrier};
-use zookeeper_mt_recipes::bounded_queue::BoundedQueue;
-use zookeeper_mt_recipes::delayed_queue::DelayedQueue;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
-use zookeeper_mt_recipes::lock::{Lock, LockLost};
-use zookeeper_mt_recipes::multi_lock::MultiLock;
-use zookeeper_mt_recipes::priority_queue::PriorityQueue;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::reentrant_lock::ReentrantLock;
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
-use zookeeper_mt_recipes::semaphore::Semaphore;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
-use zookeeper_mt_recipes::NodeOptions;
+use zookeeper_mt_recipes::locks::{LockLost, SemaphoreLayout};
+use zookeeper_mt_recipes::{
+    Barrier, BoundedQueue, DelayedQueue, DoubleBarrier, IdGenerator, LeaderElection,
+    LeaseSemaphore, Lock, MultiLock, NodeOptions, PriorityQueue, Queue, ReadWriteLock,
+    ReentrantLock, Semaphore, WorkQueue,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -110,7 +101,7 @@ fn call_style_recipes_carry_on_in_a_managed_clients_new_session() {
     assert_eq!(owner(&observer, held.node()), first);
     queue.put(b"queued before").unwrap();
     let first_id = ids.next_id().unwrap();
-    let first_election = LeaderElection::join(&managed, &format!("{base}/election"), b"a").unwrap();
+    let first_election = LeaderElection::new(&managed, &format!("{base}/election"), b"a").unwrap();
     assert!(first_election.is_leader().unwrap());
 
     let generation = expire_and_renew(&managed, &hosts);
@@ -203,7 +194,7 @@ fn call_style_recipes_carry_on_in_a_managed_clients_new_session() {
 
     // The first candidate went with its session; a new one leads on the new session.
     drop(first_election);
-    let election = LeaderElection::join(&managed, &format!("{base}/election"), b"b").unwrap();
+    let election = LeaderElection::new(&managed, &format!("{base}/election"), b"b").unwrap();
     assert!(election.is_leader().unwrap());
     assert_eq!(election.leader_data().unwrap().as_deref(), Some(&b"b"[..]));
     drop(election);

@@ -12,7 +12,7 @@ use zk_harness::testing::wait_until;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper_mt::{Acl, CreateMode, ZooKeeper};
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
-use zookeeper_mt_recipes::membership::{
+use zookeeper_mt_recipes::nodes::{
     Group, GroupEvent, GroupLayout, GroupMember, NodeMode, NodeStatus, PersistentNode,
 };
 use zookeeper_mt_recipes::RecipeError;
@@ -38,7 +38,7 @@ fn a_deleted_node_comes_back_with_the_latest_data() {
     let path = format!("{base}/me");
     let zk = connect();
     let admin = connect();
-    let node = PersistentNode::start(&zk, &path, b"v1").unwrap();
+    let node = PersistentNode::new(&zk, &path, b"v1").unwrap();
     assert_eq!(node.wait_created(T).unwrap(), path);
     assert_eq!(data_of(&admin, &path).as_deref(), Some(&b"v1"[..]));
     let owner = admin.exists(&path).unwrap().unwrap().ephemeral_owner;
@@ -76,7 +76,7 @@ fn a_managed_node_is_created_again_in_a_new_session() {
     let node = PersistentNode::builder(&path)
         .mode(NodeMode::Ephemeral)
         .data(b"here")
-        .start(&client)
+        .build(&client)
         .unwrap();
     node.wait_created(T).unwrap();
     proxy.cut();
@@ -101,7 +101,7 @@ fn a_node_on_a_plain_handle_ends_with_its_session() {
     let path = format!("{}/me", unique_path("plain"));
     let proxy = Proxy::start(&zk_harness::shared_test_connect_string());
     let zk = connect_to(&proxy.addr);
-    let node = PersistentNode::start(&zk, &path, b"").unwrap();
+    let node = PersistentNode::new(&zk, &path, b"").unwrap();
     node.wait_created(T).unwrap();
     proxy.cut();
     expire(&zk);
@@ -125,13 +125,13 @@ fn a_create_whose_reply_is_lost_is_adopted_never_doubled() {
     for mode in [NodeMode::Ephemeral, NodeMode::ProtectedSequential] {
         let parent = unique_path("lost-create");
         let admin = connect();
-        zookeeper_mt_recipes::util::ensure_path(&admin, &parent).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&admin, &parent).unwrap();
         let proxy = FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
         let zk = connect_to(&proxy.connect_string());
         proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE);
         let node = PersistentNode::builder(&format!("{parent}/member-"))
             .mode(mode)
-            .start(&zk)
+            .build(&zk)
             .unwrap();
         let fired = proxy.wait_for_fired(1, T).unwrap();
         assert_eq!(
@@ -163,12 +163,12 @@ fn a_create_whose_reply_is_lost_is_adopted_never_doubled() {
 fn another_sessions_node_is_waited_for_not_taken_over() {
     let path = format!("{}/me", unique_path("conflict"));
     let other = connect();
-    zookeeper_mt_recipes::util::ensure_path(&other, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&other, path.rsplit_once('/').unwrap().0).unwrap();
     other
         .create(&path, b"other", CreateMode::Ephemeral)
         .unwrap();
     let zk = connect();
-    let node = PersistentNode::start(&zk, &path, b"mine").unwrap();
+    let node = PersistentNode::new(&zk, &path, b"mine").unwrap();
     wait_until("the node sees the conflict", T, || {
         node.status() == NodeStatus::Conflict
     });
@@ -195,7 +195,7 @@ fn protected_names_stay_unique_past_the_counters_end() {
         .map(|_| {
             let node = PersistentNode::builder(&format!("{parent}/m-"))
                 .mode(NodeMode::ProtectedSequential)
-                .start(&zk)
+                .build(&zk)
                 .unwrap();
             node.wait_created(T).unwrap();
             node
@@ -223,7 +223,7 @@ fn curator_layout_group_members_see_each_other() {
         .iter()
         .enumerate()
         .map(|(i, zk)| {
-            GroupMember::join(
+            GroupMember::new(
                 zk,
                 &path,
                 &format!("m{i}"),
@@ -268,7 +268,7 @@ fn curator_layout_group_members_see_each_other() {
     assert_eq!(observer.group().ids(), ["m0", "m1"]);
     // Bad ids fail at once.
     assert!(matches!(
-        GroupMember::join(&sessions[0], &path, "a/b", b""),
+        GroupMember::new(&sessions[0], &path, "a/b", b""),
         Err(RecipeError::InvalidArgument(_))
     ));
     drop(members);
@@ -284,7 +284,7 @@ fn kazoo_layout_counts_party_nodes_only() {
     let admin = connect();
     let member = GroupMember::builder(&path, "rust-1")
         .layout(GroupLayout::KazooParty)
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     let node = member.node().wait_created(T).unwrap();
     let name = node.rsplit('/').next().unwrap();
@@ -322,7 +322,7 @@ fn kazoo_layout_counts_party_nodes_only() {
         GroupMember::builder(&path, "x")
             .layout(GroupLayout::KazooParty)
             .data(b"y")
-            .start(&zk),
+            .build(&zk),
         Err(RecipeError::InvalidArgument(_))
     ));
     member.leave();
@@ -338,7 +338,7 @@ fn a_managed_member_rejoins_after_expiry_and_observers_end_on_it() {
     let path = unique_path("rejoin");
     let proxy = Proxy::start(&zk_harness::shared_test_connect_string());
     let client = ManagedZooKeeper::connect(&proxy.addr, common::SESSION_TIMEOUT).unwrap();
-    let member = GroupMember::join(&client, &path, "svc", b"payload").unwrap();
+    let member = GroupMember::new(&client, &path, "svc", b"payload").unwrap();
     member.node().wait_created(T).unwrap();
     let admin = connect();
     let observer = Group::watch(&admin, &path, GroupLayout::CuratorGroupMember).unwrap();
@@ -380,7 +380,7 @@ fn nodes_get_the_acl_asked_for() {
     )]);
     let node = PersistentNode::builder(&path)
         .node_options(only_us)
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     node.wait_created(T).unwrap();
     let (acl, _) = zk.get_acl(&path).unwrap();
@@ -406,7 +406,7 @@ fn a_lost_protected_create_is_found_on_a_lagging_member_after_sync() {
     let (a, b) = (followers[0], followers[1]);
     let parent = unique_path("lagging");
     let admin = connect_to(&ens.member(a).connect_string());
-    zookeeper_mt_recipes::util::ensure_path(&admin, &parent).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&admin, &parent).unwrap();
     let proxy = ens.proxy(a);
     let zk = connect_to(&ens.connect_string(a));
     // Stall B only once it has the client's session: a client that has seen a zxid
@@ -418,7 +418,7 @@ fn a_lost_protected_create_is_found_on_a_lagging_member_after_sync() {
     proxy.redirect(ens.member(b).connect_string()).unwrap();
     let node = PersistentNode::builder(&format!("{parent}/member-"))
         .mode(NodeMode::ProtectedSequential)
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     let fired = proxy.wait_for_fired(1, T).unwrap();
     assert_eq!(fired[0].reply.map(|r| r.err), Some(0), "the create applied");

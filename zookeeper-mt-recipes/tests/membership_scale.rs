@@ -9,7 +9,7 @@ use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::live_background_tasks;
-use zookeeper_mt_recipes::membership::PersistentNode;
+use zookeeper_mt_recipes::nodes::PersistentNode;
 
 const NODES: usize = 200;
 const T: Duration = Duration::from_secs(60);
@@ -36,7 +36,7 @@ fn many_nodes_on_one_session_add_no_thread_each_and_leave_nothing() {
     let paths: Vec<String> = (0..NODES).map(|i| format!("{base}/n{i:03}")).collect();
     let nodes: Vec<PersistentNode> = paths
         .iter()
-        .map(|path| PersistentNode::start(&zk, path, b"v1").unwrap())
+        .map(|path| PersistentNode::new(&zk, path, b"v1").unwrap())
         .collect();
     for (node, path) in nodes.iter().zip(&paths) {
         assert_eq!(&node.wait_created(T).unwrap(), path);

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::multi_lock::MultiLock;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::locks::MultiLock;
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::RecipeError;
 

@@ -9,7 +9,7 @@ use cache_common::{create, expire, settled_watches, Model, WAIT};
 use common::{unique_path, Proxy};
 use std::time::Duration;
 use zookeeper_mt::{Error, ZooKeeper};
-use zookeeper_mt_recipes::cache::{CacheEvent, NodeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, NodeCache};
 use zookeeper_mt_recipes::RecipeError;
 
 #[test]
@@ -17,11 +17,11 @@ fn follows_one_node_through_its_life() {
     let writer = common::connect();
     let zk = common::connect();
     let base = unique_path("node");
-    zookeeper_mt_recipes::util::ensure_path(&writer, &base).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &base).unwrap();
     let path = format!("{base}/config");
     let baseline = zk.live_contexts();
 
-    let cache = NodeCache::start(&zk, &path).unwrap();
+    let cache = NodeCache::new(&zk, &path).unwrap();
     cache.wait_initialized(WAIT).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
@@ -65,8 +65,8 @@ fn the_end_of_a_plain_session_stops_the_cache() {
     let zk = ZooKeeper::connect(&proxy.addr, Duration::from_secs(6)).unwrap();
     let writer = common::connect();
     let path = unique_path("expiring");
-    zookeeper_mt_recipes::util::ensure_path(&writer, &path).unwrap();
-    let cache = NodeCache::start(&zk, &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&writer, &path).unwrap();
+    let cache = NodeCache::new(&zk, &path).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     assert!(model.nodes.contains_key(&path));
@@ -95,7 +95,7 @@ fn the_end_of_a_plain_session_stops_the_cache() {
 fn closing_the_handle_stops_the_cache() {
     let zk = common::connect();
     let path = unique_path("closed");
-    let cache = NodeCache::start(&zk, &path).unwrap();
+    let cache = NodeCache::new(&zk, &path).unwrap();
     cache.wait_initialized(WAIT).unwrap();
     zk.close().unwrap();
     let events: Vec<_> = cache.events().iter().collect();
@@ -116,7 +116,7 @@ fn a_bad_path_is_a_typed_error() {
     for bad in ["", "relative", "/trailing/", "/a//b"] {
         assert!(
             matches!(
-                NodeCache::start(&zk, bad),
+                NodeCache::new(&zk, bad),
                 Err(RecipeError::ZooKeeper(Error::InvalidPath { .. }))
             ),
             "{bad:?}"
@@ -132,7 +132,7 @@ fn closing_a_managed_client_stops_its_caches() {
         zookeeper_mt_recipes::lifecycle::ManagedZooKeeper::connect(&hosts, Duration::from_secs(10))
             .unwrap();
     let path = unique_path("managed-close");
-    let cache = NodeCache::start(&managed, &path).unwrap();
+    let cache = NodeCache::new(&managed, &path).unwrap();
     cache.wait_initialized(WAIT).unwrap();
     let zk = managed.current();
     managed.close();
@@ -149,8 +149,8 @@ fn closing_a_managed_client_stops_its_caches() {
 fn caches_and_streams_are_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<NodeCache>();
-    check::<zookeeper_mt_recipes::cache::ChildrenCache>();
-    check::<zookeeper_mt_recipes::cache::TreeCache>();
+    check::<zookeeper_mt_recipes::caches::ChildrenCache>();
+    check::<zookeeper_mt_recipes::caches::TreeCache>();
     check::<zookeeper_mt_recipes::events::EventStream<CacheEvent>>();
     check::<zookeeper_mt_recipes::lifecycle::ConnectionStates>();
     check::<zookeeper_mt_recipes::lifecycle::ManagedZooKeeper>();

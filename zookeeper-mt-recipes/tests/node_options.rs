@@ -9,10 +9,10 @@ mod common;
 use common::{connect, connect_to, unique_path, wait_until};
 use std::time::Duration;
 use zookeeper_mt::{Acl, Error, ZooKeeper};
-use zookeeper_mt_recipes::barrier::{Barrier, DoubleBarrier};
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::barriers::{Barrier, DoubleBarrier};
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::shared::IdGenerator;
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 
@@ -34,7 +34,7 @@ fn only_alice() -> NodeOptions {
 /// get alice's ACL).
 fn fresh(zk: &ZooKeeper, name: &str) -> String {
     let path = unique_path(name);
-    zookeeper_mt_recipes::util::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(zk, path.rsplit_once('/').unwrap().0).unwrap();
     path
 }
 
@@ -163,7 +163,7 @@ fn container_directories_go_when_empty_and_come_back() {
     let containers = NodeOptions::default().container_dirs(true);
     let gone = |path: &str| zk.exists(path).unwrap().is_none();
 
-    zookeeper_mt_recipes::util::ensure_path(&zk, "/apps").unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, "/apps").unwrap();
     let queue = Queue::new(&zk, "/apps/queue")
         .unwrap()
         .with_node_options(containers.clone());

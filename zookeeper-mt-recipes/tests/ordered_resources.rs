@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use zk_harness::{Server, ServerOptions};
 use zookeeper_mt::Timeout;
 use zookeeper_mt::{CreateMode, EventType, Op, ZooKeeper};
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::lock::{Lock, LockGuard, LockLost};
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
-use zookeeper_mt_recipes::semaphore::Semaphore;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::semaphore::Semaphore;
+use zookeeper_mt_recipes::locks::ReadWriteLock;
+use zookeeper_mt_recipes::locks::{Lock, LockGuard, LockLost};
 use zookeeper_mt_recipes::NodeOptions;
 
 /// Held by each test: thread counts are only meaningful one test at a time.
@@ -60,7 +60,7 @@ fn many_lock_paths_cost_no_thread_each() {
     let n = lock_paths();
     let zk = connect();
     let base = unique_path("many");
-    zookeeper_mt_recipes::util::ensure_path(&zk, &base).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &base).unwrap();
     // The lock directories first, 1,000 per multi (the test is about threads, not about
     // creating directories).
     let paths: Vec<String> = (0..n).map(|i| format!("{base}/{i}")).collect();
@@ -225,8 +225,7 @@ fn container_directories_go_when_idle_and_come_back() {
         let write = rw.write(wait).unwrap();
         let lease = sem.acquire(wait).unwrap();
         let candidate =
-            LeaderElection::join_with_options(&zk, "/c/election", b"x", containers.clone())
-                .unwrap();
+            LeaderElection::with_options(&zk, "/c/election", b"x", containers.clone()).unwrap();
         for dir in ["/c/lock", "/c/rw", "/c/sem", "/c/election"] {
             assert!(zk.exists(dir).unwrap().is_some(), "{dir} created again");
         }

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
 use zookeeper_mt::{Acl, CreateMode};
-use zookeeper_mt_recipes::priority_queue::PriorityQueue;
+use zookeeper_mt_recipes::queues::PriorityQueue;
 use zookeeper_mt_recipes::OptionalExtension;
 
 #[test]
@@ -119,7 +119,7 @@ fn items_past_the_counters_end_take_no_part() {
     let queue = PriorityQueue::new(&zk, &path).unwrap();
     queue.put(b"in range", 7).unwrap();
     let peer = connect();
-    let id = zookeeper_mt_recipes::util::guid();
+    let id = zookeeper_mt_recipes::nodes::guid();
     let crafted = format!("{path}/item-{id}-p0000000000--2147483648");
     let open = Acl::OPEN_UNSAFE;
     peer.create(

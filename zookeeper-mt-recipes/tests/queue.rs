@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::CreateMode;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::queue::Queue;
+use zookeeper_mt_recipes::queues::Queue;
 use zookeeper_mt_recipes::OptionalExtension;
 
 /// Waits until `n` threads are blocked in `take` on `queue`.
@@ -290,8 +290,8 @@ fn items_past_the_counters_end_are_never_delivered() {
     // A peer whose puts got numbers past the end (names are just strings: crafted).
     let peer = connect();
     let ids = [
-        zookeeper_mt_recipes::util::guid(),
-        zookeeper_mt_recipes::util::guid(),
+        zookeeper_mt_recipes::nodes::guid(),
+        zookeeper_mt_recipes::nodes::guid(),
     ];
     let crafted = [
         format!("{path}/item-{}-2147483647", ids[0]),

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 use zookeeper_mt::Timeout;
-use zookeeper_mt_recipes::lock::{Lock, LockLayout};
-use zookeeper_mt_recipes::reentrant_lock::ReentrantLock;
+use zookeeper_mt_recipes::locks::ReentrantLock;
+use zookeeper_mt_recipes::locks::{Lock, LockLayout};
 use zookeeper_mt_recipes::OptionalExtension;
 
 #[test]

@@ -9,12 +9,12 @@ use common::{connect, connect_to, unique_path, FaultProxy};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::Error;
-use zookeeper_mt_recipes::bounded_queue::BoundedQueue;
-use zookeeper_mt_recipes::delayed_queue::DelayedQueue;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::priority_queue::PriorityQueue;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::queues::BoundedQueue;
+use zookeeper_mt_recipes::queues::DelayedQueue;
+use zookeeper_mt_recipes::queues::PriorityQueue;
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 use zookeeper_mt_recipes::{PauseGrowth, RecipeError, RetryPolicy};
 
 fn ms(n: u64) -> Duration {

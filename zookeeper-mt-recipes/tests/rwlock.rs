@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
+use zookeeper_mt_recipes::locks::ReadWriteLock;
 use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(20);

@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::{Acl, Error, Perms, ZooKeeper};
 use zookeeper_mt_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
-use zookeeper_mt_recipes::shared_value::{AtomicLong, KazooCounter, SharedCount};
+use zookeeper_mt_recipes::shared::{AtomicLong, KazooCounter, SharedCount};
 use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 
 const WAIT: Duration = Duration::from_secs(20);

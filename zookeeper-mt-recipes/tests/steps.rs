@@ -14,14 +14,14 @@ use zk_harness::fault_proxy::Request;
 use zk_harness::testing::{poll_until, unique_path};
 use zk_harness::{FaultProxy, OpCode};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::barrier::DoubleBarrier;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::rwlock::ReadWriteLock;
-use zookeeper_mt_recipes::semaphore::Semaphore;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::barriers::DoubleBarrier;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::locks::semaphore::Semaphore;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::locks::ReadWriteLock;
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::shared::IdGenerator;
 
 /// Short, so a dropped reply is noticed soon (the next ping's reply exposes it).
 const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
@@ -357,13 +357,13 @@ fn cases() -> Vec<Case> {
             name: "election-join",
             setup: no_setup,
             run: |zk, path| {
-                let election = LeaderElection::join(zk, path, b"me").map_err(err_text)?;
+                let election = LeaderElection::new(zk, path, b"me").map_err(err_text)?;
                 election.wait_until_leader(OP_TIMEOUT).map_err(err_text)?;
                 election.resign().map(|()| String::new()).map_err(err_text)
             },
             check: |admin, path, _| {
                 // Nothing left in line: the next candidate leads at once.
-                let election = LeaderElection::join(admin, path, b"next").unwrap();
+                let election = LeaderElection::new(admin, path, b"next").unwrap();
                 let led = election.wait_until_leader(SETTLE);
                 election.resign().ok();
                 led.map_err(|e| format!("a stale candidate blocks the line: {e}"))

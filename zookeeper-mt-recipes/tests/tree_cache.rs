@@ -11,7 +11,7 @@ use common::{unique_path, Proxy};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use zookeeper_mt::{Acl, CreateMode, Op, ZooKeeper};
-use zookeeper_mt_recipes::cache::{CacheEvent, TreeCache};
+use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
 
 /// A tree of `1 + branches + branches * leaves` nodes under `root` (created in a few
@@ -50,7 +50,7 @@ fn initial_load_of_a_tree_of_200_nodes() {
     assert_eq!(expected.len(), 200);
     let baseline = zk.live_contexts();
 
-    let cache = TreeCache::start(&zk, &root).unwrap();
+    let cache = TreeCache::new(&zk, &root).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     // Every node was reported before Initialized, once each.
@@ -79,7 +79,7 @@ fn a_depth_limit_bounds_what_is_read_and_watched() {
     let root = unique_path("shallow");
     build_tree(&writer, &root, 3, 4);
     let baseline = zk.live_contexts();
-    let cache = TreeCache::builder(&root).max_depth(1).start(&zk).unwrap();
+    let cache = TreeCache::builder(&root).max_depth(1).build(&zk).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     assert_eq!(model.data(), server_tree(&writer, &root, 1));
@@ -106,7 +106,7 @@ fn events_follow_each_paths_history_under_concurrent_writes() {
     let zk = common::connect();
     let root = unique_path("order");
     create(&writer, &root, b"");
-    let cache = TreeCache::start(&zk, &root).unwrap();
+    let cache = TreeCache::new(&zk, &root).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
 
@@ -185,7 +185,7 @@ fn changes_while_cut_off_are_reported_after_reconnecting() {
     let writer = common::connect();
     let root = unique_path("cut");
     build_tree(&writer, &root, 3, 3);
-    let cache = TreeCache::start(&zk, &root).unwrap();
+    let cache = TreeCache::new(&zk, &root).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     assert_eq!(model.nodes.len(), 13);
@@ -229,7 +229,7 @@ fn changes_during_an_expiry_are_reported_in_the_new_session() {
     let writer = common::connect();
     let root = unique_path("expiry");
     build_tree(&writer, &root, 3, 3);
-    let cache = TreeCache::start(&managed, &root).unwrap();
+    let cache = TreeCache::new(&managed, &root).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
     let first = managed.current();
@@ -319,7 +319,7 @@ fn random_changes_cuts_and_expiries_end_in_the_servers_state() {
         .iter()
         .map(|p| format!("{root}/{p}"))
         .collect();
-    let cache = TreeCache::start(&managed, &root).unwrap();
+    let cache = TreeCache::new(&managed, &root).unwrap();
     let mut model = Model::default();
     model.read_until_signal(cache.events(), CacheEvent::Initialized);
 

@@ -10,9 +10,9 @@ use common::{connect, unique_path, wait_until};
 use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zookeeper_mt::CreateMode;
-use zookeeper_mt_recipes::config_watch::{ConfigEvent, ConfigWatch};
+use zookeeper_mt_recipes::caches::{ConfigEvent, ConfigWatch};
 use zookeeper_mt_recipes::live_background_tasks;
-use zookeeper_mt_recipes::shared_value::{SharedCount, ValueWatch};
+use zookeeper_mt_recipes::shared::{SharedCount, ValueWatch};
 
 /// How long a value may take to arrive. Short: the timer thread stays until the last
 /// deadline of a timed wait has passed (even one that was answered), and the test waits
@@ -28,7 +28,7 @@ fn data_of(event: ConfigEvent) -> Vec<u8> {
 fn config_and_value_watches_add_no_threads() {
     let zk = connect();
     let base = unique_path("watches");
-    zookeeper_mt_recipes::util::ensure_path(&zk, &base).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&zk, &base).unwrap();
     let config = |i: i32| format!("{base}/config-{i}");
     let counters: Vec<SharedCount> = (0..EACH)
         .map(|i| SharedCount::new(&zk, &format!("{base}/count-{i}"), i).unwrap())
@@ -46,7 +46,7 @@ fn config_and_value_watches_add_no_threads() {
         (live_background_tasks(), threads(), zk.live_contexts());
 
     let configs: Vec<ConfigWatch> = (0..EACH)
-        .map(|i| ConfigWatch::start(&zk, &config(i)).unwrap())
+        .map(|i| ConfigWatch::new(&zk, &config(i)).unwrap())
         .collect();
     let mut values: Vec<ValueWatch<i32>> = counters
         .iter()

@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::Timeout;
 use zookeeper_mt::{CreateMode, ZooKeeper};
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::RecipeError;
 
@@ -38,7 +38,7 @@ fn wait_until_blocked(queues: &[Arc<WorkQueue>], n: usize) {
 fn work_queue_types_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<WorkQueue>();
-    send_sync::<zookeeper_mt_recipes::work_queue::WorkItem>();
+    send_sync::<zookeeper_mt_recipes::queues::WorkItem>();
 }
 
 #[test]
@@ -293,7 +293,7 @@ fn items_past_the_counters_end_take_no_part() {
     let queue = WorkQueue::new(&zk, &path).unwrap();
     queue.put(b"in range").unwrap();
     let peer = connect();
-    let id = zookeeper_mt_recipes::util::guid();
+    let id = zookeeper_mt_recipes::nodes::guid();
     let crafted = format!("{path}/items/item-{id}--2147483648");
     peer.create(&crafted, b"wrapped", CreateMode::Persistent)
         .unwrap();

@@ -7,7 +7,7 @@ mod common;
 use common::{connect, connect_to, unique_path, FaultProxy};
 use std::time::Instant;
 use zookeeper_mt::{CreateMode, Op, ZooKeeper};
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::queues::WorkQueue;
 
 /// Takes measured per backlog (after one warm-up take).
 const TAKES: usize = 40;
@@ -16,11 +16,11 @@ const TAKES: usize = 40;
 /// multi at a time (many large ones in flight delay the session's pings past its
 /// timeout on a loaded machine).
 fn fill(zk: &ZooKeeper, path: &str, n: usize) {
-    zookeeper_mt_recipes::util::ensure_path(zk, &format!("{path}/items")).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(zk, &format!("{path}/items")).unwrap();
     for batch in 0..n.div_ceil(1000) {
         let ops: Vec<Op> = (batch * 1000..n.min((batch + 1) * 1000))
             .map(|_| {
-                let name = format!("{path}/items/item-{}-", zookeeper_mt_recipes::util::guid());
+                let name = format!("{path}/items/item-{}-", zookeeper_mt_recipes::nodes::guid());
                 Op::create(&name, b"x", CreateMode::PersistentSequential)
             })
             .collect();
@@ -116,7 +116,7 @@ fn pending_async_takes_cost_no_thread_and_dropped_ones_leave_nothing() {
     use std::task::Poll;
     use std::time::Duration;
     use zookeeper_mt::Timeout;
-    use zookeeper_mt_recipes::work_queue::WorkItem;
+    use zookeeper_mt_recipes::queues::WorkItem;
     use zookeeper_mt_recipes::Result;
     const LONG: Duration = Duration::from_secs(120);
 

@@ -522,6 +522,8 @@ impl ZooKeeper {
     }
 
     /// Contexts held for C by every handle of this process.
+    // For tests and benchmarks: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
     pub fn live_contexts_in_process() -> usize {
         context::live_contexts_total()
     }

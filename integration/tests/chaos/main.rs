@@ -34,9 +34,9 @@ use std::time::{Duration, Instant};
 use zk_harness::{Ensemble, Mode, ServerOptions};
 use zookeeper_mt::crossbeam_channel::Receiver;
 use zookeeper_mt::{CreateMode, Error, EventType, SessionState, WatchedEvent, ZooKeeper};
-use zookeeper_mt_recipes::id_generator::{IdGenerator, IdStats};
-use zookeeper_mt_recipes::lock::{Lock, LockGuard};
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::locks::{Lock, LockGuard};
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::shared::{IdGenerator, IdStats};
 use zookeeper_mt_recipes::OptionalExtension;
 use zookeeper_mt_recipes::RecipeError;
 

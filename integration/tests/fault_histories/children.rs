@@ -226,7 +226,7 @@ fn lock_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
 fn election_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
     let mut n = 0;
     while ctx.live() {
-        let candidate = match LeaderElection::join(&ctx.zk, &ctx.paths.election(), b"c") {
+        let candidate = match LeaderElection::new(&ctx.zk, &ctx.paths.election(), b"c") {
             Ok(c) => c,
             Err(_) => {
                 ctx.back_off();
@@ -441,7 +441,7 @@ fn id_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
 /// Leader latch: a term is a section, judged like a lock's (never two leaders at once,
 /// tokens growing); each term ends by relinquishing, so leadership keeps moving.
 fn latch_role(ctx: &Ctx, w: &mut HistoryWriter) -> u64 {
-    let Ok(latch) = LeaderLatch::start(&ctx.zk, &ctx.paths.latch()) else {
+    let Ok(latch) = LeaderLatch::new(&ctx.zk, &ctx.paths.latch()) else {
         return 0;
     };
     let mut n = 0;
@@ -537,7 +537,7 @@ fn config_role(hosts: &str, path: &str, history: &Path, name: &str, stop: &Atomi
     let mut last = String::new();
     let mut stopped_at: Option<Instant> = None;
     'outer: loop {
-        let watch = match ConfigWatch::start(&zk, path) {
+        let watch = match ConfigWatch::new(&zk, path) {
             Ok(watch) => watch,
             Err(_) => {
                 thread::sleep(Duration::from_millis(50));

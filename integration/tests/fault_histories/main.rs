@@ -73,16 +73,16 @@ use zk_harness::testing::{
 };
 use zk_harness::{Ensemble, FaultAction, FaultKind, FaultSchedule, ScheduleShape, ServerOptions};
 use zookeeper_mt::{ClientId, CreateMode, SessionState, ZooKeeper};
-use zookeeper_mt_recipes::config_watch::ConfigWatch;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::leader_latch::LeaderLatch;
-use zookeeper_mt_recipes::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
-use zookeeper_mt_recipes::lock::Lock;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::semaphore::Semaphore;
-use zookeeper_mt_recipes::shared_value::AtomicLong;
-use zookeeper_mt_recipes::work_queue::WorkQueue;
+use zookeeper_mt_recipes::caches::ConfigWatch;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::leadership::LeaderLatch;
+use zookeeper_mt_recipes::locks::lease_semaphore::{LeaseSemaphore, SemaphoreLayout};
+use zookeeper_mt_recipes::locks::semaphore::Semaphore;
+use zookeeper_mt_recipes::locks::Lock;
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::WorkQueue;
+use zookeeper_mt_recipes::shared::AtomicLong;
+use zookeeper_mt_recipes::shared::IdGenerator;
 use zookeeper_mt_recipes::NodeOptions;
 
 /// The child entry point (a test that returns at once in a normal run).

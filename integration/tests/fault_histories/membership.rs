@@ -16,7 +16,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use zk_harness::history::{Event, HistoryWriter};
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::membership::{
+use zookeeper_mt_recipes::nodes::{
     Group, GroupEvent, GroupLayout, GroupMember, NodeMode, PersistentNode,
 };
 
@@ -35,14 +35,14 @@ pub fn nodes(base: &str) -> String {
 pub fn member_role(ctx: &Ctx, _: &mut HistoryWriter) -> u64 {
     let Ok(member) = GroupMember::builder(&party(&ctx.paths.base), &ctx.owner)
         .layout(GroupLayout::KazooParty)
-        .start(&ctx.zk)
+        .build(&ctx.zk)
     else {
         return 0;
     };
     let Ok(node) = PersistentNode::builder(&format!("{}/m-", nodes(&ctx.paths.base)))
         .mode(NodeMode::ProtectedSequential)
         .data(ctx.owner.as_bytes())
-        .start(&ctx.zk)
+        .build(&ctx.zk)
     else {
         member.leave();
         return 0;

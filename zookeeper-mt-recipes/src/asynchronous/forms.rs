@@ -6,25 +6,23 @@ use std::time::SystemTime;
 use zookeeper_mt::{Stat, Timeout};
 
 use super::{Async, RecipeFuture};
-use crate::barrier::{Barrier, DoubleBarrier};
-use crate::bounded_queue::{BoundedQueue, Offer};
-use crate::delayed_queue::DelayedQueue;
-use crate::election::LeaderElection;
-use crate::id_generator::IdGenerator;
-use crate::leader_latch::{LeaderLatch, LeadershipGuard, Participant};
-use crate::lease_semaphore::{self, LeaseSemaphore};
+use crate::barriers::{Barrier, DoubleBarrier};
+use crate::leadership::election::LeaderElection;
+use crate::leadership::leader_latch::{LeaderLatch, LeadershipGuard, Participant};
 use crate::lifecycle::Client;
-use crate::lock::{Lock, LockGuard};
-use crate::membership::{Group, GroupMember, PersistentNode};
-use crate::multi_lock::{MultiGuard, MultiLock};
-use crate::priority_queue::PriorityQueue;
-use crate::queue::Queue;
-use crate::rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
-use crate::semaphore::{self, Semaphore};
-use crate::shared_value::{
-    AtomicLong, AtomicValue, KazooCounter, SharedCount, ValueWatch, Versioned,
-};
-use crate::work_queue::{WorkItem, WorkQueue};
+use crate::locks::lease_semaphore::{self, LeaseSemaphore};
+use crate::locks::lock::{Lock, LockGuard};
+use crate::locks::multi_lock::{MultiGuard, MultiLock};
+use crate::locks::read_write_lock::{ReadGuard, ReadWriteLock, WriteGuard};
+use crate::locks::semaphore::{self, Semaphore};
+use crate::nodes::{Group, GroupMember, PersistentNode};
+use crate::queues::bounded_queue::{BoundedQueue, Offer};
+use crate::queues::delayed_queue::DelayedQueue;
+use crate::queues::priority_queue::PriorityQueue;
+use crate::queues::queue::Queue;
+use crate::queues::work_queue::{WorkItem, WorkQueue};
+use crate::shared::id_generator::IdGenerator;
+use crate::shared::{AtomicLong, AtomicValue, KazooCounter, SharedCount, ValueWatch, Versioned};
 use crate::{RecipeError, Result};
 
 /// `Async<$recipe>` methods returning the recipe's own `*_async` future on the shared
@@ -62,8 +60,8 @@ native_forms!(ReadWriteLock {
 });
 
 native_forms!(Semaphore {
-    fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<semaphore::Lease>;
-    fn try_acquire => try_acquire_async() -> Result<Option<semaphore::Lease>>;
+    fn acquire => acquire_async(timeout: impl Into<Timeout> + Send + 'static) -> Result<semaphore::PermitGuard>;
+    fn try_acquire => try_acquire_async() -> Result<Option<semaphore::PermitGuard>>;
 });
 
 native_forms!(Semaphore {
@@ -71,7 +69,7 @@ native_forms!(Semaphore {
 });
 
 native_forms!(LeaseSemaphore {
-    fn acquire => acquire_async(n: u32, timeout: impl Into<Timeout> + Send + 'static) -> Result<Vec<lease_semaphore::Lease>>;
+    fn acquire => acquire_async(n: u32, timeout: impl Into<Timeout> + Send + 'static) -> Result<Vec<lease_semaphore::LeaseGuard>>;
     fn held => held_async() -> Result<usize>;
 });
 
@@ -138,15 +136,15 @@ native_forms!(LeaderElection {
 });
 
 impl Async<LeaderElection> {
-    /// Async form of [`LeaderElection::join`]: [`LeaderElection::join_async`].
-    pub fn join(
+    /// Async form of [`LeaderElection::new`]: [`LeaderElection::new_async`].
+    pub fn new_async(
         client: impl Into<Client>,
-        dir: &str,
+        path: &str,
         data: impl Into<Vec<u8>>,
     ) -> RecipeFuture<Result<Self>> {
-        let (client, dir, data) = (client.into(), dir.to_string(), data.into());
+        let (client, path, data) = (client.into(), path.to_string(), data.into());
         Box::pin(async move {
-            LeaderElection::join_async(client, &dir, &data)
+            LeaderElection::new_async(client, &path, &data)
                 .await
                 .map(Async::new)
         })

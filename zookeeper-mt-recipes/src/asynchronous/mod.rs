@@ -17,7 +17,7 @@
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use zookeeper_mt::{Timeout, ZooKeeper};
-//! use zookeeper_mt_recipes::{asynchronous::Async, lock::Lock, queue::Queue};
+//! use zookeeper_mt_recipes::{asynchronous::Async, locks::Lock, queues::Queue};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
 //! let lock = Async::new(Lock::new(&zk, "/locks/report")?);
@@ -44,7 +44,7 @@
 //! as dropping it would: a guard releases its lock, a work item goes back to its queue.
 //!
 //! # Not covered
-//! [`ReentrantLock`](crate::reentrant_lock::ReentrantLock) has no async form: its
+//! [`ReentrantLock`](crate::locks::reentrant_lock::ReentrantLock) has no async form: its
 //! owner is the calling thread, which an async task is not tied to. The event streams
 //! (cache, group, latch, connection, config and value events) need no async form: an
 //! [`EventStream`](crate::events::EventStream) is awaited directly (`next().await`, or

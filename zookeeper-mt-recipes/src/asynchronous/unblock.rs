@@ -126,8 +126,8 @@ impl<T: Send + 'static> std::fmt::Debug for Unblock<T> {
 /// The escape hatch for any blocking call without a named async form:
 /// ```no_run
 /// # async fn f(zk: zookeeper_mt::ZooKeeper) -> zookeeper_mt_recipes::Result<()> {
-/// use zookeeper_mt_recipes::{asynchronous::unblock, election::LeaderElection};
-/// let election = unblock(move || LeaderElection::join(&zk, "/election", b"me")).await?;
+/// use zookeeper_mt_recipes::{asynchronous::unblock, leadership::LeaderElection};
+/// let election = unblock(move || LeaderElection::new(&zk, "/election", b"me")).await?;
 /// # Ok(()) }
 /// ```
 /// A panic in `call` is resumed in the task that polls the future.

@@ -13,7 +13,7 @@
 //! recipe) or a [`ManagedZooKeeper`] (the recipe carries on in each new session).
 //! - **Long-lived state** (caches, group membership, persistent ephemeral nodes)
 //!   recovers by itself on `NewSession`: re-read, re-create, re-register. The caches of
-//!   [`crate::cache`] do.
+//!   [`crate::caches`] do.
 //! - **Guards** (locks, leases, leadership) are tied to the session, and so to the
 //!   generation, they were taken on. A guard must remember its generation and report
 //!   itself lost once [`ManagedZooKeeper::generation`] differs (or `Lost` was seen); it
@@ -21,12 +21,12 @@
 //!   the lock in between. Re-acquiring is the application's decision.
 //!
 //! ```no_run
-//! use zookeeper_mt_recipes::cache::NodeCache;
+//! use zookeeper_mt_recipes::caches::NodeCache;
 //! use zookeeper_mt_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 //! use std::time::Duration;
 //!
 //! let client = ManagedZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let cache = NodeCache::start(&client, "/app/config")?; // follows every new session
+//! let cache = NodeCache::new(&client, "/app/config")?; // follows every new session
 //! let taken_on = client.generation();
 //! for event in client.states().iter() {
 //!     if event.state == ConnectionState::NewSession {

@@ -18,7 +18,7 @@ pub(crate) fn check_base_path(path: &str) -> Result<()> {
 }
 
 /// Creates `path` and any missing parents as empty persistent nodes with an open ACL; a
-/// node that already exists is fine (the body of [`crate::util::ensure_path`]).
+/// node that already exists is fine (the body of [`crate::nodes::ensure_path`]).
 pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper_mt::Result<()> {
     create_dir(zk, path, &NodeOptions::default())
 }

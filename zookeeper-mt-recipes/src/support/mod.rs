@@ -24,8 +24,8 @@ pub(crate) use time::*;
 pub use time::{PauseGrowth, RetryPolicy};
 pub(crate) use watches::*;
 
+use crate::nodes::{sequence_in_range, sequence_of};
 use crate::runtime::{block_on, sleep_for, until};
-use crate::util::{sequence_in_range, sequence_of};
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicU64, Ordering};

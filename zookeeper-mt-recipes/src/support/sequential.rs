@@ -27,7 +27,7 @@ impl SeqDir<'_> {
 /// its name. A missing `dir` is created.
 ///
 /// Lost-create protection: `tag` must be unique to this create (carry a
-/// [`guid`](crate::util::guid)). If the reply is lost, the children are searched for the
+/// [`guid`](crate::nodes::guid)). If the reply is lost, the children are searched for the
 /// tag before trying again, so a create that did apply is found, never duplicated (an
 /// orphan node would block everyone behind it until the session ends). The search syncs
 /// first: after a reconnection to another member that has not applied the create yet,
@@ -193,7 +193,7 @@ pub(crate) struct Created {
 /// Creates an ephemeral sequential member `dir/{tag}NNNNNNNNNN` as [`create_sequential_async`]
 /// does, making sure its number is one the recipe may order by: below the directory's
 /// limit ([`NodeOptions::sequence_limit`], by default
-/// [`SEQUENCE_LIMIT`](crate::util::SEQUENCE_LIMIT)) and not negative. The step every
+/// [`SEQUENCE_LIMIT`](crate::nodes::SEQUENCE_LIMIT)) and not negative. The step every
 /// ordered recipe (lock, election, read-write lock, semaphore, the work queue's line of
 /// waiters, barriers) takes at the end of a directory's sequence counter.
 ///
@@ -312,7 +312,7 @@ impl Member {
         self.name.starts_with(prefix)
     }
 
-    /// Whether its number may be ordered by (see [`crate::util::SEQUENCE_LIMIT`]).
+    /// Whether its number may be ordered by (see [`crate::nodes::SEQUENCE_LIMIT`]).
     pub(crate) fn in_range(&self) -> bool {
         sequence_in_range(self.seq)
     }

@@ -47,10 +47,10 @@ pub(crate) fn default_reconnect_timeout(zk: &ZooKeeper) -> Duration {
 /// How a recipe rides out a lost connection: how long it waits for each reconnection,
 /// and how it paces the tries of a request that failed while the session still looked
 /// connected. A small `Copy` value; give it to a recipe with `with_retry_policy`
-/// ([`Queue`](crate::queue::Queue), [`PriorityQueue`](crate::priority_queue::PriorityQueue),
-/// [`DelayedQueue`](crate::delayed_queue::DelayedQueue),
-/// [`BoundedQueue`](crate::bounded_queue::BoundedQueue), [`Lock`](crate::lock::Lock),
-/// [`WorkQueue`](crate::work_queue::WorkQueue)).
+/// ([`Queue`](crate::queues::queue::Queue), [`PriorityQueue`](crate::queues::priority_queue::PriorityQueue),
+/// [`DelayedQueue`](crate::queues::delayed_queue::DelayedQueue),
+/// [`BoundedQueue`](crate::queues::bounded_queue::BoundedQueue), [`Lock`](crate::locks::lock::Lock),
+/// [`WorkQueue`](crate::queues::work_queue::WorkQueue)).
 ///
 /// What it controls:
 ///
@@ -74,7 +74,7 @@ pub(crate) fn default_reconnect_timeout(zk: &ZooKeeper) -> Duration {
 /// ```no_run
 /// use std::time::Duration;
 /// use zookeeper_mt::ZooKeeper;
-/// use zookeeper_mt_recipes::queue::Queue;
+/// use zookeeper_mt_recipes::queues::Queue;
 /// use zookeeper_mt_recipes::{PauseGrowth, RetryPolicy};
 ///
 /// let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;

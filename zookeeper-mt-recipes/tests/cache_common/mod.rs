@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zookeeper_mt::{CreateMode, Error, ZooKeeper};
-use zookeeper_mt_recipes::cache::{CacheEvent, NodeData};
+use zookeeper_mt_recipes::caches::{CacheEvent, NodeData};
 use zookeeper_mt_recipes::events::EventStream;
 
 /// How long a test waits for something that should happen.
@@ -142,7 +142,7 @@ pub fn create(zk: &ZooKeeper, path: &str, data: &[u8]) {
     let mut result = zk.create(path, data, CreateMode::Persistent);
     if result == Err(Error::NoNode) {
         let (parent, _) = path.rsplit_once('/').unwrap();
-        zookeeper_mt_recipes::util::ensure_path(zk, parent).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(zk, parent).unwrap();
         result = zk.create(path, data, CreateMode::Persistent);
     }
     result.unwrap_or_else(|e| panic!("create {path}: {e}"));

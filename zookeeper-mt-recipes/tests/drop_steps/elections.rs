@@ -2,9 +2,9 @@
 //! blocks no round.
 
 use super::*;
-use zookeeper_mt_recipes::barrier::DoubleBarrier;
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::leader_latch::LeaderLatch;
+use zookeeper_mt_recipes::barriers::DoubleBarrier;
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::leadership::LeaderLatch;
 
 // ------------------------------------------------------------------ elections
 
@@ -31,12 +31,12 @@ pub(super) fn election_subject(
     let (election, rival) = match call {
         ElectionCall::Join => (None, None),
         ElectionCall::Resign => {
-            let ours = LeaderElection::join(zk, path, b"me").map_err(err_text)?;
+            let ours = LeaderElection::new(zk, path, b"me").map_err(err_text)?;
             (Some(ours), None)
         }
         ElectionCall::Wait => {
-            let rival = LeaderElection::join(admin, path, b"rival").map_err(err_text)?;
-            let ours = LeaderElection::join(zk, path, b"me").map_err(err_text)?;
+            let rival = LeaderElection::new(admin, path, b"rival").map_err(err_text)?;
+            let ours = LeaderElection::new(zk, path, b"me").map_err(err_text)?;
             (Some(ours), Some(rival))
         }
     };
@@ -56,7 +56,7 @@ impl Subject for ElectionSubject {
                 let (zk, path) = (&self.zk, &self.path);
                 Box::pin(async move {
                     // A joined candidate is dropped: it leaves in the background.
-                    let joined = LeaderElection::join_async(zk, path, b"me").await;
+                    let joined = LeaderElection::new_async(zk, path, b"me").await;
                     joined
                         .map(|e| kept(e.node().to_string(), e))
                         .map_err(err_text)
@@ -99,7 +99,7 @@ impl Subject for ElectionSubject {
             return Ok(());
         }
         // Nothing left in line: the next candidate leads at once.
-        let next = LeaderElection::join(admin, &self.path, b"next").map_err(err_text)?;
+        let next = LeaderElection::new(admin, &self.path, b"next").map_err(err_text)?;
         let led = next.wait_until_leader(SETTLE);
         next.resign().map_err(err_text)?;
         led.map_err(|e| format!("a stale candidate blocks the line: {e}"))
@@ -119,7 +119,7 @@ pub(super) fn latch_subject(admin: &ZooKeeper, zk: &ZooKeeper, path: &str, held:
         true => {
             let rival = LeaderLatch::builder(path)
                 .id("rival")
-                .start(admin)
+                .build(admin)
                 .map_err(err_text)?;
             rival.await_leadership(OP_TIMEOUT).map_err(err_text)?;
             Some(rival)
@@ -138,7 +138,7 @@ pub(super) fn latch_subject(admin: &ZooKeeper, zk: &ZooKeeper, path: &str, held:
 impl Subject for LatchSubject {
     fn call(&mut self) -> Call<'_> {
         // The latch's task sends the requests; the call waits for their outcome.
-        let latch = LeaderLatch::builder(&self.path).id("me").start(&self.zk);
+        let latch = LeaderLatch::builder(&self.path).id("me").build(&self.zk);
         let latch = match latch {
             Ok(latch) => &*self.latch.insert(latch),
             Err(error) => {

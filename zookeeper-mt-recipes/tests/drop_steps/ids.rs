@@ -2,8 +2,8 @@
 
 use super::*;
 use std::collections::HashSet;
-use zookeeper_mt_recipes::id_generator::IdGenerator;
-use zookeeper_mt_recipes::shared_value::AtomicLong;
+use zookeeper_mt_recipes::shared::AtomicLong;
+use zookeeper_mt_recipes::shared::IdGenerator;
 
 pub(super) enum IdCall {
     Next,

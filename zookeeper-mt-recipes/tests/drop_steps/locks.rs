@@ -2,10 +2,10 @@
 //! request blocks anyone.
 
 use super::*;
-use zookeeper_mt_recipes::lease_semaphore::{Lease, LeaseSemaphore, SemaphoreLayout};
-use zookeeper_mt_recipes::lock::{Lock, LockGuard};
-use zookeeper_mt_recipes::rwlock::{ReadGuard, ReadWriteLock};
-use zookeeper_mt_recipes::semaphore::{self, Semaphore};
+use zookeeper_mt_recipes::locks::lease_semaphore::{LeaseGuard, LeaseSemaphore, SemaphoreLayout};
+use zookeeper_mt_recipes::locks::semaphore::{self, Semaphore};
+use zookeeper_mt_recipes::locks::{Lock, LockGuard};
+use zookeeper_mt_recipes::locks::{ReadGuard, ReadWriteLock};
 
 // ------------------------------------------------------------------ locks
 
@@ -149,7 +149,7 @@ struct SemaphoreSubject {
     semaphore: Semaphore,
     path: String,
     timeout: Duration,
-    rival: Option<(Semaphore, semaphore::Lease)>,
+    rival: Option<(Semaphore, semaphore::PermitGuard)>,
 }
 
 impl Subject for SemaphoreSubject {
@@ -192,10 +192,10 @@ pub(super) fn semaphore_subject(admin: &ZooKeeper, zk: &ZooKeeper, path: &str, h
 struct LeaseSubject {
     semaphore: LeaseSemaphore,
     /// The lease whose release is the call (else the call acquires one).
-    mine: Option<Lease>,
+    mine: Option<LeaseGuard>,
     path: String,
     timeout: Duration,
-    rival: Option<(LeaseSemaphore, Vec<Lease>)>,
+    rival: Option<(LeaseSemaphore, Vec<LeaseGuard>)>,
 }
 
 impl Subject for LeaseSubject {

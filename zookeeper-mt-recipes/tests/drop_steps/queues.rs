@@ -1,8 +1,8 @@
 //! The queue and the work queue: their calls, and no item lost or doubled.
 
 use super::*;
-use zookeeper_mt_recipes::queue::Queue;
-use zookeeper_mt_recipes::work_queue::{WorkItem, WorkQueue};
+use zookeeper_mt_recipes::queues::Queue;
+use zookeeper_mt_recipes::queues::{WorkItem, WorkQueue};
 
 // ------------------------------------------------------------------ queues
 

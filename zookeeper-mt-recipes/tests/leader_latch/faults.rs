@@ -13,14 +13,14 @@ fn a_create_whose_reply_is_lost_is_found_not_repeated() {
     ] {
         let path = unique_path("lost-create");
         let admin = connect();
-        zookeeper_mt_recipes::util::ensure_path(&admin, &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(&admin, &path).unwrap();
         let proxy = FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
         let zk = connect_to(&proxy.connect_string());
         // The server applies the create; the client never sees the reply.
         proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE2);
         let latch = LeaderLatch::builder(&path)
             .layout(layout)
-            .start(&zk)
+            .build(&zk)
             .unwrap();
         let fired = proxy.wait_for_fired(1, T).unwrap();
         assert_eq!(fired[0].request.op, OpCode::CREATE2);
@@ -48,7 +48,7 @@ fn at_the_counters_end_the_directory_restarts() {
     for layout in [LatchLayout::Native, LatchLayout::CuratorLeaderLatch] {
         let latch = LeaderLatch::builder(path)
             .layout(layout)
-            .start(&zk)
+            .build(&zk)
             .unwrap();
         // A child keeps the directory from restarting: the latch waits, without a node.
         wait_until("the latch waits for the directory to drain", T, || {
@@ -66,7 +66,7 @@ fn at_the_counters_end_the_directory_restarts() {
         assert_no_leftover_contexts(&zk);
     }
     // Once the directory drains, the counter starts afresh and the latch leads.
-    let latch = LeaderLatch::builder(path).start(&zk).unwrap();
+    let latch = LeaderLatch::builder(path).build(&zk).unwrap();
     wait_until("the latch waits", T, || {
         latch.status() == LatchStatus::Exhausted
     });
@@ -104,7 +104,7 @@ fn seeded_faults_never_make_two_leaders() {
         .map(|(i, client)| {
             LeaderLatch::builder(&path)
                 .id(format!("latch-{i}"))
-                .start(client)
+                .build(client)
                 .unwrap()
         })
         .collect();
@@ -223,7 +223,7 @@ fn a_lost_create_is_found_on_a_lagging_member_after_sync() {
     let (a, b) = (followers[0], followers[1]);
     let path = unique_path("lagging");
     let admin = connect_to(&ens.member(a).connect_string());
-    zookeeper_mt_recipes::util::ensure_path(&admin, &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(&admin, &path).unwrap();
     let proxy = ens.proxy(a);
     let zk = connect_to(&ens.connect_string(a));
     // Stall B only once it has the client's session: a client that has seen a zxid
@@ -233,7 +233,7 @@ fn a_lost_create_is_found_on_a_lagging_member_after_sync() {
     let mark = proxy.mark();
     proxy.cut_after_matching(1, |r| r.op == OpCode::CREATE2);
     proxy.redirect(ens.member(b).connect_string()).unwrap();
-    let latch = LeaderLatch::builder(&path).start(&zk).unwrap();
+    let latch = LeaderLatch::builder(&path).build(&zk).unwrap();
     let fired = proxy.wait_for_fired(1, T).unwrap();
     assert_eq!(fired[0].reply.map(|r| r.err), Some(0), "the create applied");
     // Reconnected to B, the latch first catches B up with the leader.

@@ -18,8 +18,8 @@ use zk_harness::testing::wait_until;
 use zk_harness::testing::Seed;
 use zk_harness::{Crafted, FaultProxy, LaggingEnsemble, OpCode, Server, ServerOptions};
 use zookeeper_mt::{Acl, Perms, ZooKeeper};
-use zookeeper_mt_recipes::election::LeaderElection;
-use zookeeper_mt_recipes::leader_latch::{
+use zookeeper_mt_recipes::leadership::LeaderElection;
+use zookeeper_mt_recipes::leadership::{
     LatchLayout, LatchStatus, LeaderLatch, LeadershipEvent, LeadershipGuard, LeadershipLost,
     TermEnd,
 };
@@ -30,7 +30,7 @@ use zookeeper_mt_recipes::{NodeOptions, RecipeError};
 const T: Duration = Duration::from_secs(60);
 
 fn latch(zk: &ZooKeeper, path: &str, id: &str) -> LeaderLatch {
-    LeaderLatch::builder(path).id(id).start(zk).unwrap()
+    LeaderLatch::builder(path).id(id).build(zk).unwrap()
 }
 
 fn latch_on(zk: &ZooKeeper, path: &str, id: &str) -> LeaderLatch {
@@ -304,7 +304,7 @@ fn a_disconnection_within_the_grace_keeps_the_term() {
     // timing assumptions): the term survives.
     let latch = LeaderLatch::builder(&path)
         .disconnect_grace(Duration::from_secs(120))
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     let guard = latch.await_leadership(T).unwrap();
     let states = zookeeper_mt_recipes::lifecycle::connection_states(&zk);
@@ -335,7 +335,7 @@ fn expiry_ends_a_latch_on_a_plain_handle() {
     let zk = connect_to(&proxy.addr);
     let latch = LeaderLatch::builder(&path)
         .disconnect_grace(Duration::from_secs(600))
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     let guard = latch.await_leadership(T).unwrap();
     let events = latch.events().clone();
@@ -370,7 +370,7 @@ fn a_managed_latch_joins_the_new_session_but_the_old_guard_stays_lost() {
     let latch = LeaderLatch::builder(&path)
         .id("managed")
         .disconnect_grace(Duration::from_secs(600))
-        .start(&client)
+        .build(&client)
         .unwrap();
     let old = latch.await_leadership(T).unwrap();
     assert_eq!(old.generation(), 1);
@@ -449,14 +449,14 @@ fn a_timed_out_wait_leaves_nothing_registered() {
 fn native_latches_and_elections_exclude_each_other() {
     let path = unique_path("with-election");
     let zk = connect();
-    let election = LeaderElection::join(&zk, &path, b"election").unwrap();
+    let election = LeaderElection::new(&zk, &path, b"election").unwrap();
     assert!(election.is_leader().unwrap());
     let latch_zk = connect();
     let latch = latch_on(&latch_zk, &path, "latch");
     assert_eq!(latch.status(), LatchStatus::Waiting);
     election.resign().unwrap();
     latch.await_leadership(T).unwrap();
-    let late = LeaderElection::join(&zk, &path, b"late").unwrap();
+    let late = LeaderElection::new(&zk, &path, b"late").unwrap();
     assert!(!late.is_leader().unwrap());
     latch.close();
     late.wait_until_leader(T).unwrap();
@@ -470,7 +470,7 @@ fn nodes_get_the_acl_asked_for() {
     let only_us = NodeOptions::default().acl(vec![Acl::new(Perms::ALL, "auth", "")]);
     let latch = LeaderLatch::builder(&path)
         .node_options(only_us)
-        .start(&zk)
+        .build(&zk)
         .unwrap();
     let guard = latch.await_leadership(T).unwrap();
     let (acl, _) = zk.get_acl(guard.node()).unwrap();
