@@ -98,6 +98,7 @@ mod multi;
 mod no_wait;
 mod ops;
 mod path;
+mod raw;
 mod reply;
 mod request;
 mod security;
@@ -107,6 +108,9 @@ mod timeout;
 mod types;
 mod watch;
 mod watch_table;
+
+/// The raw C bindings (`zookeeper-mt-sys`), for [`ZooKeeper::with_raw_handle`].
+pub use zookeeper_mt_sys as ffi;
 
 pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
 pub use error::{Error, Result};
