@@ -193,3 +193,46 @@ fn the_default_rides_out_a_short_cut() {
     assert_eq!(direct.try_take().unwrap(), Some(b"during".to_vec()));
     assert_eq!(direct.try_take().unwrap(), None, "enqueued once");
 }
+
+/// The followers' default is the rule they always had (10 ms, doubling, at most 1 s, no
+/// reconnect timeout), and a follower built with another policy follows its node: a
+/// persistent node deleted behind its back is created again, and a tree cache sees it.
+#[test]
+fn followers_take_a_policy_and_default_to_their_old_rule() {
+    let followers = RetryPolicy::for_followers();
+    assert_eq!(followers.reconnect_timeout(), None);
+    assert_eq!(followers.first_pause(), ms(10));
+    assert_eq!(followers.pause_growth(), PauseGrowth::Exponential(2));
+    assert_eq!(followers.max_pause(), ms(1000));
+
+    let zk = connect();
+    let patient = RetryPolicy::new()
+        .with_pauses(ms(1), PauseGrowth::Linear(ms(1)), ms(3))
+        .unwrap();
+    let path = unique_path("follower-policy");
+    let node_path = format!("{path}/member");
+    let cache = zookeeper_mt_recipes::caches::TreeCache::builder(&path)
+        .retry_policy(patient)
+        .build(&zk)
+        .unwrap();
+    let node = zookeeper_mt_recipes::nodes::PersistentNode::builder(&node_path)
+        .data(b"x")
+        .retry_policy(patient)
+        .build(&zk)
+        .unwrap();
+    node.wait_created(Duration::from_secs(20)).unwrap();
+    let first = zk.exists(&node_path).unwrap().expect("created").czxid;
+    zk.delete(&node_path, None).unwrap();
+    common::wait_until("the node is created again", || {
+        zk.exists(&node_path)
+            .unwrap()
+            .is_some_and(|stat| stat.czxid != first)
+    });
+    cache.wait_initialized(Duration::from_secs(20)).unwrap();
+    common::wait_until("the cache sees the node again", || {
+        cache
+            .snapshot()
+            .get(&node_path)
+            .is_some_and(|data| data.data == b"x")
+    });
+}

@@ -3,6 +3,7 @@
 use super::engine::Config;
 use super::{cache_methods, Client, Core, NodeData};
 use crate::Result;
+use crate::RetryPolicy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -46,6 +47,7 @@ impl ChildrenCache {
             root: path.to_string(),
             max_depth: 1,
             root_data: false,
+            retry: RetryPolicy::for_followers(),
         };
         Ok(ChildrenCache {
             core: Core::start(client.into(), config)?,

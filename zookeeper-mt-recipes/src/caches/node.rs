@@ -3,6 +3,7 @@
 use super::engine::Config;
 use super::{cache_methods, Client, Core, NodeData};
 use crate::Result;
+use crate::RetryPolicy;
 use std::sync::Arc;
 
 /// The data and `Stat` of one node, kept up to date (Curator's `NodeCache`; a
@@ -45,6 +46,7 @@ impl NodeCache {
             root: path.to_string(),
             max_depth: 0,
             root_data: true,
+            retry: RetryPolicy::for_followers(),
         };
         Ok(NodeCache {
             core: Core::start(client.into(), config)?,

@@ -3,6 +3,7 @@
 use super::engine::Config;
 use super::{cache_methods, Client, Core, NodeData};
 use crate::Result;
+use crate::RetryPolicy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ pub struct TreeCache {
 pub struct TreeCacheBuilder {
     root: String,
     max_depth: usize,
+    retry: RetryPolicy,
 }
 
 impl TreeCacheBuilder {
@@ -48,6 +50,14 @@ impl TreeCacheBuilder {
         self
     }
 
+    /// How the background task rides out failed requests: the pauses between tries
+    /// (see [`RetryPolicy`]; its reconnect timeout is not used: a follower waits for the
+    /// connection as long as it takes). Default: [`RetryPolicy::for_followers`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
     /// Starts the cache with a plain handle or a managed client. Returns at once; see
     /// [`TreeCache::wait_initialized`]. Fails on an invalid path.
     pub fn build(self, client: impl Into<Client>) -> Result<TreeCache> {
@@ -55,6 +65,7 @@ impl TreeCacheBuilder {
             root: self.root,
             max_depth: self.max_depth,
             root_data: true,
+            retry: self.retry,
         };
         Ok(TreeCache {
             core: Core::start(client.into(), config)?,
@@ -68,6 +79,7 @@ impl TreeCache {
         TreeCacheBuilder {
             root: path.to_string(),
             max_depth: usize::MAX,
+            retry: RetryPolicy::for_followers(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Groups: a member's node and the view of every member (kazoo `Party`, Curator `GroupMember`).
 
 use super::*;
+use crate::RetryPolicy;
 
 // ---------------------------------------------------------------------------------------
 // Groups.
@@ -188,6 +189,7 @@ pub struct GroupMemberBuilder {
     pub(super) data: Option<Vec<u8>>,
     pub(super) layout: GroupLayout,
     pub(super) nodes: NodeOptions,
+    pub(super) retry: RetryPolicy,
 }
 
 impl GroupMemberBuilder {
@@ -207,6 +209,14 @@ impl GroupMemberBuilder {
     /// ACL of the member node and missing parents; whether the group node is a container.
     pub fn node_options(mut self, nodes: NodeOptions) -> Self {
         self.nodes = nodes;
+        self
+    }
+
+    /// How the member's node rides out failed requests: the pauses between tries
+    /// (see [`RetryPolicy`]; its reconnect timeout is not used: a follower waits for the
+    /// connection as long as it takes). Default: [`RetryPolicy::for_followers`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
         self
     }
 
@@ -242,6 +252,7 @@ impl GroupMemberBuilder {
         let node = PersistentNode::builder(&node_path)
             .data(&data)
             .node_options(self.nodes)
+            .retry_policy(self.retry)
             .build(client.clone())?;
         let group = Group::watch(client, &self.path, self.layout)?;
         Ok(GroupMember {
@@ -271,6 +282,7 @@ impl GroupMember {
             data: None,
             layout: GroupLayout::CuratorGroupMember,
             nodes: NodeOptions::default(),
+            retry: RetryPolicy::for_followers(),
         }
     }
 

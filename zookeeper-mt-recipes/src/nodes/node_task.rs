@@ -106,8 +106,8 @@ pub(super) struct NodeWorker {
 impl NodeWorker {
     pub(super) fn new(client: Client, config: Arc<NodeConfig>, shared: Arc<NodeShared>) -> Self {
         NodeWorker {
+            following: Following::new(client, false, config.retry),
             config,
-            following: Following::new(client, false, crate::RetryPolicy::FOLLOWING),
             shared,
             dirty: true,
             node: None,

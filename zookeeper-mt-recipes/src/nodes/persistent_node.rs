@@ -1,6 +1,7 @@
 //! The persistent (ephemeral) node: its builder and handle.
 
 use super::*;
+use crate::RetryPolicy;
 
 // ---------------------------------------------------------------------------------------
 // Persistent node.
@@ -40,6 +41,7 @@ pub struct PersistentNodeBuilder {
     pub(super) data: Vec<u8>,
     pub(super) mode: NodeMode,
     pub(super) nodes: NodeOptions,
+    pub(super) retry: RetryPolicy,
 }
 
 impl PersistentNodeBuilder {
@@ -59,6 +61,14 @@ impl PersistentNodeBuilder {
     /// container.
     pub fn node_options(mut self, nodes: NodeOptions) -> Self {
         self.nodes = nodes;
+        self
+    }
+
+    /// How the background task rides out failed requests: the pauses between tries
+    /// (see [`RetryPolicy`]; its reconnect timeout is not used: a follower waits for the
+    /// connection as long as it takes). Default: [`RetryPolicy::for_followers`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
         self
     }
 
@@ -95,6 +105,7 @@ pub(super) struct NodeConfig {
     pub(super) name: String,
     pub(super) mode: NodeMode,
     pub(super) nodes: NodeOptions,
+    pub(super) retry: RetryPolicy,
 }
 
 /// An ephemeral node kept in place by a background task (see the
@@ -127,6 +138,7 @@ impl PersistentNode {
             data: Vec::new(),
             mode: NodeMode::Ephemeral,
             nodes: NodeOptions::default(),
+            retry: RetryPolicy::for_followers(),
         }
     }
 
@@ -161,6 +173,7 @@ impl PersistentNode {
             name: name.to_string(),
             mode: builder.mode,
             nodes: builder.nodes,
+            retry: builder.retry,
         });
         let shared = Arc::new(NodeShared {
             state: Mutex::new(NodeState {

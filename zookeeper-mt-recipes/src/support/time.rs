@@ -134,6 +134,13 @@ impl RetryPolicy {
         max_pause: Duration::from_secs(1),
     };
 
+    /// The followers' default (caches, latches, persistent nodes, watches): a first
+    /// pause of 10 ms, doubling, at most 1 s; no reconnect timeout (a follower waits for
+    /// the connection as long as it takes).
+    pub const fn for_followers() -> RetryPolicy {
+        RetryPolicy::FOLLOWING
+    }
+
     /// The same policy, waiting at most `timeout` for each reconnection before a call
     /// fails with `ConnectionLoss` (zero: fail at the first loss).
     #[must_use]

@@ -31,6 +31,8 @@ pub(crate) struct Config {
     pub(crate) max_depth: usize,
     /// Whether the root's data is cached and reported (not for a children cache).
     pub(crate) root_data: bool,
+    /// The pauses between tries of a failed request.
+    pub(crate) retry: RetryPolicy,
 }
 
 /// A node the cache follows.
@@ -127,7 +129,7 @@ impl Worker {
         shared: Arc<Shared>,
     ) -> Worker {
         // A cache only reads: a read-only server serves it.
-        let following = Following::new(client, true, RetryPolicy::FOLLOWING);
+        let following = Following::new(client, true, config.retry);
         let mut nodes = HashMap::new();
         nodes.insert(config.root.clone(), Node::new(0));
         Worker {

@@ -142,6 +142,7 @@ mod layout;
 mod shared;
 mod worker;
 
+use crate::RetryPolicy;
 pub use events::*;
 pub use guard::*;
 pub use layout::*;
@@ -202,6 +203,7 @@ struct Config {
     layout: LatchLayout,
     grace: Duration,
     nodes: NodeOptions,
+    retry: RetryPolicy,
 }
 
 /// How to start a [`LeaderLatch`]; from [`LeaderLatch::builder`].
@@ -212,6 +214,7 @@ pub struct LatchBuilder {
     layout: LatchLayout,
     grace: Duration,
     nodes: NodeOptions,
+    retry: RetryPolicy,
 }
 
 impl LatchBuilder {
@@ -239,6 +242,14 @@ impl LatchBuilder {
     /// ACL of the nodes, and whether the directory is a container.
     pub fn node_options(mut self, nodes: NodeOptions) -> Self {
         self.nodes = nodes;
+        self
+    }
+
+    /// How the background task rides out failed requests: the pauses between tries
+    /// (see [`RetryPolicy`]; its reconnect timeout is not used: a follower waits for the
+    /// connection as long as it takes). Default: [`RetryPolicy::for_followers`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
         self
     }
 
@@ -298,6 +309,7 @@ impl LeaderLatch {
             layout: LatchLayout::Native,
             grace: Duration::ZERO,
             nodes: NodeOptions::default(),
+            retry: RetryPolicy::for_followers(),
         }
     }
 
@@ -324,6 +336,7 @@ impl LeaderLatch {
             layout: builder.layout,
             grace: builder.grace,
             nodes: builder.nodes,
+            retry: builder.retry,
         });
         let shared = Arc::new(Shared::new());
         let queue = EventQueue::new(LeadershipBuffer::default());

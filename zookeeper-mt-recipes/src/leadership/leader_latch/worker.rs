@@ -75,10 +75,10 @@ impl Worker {
         commands: Arc<Commands>,
     ) -> Worker {
         Worker {
-            config,
             // Subscribes before the first request, so no state change is missed. A
             // read-only server cannot take the latch's writes.
-            following: Following::new(client, false, crate::RetryPolicy::FOLLOWING),
+            following: Following::new(client, false, config.retry),
+            config,
             shared,
             out,
             commands,
