@@ -111,3 +111,8 @@ pub use support::{PauseGrowth, RetryPolicy};
 pub fn live_background_tasks() -> usize {
     runtime::driver::live_tasks()
 }
+
+/// The README's examples, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -83,3 +83,8 @@ pub mod probe {
         pub fn zookeeper_mt_sys_probe_security_fn(which: libc::c_int) -> *mut libc::c_void;
     }
 }
+
+/// The README's examples, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

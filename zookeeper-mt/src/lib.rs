@@ -141,3 +141,8 @@ pub use watch::Watch;
 
 /// Re-exported for `select!` over watches and session events.
 pub use crossbeam_channel;
+
+/// The README's examples, compiled as doc tests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
