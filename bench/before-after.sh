@@ -9,7 +9,10 @@
 # is removed at the end, also on failure or Ctrl-C. The old tree gets this tree's
 # scenario files (SCENARIO_FILES), so both binaries run the same scenario code and only
 # the libraries differ; a file missing there, or code the old libraries cannot compile,
-# fails the build with cargo's message.
+# fails the build with cargo's message. So the old commit needs the current crate names
+# (`zookeeper_mt`, `zookeeper_mt_recipes`) and recipe module paths: the crates were
+# renamed and the recipes regrouped after the one-core rebuild, whose before/after
+# figures in bench/README.md were measured before that, with the names of the time.
 set -euo pipefail
 
 SCENARIO_FILES=(bench/src/rust_client.rs bench/src/recipes_bench.rs bench/src/usage.rs)

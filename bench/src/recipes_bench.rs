@@ -165,9 +165,9 @@ pub fn lock(p: &Params, base: &str) -> Result<Vec<Row>> {
 /// latch leads next is the server's order (two re-joins may race), so no participant
 /// counts its own terms: a participant that gets a term past `n` leaves the election
 /// (`close`) and its thread ends, and so every one does. Notifications = the latches'
-/// predecessor-watch wake-ups. Only the API the latch has had since its threads era
-/// (`builder`, `build`, `await_leadership`, `relinquish`, `close`, `wakeups`), so
-/// `before-after` runs this same code against older trees.
+/// predecessor-watch wake-ups. Only the latch's long-standing calls (`builder`, `build`,
+/// `await_leadership`, `relinquish`, `close`, `wakeups`), so `before-after` runs this
+/// same code against older trees (those with the current crate and module names).
 pub fn latch(p: &Params, base: &str) -> Result<Vec<Row>> {
     let setup = connect(&p.hosts)?;
     let dir = format!("{base}/latch");
