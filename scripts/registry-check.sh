@@ -11,7 +11,7 @@
 #      need (fetched with `cargo vendor` for exactly those .crate files), built offline,
 #      so nothing can come from the repository. Its program connects to a ZooKeeper
 #      server started here on a free loopback port, creates, reads and deletes a node, and
-#      takes and releases a zookeeper_mt_recipes::lock::Lock. Built and run twice:
+#      takes and releases a zookeeper_mt_recipes::Lock. Built and run twice:
 #        - default features: must link the system libzookeeper_mt (Debian
 #          libzookeeper-mt-dev);
 #        - `vendored,tls`: the C client compiled from the source in the -sys .crate, with
@@ -131,7 +131,7 @@ cat >"$app/src/main.rs" <<'EOF'
 //! Connects to the server named on the command line and exercises the client and a recipe.
 use std::time::Duration;
 use zookeeper_mt::{CreateMode, Timeout, ZooKeeper};
-use zookeeper_mt_recipes::lock::Lock;
+use zookeeper_mt_recipes::Lock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = std::env::args().nth(1).ok_or("usage: registry-check HOST:PORT")?;
