@@ -219,3 +219,41 @@ fn plain_and_managed_handles_share_one_recipe() {
     assert!(by_plain.try_acquire().unwrap().is_none());
     drop(held);
 }
+
+/// A take waiting on an empty queue when the managed client's session expires ends with
+/// an error (its session is over); takes on the new session wait on a watch of the new
+/// session: one blocked before the put gets the item, exactly once.
+#[test]
+fn a_take_waiting_across_an_expiry_ends_and_the_next_session_takes_over() {
+    let hosts = zk_harness::shared_test_connect_string();
+    let managed = ManagedZooKeeper::connect(&hosts, Duration::from_secs(10)).unwrap();
+    let observer = common::connect_to(&hosts);
+    let path = common::unique_path("managed-take");
+    let queue = Queue::new(&managed, &path).unwrap();
+    std::thread::scope(|scope| {
+        let stranded = scope.spawn(|| queue.take(WAIT));
+        common::wait_until("the first take waits on the queue's watch", || {
+            queue.waiting() == 1
+        });
+        expire_and_renew(&managed, &hosts);
+        let ended = stranded.join().unwrap();
+        assert!(ended.is_err(), "a take outlived its session: {ended:?}");
+
+        let waiting = scope.spawn(|| queue.take(WAIT));
+        common::wait_until("the new take waits on the queue's watch", || {
+            queue.waiting() == 1
+        });
+        queue.put(b"after the expiry").unwrap();
+        assert_eq!(waiting.join().unwrap().unwrap(), b"after the expiry");
+    });
+    assert!(
+        queue.try_take().unwrap().is_none(),
+        "the item was taken twice"
+    );
+    assert_eq!(
+        observer.get_children(&path).unwrap().len(),
+        1,
+        "only the receipts node is left"
+    );
+    managed.close();
+}

@@ -260,6 +260,12 @@ impl ChildWatcher {
         let fired = until(deadline, holder.watch.as_mut().expect("held")).await;
         let mut state = self.state.lock();
         match fired {
+            Some(_) if state.epoch != epoch => {
+                // A newer session retired this watch (its expiry is what fired): the
+                // state is that session's now, and may hold its armed watch. Look again.
+                holder.watch = None;
+                Ok(true)
+            }
             Some(event) => {
                 holder.watch = None;
                 let (outcome, to_wake) = self.fired(&mut state, event);
