@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every Debian package any stage below uses (the TLS/SASL ones included: the MSRV stage
+# builds `tls,sasl`), installed before the first stage runs; idempotent.
 ./setup.sh
 
 echo "== rustfmt, clippy and rustdoc (house rules) =="
@@ -40,6 +42,5 @@ echo "== ThreadSanitizer over the client's concurrency suites (std and C client 
 ./scripts/tsan.sh
 
 echo "== TLS and SASL through the vendored C client =="
-./scripts/setup-security.sh
 cargo test -p zookeeper-mt-sys --features tls,sasl
 cargo test -p zookeeper-mt --features tls,sasl --test security

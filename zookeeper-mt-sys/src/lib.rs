@@ -1,5 +1,6 @@
 //! Raw FFI bindings to the Apache ZooKeeper multi-threaded C client, `libzookeeper_mt`
-//! (3.8.0).
+//! (the 3.8 API: bindings generated from the 3.8.0 header; Debian's system library is
+//! 3.8.0, the vendored source 3.8.2).
 //!
 //! Nothing here is safe: every function is the C function, every struct the C struct. The
 //! `zookeeper-mt` crate builds the safe client on top, and its module docs give the
@@ -14,9 +15,10 @@
 //!
 //! # Feature flags
 //!
-//! - `vendored`: compile the pinned C client (3.8.2 source of the 3.8 API; from
-//!   `ZOOKEEPER_C_CLIENT_SRC`, an absolute path, or where the repository's
-//!   `vendor/fetch-c-client.sh` puts it) and link it statically. It wins over every
+//! - `vendored`: compile the pinned C client (3.8.2 source of the 3.8 API) and link it
+//!   statically. The published package carries that source, so nothing needs fetching;
+//!   in the repository `vendor/fetch-c-client.sh` puts it in place, and
+//!   `ZOOKEEPER_C_CLIENT_SRC` (an absolute path) builds another source tree. It wins over every
 //!   other way of finding the library.
 //! - `tls`: the vendored client compiled with OpenSSL (implies `vendored`; links the
 //!   system OpenSSL): adds the `tls` module (`zookeeper_init_ssl`).
