@@ -21,6 +21,9 @@ echo "== MSRV: the published crates build with the declared rust-version, and no
 echo "== cargo test --workspace (system libzookeeper_mt) =="
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+echo "== zookeeper-mt's tracing feature (structured C log events) =="
+cargo clippy -p zookeeper-mt --features tracing --all-targets -- -D warnings
+cargo test -p zookeeper-mt --features tracing --test tracing_events
 
 echo "== every example, each on its own throwaway server, its output checked =="
 ./scripts/examples.sh

@@ -70,6 +70,9 @@
 //!   system OpenSSL.
 //! - `sasl`: SASL authentication (`ZooKeeperBuilder::sasl`); implies `vendored`, links
 //!   Cyrus SASL.
+//! - `tracing`: the C client's log as structured `tracing` events (C function, line,
+//!   session id) instead of `log` records (which a `tracing` subscriber sees through
+//!   `tracing-log`).
 //!
 //! MSRV: Rust 1.82 or newer; it is raised only in a new minor release (see `docs/msrv.md`
 //! in the repository).

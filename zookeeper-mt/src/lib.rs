@@ -51,7 +51,20 @@
 //!   block) and close the old handle.
 //! - Sync calls are the async calls waited on: they return in the same order.
 //! - The C client's log callback runs on whichever C thread logs; it only forwards the
-//!   message to the `log` crate from a thread of its own.
+//!   message to the `log` crate (or, with the `tracing` feature, to `tracing`) from a
+//!   thread of its own.
+//!
+//! # Logging
+//!
+//! The C client's records (and the binding's own) go to the `log` crate, target
+//! `zookeeper_mt::c`; a `tracing` subscriber sees them through `tracing-log`'s
+//! `LogTracer`. With the `tracing` feature they are `tracing` events instead, with the
+//! fields `c_function`, `c_line` and `session_id` (the handle's session, once the C
+//! client announced it). Either way the C log level follows the most verbose level
+//! listened at (`log::max_level()`, the subscriber's level), at each connect and once a
+//! second while a handle is open, unless [`set_c_log_level`] fixed it; routine
+//! connection trouble that the C client logs at ERROR (a lost connection, a time-out,
+//! an expired session) is reported at WARN.
 //!
 //! # Backpressure
 //!
@@ -78,6 +91,8 @@
 //!   and links the system OpenSSL (Debian's library is built without it).
 //! - `sasl`: SASL authentication, e.g. DIGEST-MD5 (`ZooKeeperBuilder::sasl`,
 //!   `SaslConfig`); implies `vendored` and links Cyrus SASL.
+//! - `tracing`: the C client's log as structured `tracing` events (see
+//!   [Logging](#logging)).
 //!
 //! Digest ACLs and [`ZooKeeper::add_auth`] work with every build.
 //!

@@ -278,13 +278,23 @@ pub(crate) unsafe extern "C" fn session_watcher(
     });
 }
 
-/// The C client's log callback: no context pointer, so a plain function that forwards
-/// to the `log` crate. The message is only valid during the call.
+/// The C client's log callback for a handle without a log slot (past
+/// `logging`'s fixed set): no context pointer, so its records name no session.
 pub(crate) unsafe extern "C" fn log_callback(message: *const c_char) {
+    // SAFETY: forwarded as C passed it.
+    unsafe { log_callback_for(None, message) }
+}
+
+/// Forwards one C log line of the handle with log slot `slot` to the `log` crate (or
+/// `tracing`). The message is only valid during the call.
+///
+/// # Safety
+/// `message` is NULL or NUL-terminated and valid for the call.
+pub(crate) unsafe fn log_callback_for(slot: Option<usize>, message: *const c_char) {
     guarded("log", || {
         // SAFETY: C passes a NUL-terminated message valid for this call.
         if let Some(message) = unsafe { copy_str(message) } {
-            crate::logging::forward(&message);
+            crate::logging::forward(slot, &message);
         }
     });
 }

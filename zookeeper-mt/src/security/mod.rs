@@ -344,6 +344,8 @@ pub(crate) struct Prepared {
 
 /// Kept alive until `zookeeper_close` has returned: the C handle references it.
 pub(crate) struct Keepalive {
+    /// The handle's log callback (which names its session) stays its own until C is done.
+    _log: crate::logging::LogSlot,
     #[cfg(feature = "sasl")]
     _sasl: Option<Box<sasl::SaslState>>,
 }
@@ -391,6 +393,8 @@ impl Prepared {
             .map_or(ptr::null_mut(), |state| state.params_ptr());
         #[cfg(not(feature = "sasl"))]
         let sasl_params: *mut c_void = ptr::null_mut();
+        let log = crate::logging::LogSlot::acquire();
+        let log_callback = log.callback();
         #[cfg(not(any(feature = "tls", feature = "sasl")))]
         let _ = (&self.cert, sasl_params);
         // SAFETY: the caller's contract covers hosts, client_id and context; the
@@ -404,7 +408,7 @@ impl Prepared {
                 client_id,
                 context,
                 flags,
-                Some(crate::context::log_callback),
+                Some(log_callback),
             )
         };
         // SAFETY: the caller's contract covers hosts, client_id and context; `cert` is
@@ -421,13 +425,14 @@ impl Prepared {
                 client_id,
                 context,
                 flags,
-                Some(crate::context::log_callback),
+                Some(log_callback),
                 sasl_params,
             )
         };
         (
             zh,
             Keepalive {
+                _log: log,
                 #[cfg(feature = "sasl")]
                 _sasl: self.sasl,
             },
