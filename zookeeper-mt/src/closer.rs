@@ -73,7 +73,7 @@ pub(crate) fn hand_off(job: Job) {
 }
 
 fn run(job: Job) {
-    let taken = job.slot.write().take();
+    let taken = job.slot.take();
     if let Some(handle) = taken {
         let result = finish_close(
             handle,
