@@ -695,9 +695,8 @@ fn close_inner(inner: &Inner) -> Result<()> {
 }
 
 /// `close` inside `with_raw_handle`'s closure on the same handle.
-const CLOSE_IN_RAW_CALL: Error = Error::InvalidArgument(
-    "close inside with_raw_handle on the same handle would wait for itself",
-);
+const CLOSE_IN_RAW_CALL: Error =
+    Error::InvalidArgument("close inside with_raw_handle on the same handle would wait for itself");
 
 impl Drop for Inner {
     fn drop(&mut self) {

@@ -209,11 +209,7 @@ mod tests {
         let held = in_flight.acquire(None).unwrap();
         let waiter = {
             let in_flight = Arc::clone(&in_flight);
-            thread::spawn(move || {
-                in_flight
-                    .acquire(Some(Instant::now() + BOUND))
-                    .map(|permit| drop(permit))
-            })
+            thread::spawn(move || in_flight.acquire(Some(Instant::now() + BOUND)).map(drop))
         };
         wait_for_waiters(&in_flight, 1);
         drop(held);
