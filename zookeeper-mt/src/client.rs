@@ -4,6 +4,7 @@
 use crate::closer;
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
+use crate::handle::{HandleCell, HandleSlot, RawHandle};
 use crate::in_flight::{InFlight, Permit, MAX_IN_FLIGHT};
 use crate::path::c_string;
 use crate::reply::deadline_after;
@@ -11,79 +12,15 @@ use crate::session::{Session, SessionEvents};
 use crate::timeout::Timeout;
 use crate::types::{ClientId, SessionState, WatchedEvent};
 use crate::watch_table::WatchTable;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_mt_sys as sys;
 
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
-
-/// The C handle. `zhandle_t` is thread-safe in the multi-threaded C client; what is not
-/// safe is closing it while another call runs, which the `RwLock` in `Inner` prevents.
-#[derive(Clone, Copy)]
-pub(crate) struct RawHandle(pub(crate) NonNull<sys::zhandle_t>);
-
-// SAFETY: the mt C client serializes access to its handle internally; the only unsafe
-// concurrency (close vs. any call) is excluded by the RwLock that holds this value.
-unsafe impl Send for RawHandle {}
-// SAFETY: as above.
-unsafe impl Sync for RawHandle {}
-
-/// The C handle behind its close lock: `None` once closed. Calls hold the read lock for
-/// the duration of their C call; close takes the write lock, so close never races a
-/// call. Shared with the watch table, which releases C watch registrations without
-/// keeping the session open.
-pub(crate) type HandleSlot = Arc<HandleCell>;
-
-pub(crate) struct HandleCell {
-    handle: RwLock<Option<RawHandle>>,
-    /// Set when a close is decided, before the handle leaves its slot: a close handed to
-    /// the closer thread returns at once, and calls made after it must fail already.
-    closing: AtomicBool,
-}
-
-impl HandleCell {
-    fn new(handle: RawHandle) -> HandleSlot {
-        Arc::new(HandleCell {
-            handle: RwLock::new(Some(handle)),
-            closing: AtomicBool::new(false),
-        })
-    }
-
-    /// The live handle, read-locked, unless a close has started (never waits: the only
-    /// writer is close).
-    fn try_read(&self) -> Option<parking_lot::RwLockReadGuard<'_, Option<RawHandle>>> {
-        if self.closing.load(Ordering::SeqCst) {
-            return None;
-        }
-        self.handle.try_read()
-    }
-
-    /// Decides the close: from now on no call gets the handle.
-    pub(crate) fn start_closing(&self) {
-        self.closing.store(true, Ordering::SeqCst);
-    }
-
-    /// Takes the handle out of its slot once the calls in C have left (close only).
-    pub(crate) fn take(&self) -> Option<RawHandle> {
-        self.start_closing();
-        self.handle.write().take()
-    }
-}
-
-/// Runs `call` with the live handle if the close lock can be had right now (never
-/// waits: the only writer is close); `None` while closing or once closed.
-pub(crate) fn with_slot<R>(
-    slot: &HandleSlot,
-    call: impl FnOnce(*mut sys::zhandle_t) -> R,
-) -> Option<R> {
-    let guard = slot.try_read()?;
-    let handle = (*guard)?;
-    Some(call(handle.0.as_ptr()))
-}
 
 struct Inner {
     handle: HandleSlot,

@@ -92,6 +92,7 @@ mod client;
 mod closer;
 mod context;
 mod error;
+mod handle;
 mod in_flight;
 mod logging;
 mod managed;

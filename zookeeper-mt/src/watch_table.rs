@@ -24,9 +24,9 @@
 //! Memory: a registration is one allocation (its state, the path, a first watch inline)
 //! plus a slot here and an entry in `current`; both shrink back after a peak.
 
-use crate::client::{with_slot, HandleSlot};
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
+use crate::handle::{with_slot, HandleSlot};
 use crate::session::Session;
 use crate::types::{EventType, SessionState, WatcherType};
 use crate::watch::{Deliveries, Outcome, RegState, Registration, Watch};
