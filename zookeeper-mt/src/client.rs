@@ -4,6 +4,7 @@
 use crate::closer;
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
+use crate::handle::{HandleCell, HandleSlot, RawHandle};
 use crate::in_flight::{InFlight, Permit, MAX_IN_FLIGHT};
 use crate::path::c_string;
 use crate::reply::deadline_after;
@@ -11,7 +12,7 @@ use crate::session::{Session, SessionEvents};
 use crate::timeout::Timeout;
 use crate::types::{ClientId, SessionState, WatchedEvent};
 use crate::watch_table::WatchTable;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,34 +21,6 @@ use std::time::Duration;
 use zookeeper_mt_sys as sys;
 
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
-
-/// The C handle. `zhandle_t` is thread-safe in the multi-threaded C client; what is not
-/// safe is closing it while another call runs, which the `RwLock` in `Inner` prevents.
-#[derive(Clone, Copy)]
-pub(crate) struct RawHandle(pub(crate) NonNull<sys::zhandle_t>);
-
-// SAFETY: the mt C client serializes access to its handle internally; the only unsafe
-// concurrency (close vs. any call) is excluded by the RwLock that holds this value.
-unsafe impl Send for RawHandle {}
-// SAFETY: as above.
-unsafe impl Sync for RawHandle {}
-
-/// The C handle behind its close lock: `None` once closed. Calls hold the read lock for
-/// the duration of their C call; close takes the write lock, so close never races a
-/// call. Shared with the watch table, which releases C watch registrations without
-/// keeping the session open.
-pub(crate) type HandleSlot = Arc<RwLock<Option<RawHandle>>>;
-
-/// Runs `call` with the live handle if the close lock can be had right now (never
-/// waits: the only writer is close); `None` while closing or once closed.
-pub(crate) fn with_slot<R>(
-    slot: &HandleSlot,
-    call: impl FnOnce(*mut sys::zhandle_t) -> R,
-) -> Option<R> {
-    let guard = slot.try_read()?;
-    let handle = (*guard)?;
-    Some(call(handle.0.as_ptr()))
-}
 
 struct Inner {
     handle: HandleSlot,
@@ -225,7 +198,7 @@ impl ZooKeeperBuilder {
         // SAFETY: `zh` is a live handle no other thread knows yet.
         unsafe { sys::zoo_set_servers_resolution_delay(zh.as_ptr(), delay_ms) };
 
-        let handle: HandleSlot = Arc::new(RwLock::new(Some(RawHandle(zh))));
+        let handle = HandleCell::new(RawHandle(zh));
         let options = ZooKeeperBuilder {
             client_id: None,
             ..self.clone()
@@ -328,7 +301,8 @@ impl ZooKeeper {
     /// concurrently. Fails fast on a closed or terminal session.
     ///
     /// The read lock is only ever tried, never waited for: the one writer is `close`, so
-    /// a lock that cannot be had means a close has started, and the call fails with
+    /// a lock that cannot be had (or a close already decided, see `HandleCell`) means a
+    /// close has started, and the call fails with
     /// `Closed` at once instead of stalling for the seconds `zookeeper_close` can take
     /// (it sends CloseSession and waits for the answer). This also keeps a caller on the
     /// C completion thread (a waker) from waiting on a closer that joins that thread.
@@ -532,6 +506,15 @@ impl ZooKeeper {
     /// session's ephemeral nodes go. Waits for calls running on other threads to
     /// return first. Later calls on any clone fail with `Closed`. Idempotent.
     ///
+    /// On a thread where the client never waits (the C completion thread, an executor
+    /// thread marked with [`mark_executor_thread`](crate::mark_executor_thread)) the
+    /// close is finished by the client's closer thread and this returns at once; calls
+    /// made after it fail with `Closed` all the same.
+    ///
+    /// Inside the closure of [`with_raw_handle`](Self::with_raw_handle) on this handle
+    /// (or a clone) it fails with `InvalidArgument` and closes nothing: the closure
+    /// holds the handle open, so the close would wait for itself.
+    ///
     /// `Ok` says this handle is closed, not that the server ended the session: the C
     /// client sends the close request only while it is connected. Closed during a
     /// connection loss, or after another client resumed the session (with
@@ -615,12 +598,17 @@ impl WeakZooKeeper {
 }
 
 fn close_inner(inner: &Inner) -> Result<()> {
+    if crate::raw::inside_raw_call(inner.client) {
+        return Err(CLOSE_IN_RAW_CALL);
+    }
     if crate::no_wait::here() {
         // On the C completion thread (a waker dropped the last clone or closed one) or
         // inside the final sweep of a close on this thread: never wait here. The closing
         // thread may be joining this very thread, or holding what this would wait for.
         // The close is handed to the closer thread, which takes the handle out of its
         // slot itself, so a handle is never left out of its slot without being closed.
+        // It is decided here: later calls fail with `Closed`, as after any close.
+        inner.handle.start_closing();
         closer::hand_off(closer::Job {
             slot: Arc::clone(&inner.handle),
             session: Arc::clone(&inner.session),
@@ -634,7 +622,7 @@ fn close_inner(inner: &Inner) -> Result<()> {
     // is out of its slot, later calls fail with `Closed` without touching it. The lock is
     // not held while closing: the final sweep runs wakers, and a waker may call `close`
     // again on this thread.
-    let taken = inner.handle.write().take();
+    let taken = inner.handle.take();
     let Some(handle) = taken else {
         // Closed or being closed elsewhere: return once it is done, as a first close would.
         inner.session.wait_closed();
@@ -642,6 +630,10 @@ fn close_inner(inner: &Inner) -> Result<()> {
     };
     closer::finish_close(handle, &inner.session, inner.session_context, inner.client)
 }
+
+/// `close` inside `with_raw_handle`'s closure on the same handle.
+const CLOSE_IN_RAW_CALL: Error =
+    Error::InvalidArgument("close inside with_raw_handle on the same handle would wait for itself");
 
 impl Drop for Inner {
     fn drop(&mut self) {

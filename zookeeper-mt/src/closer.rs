@@ -7,9 +7,9 @@
 //! closer thread, one per process, started with the first handle (so that a close never
 //! depends on a thread spawn that could fail at that moment).
 
-use crate::client::{HandleSlot, RawHandle};
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
+use crate::handle::{HandleSlot, RawHandle};
 use crate::security::Keepalive;
 use crate::session::Session;
 use crossbeam_channel::Sender;
@@ -73,7 +73,7 @@ pub(crate) fn hand_off(job: Job) {
 }
 
 fn run(job: Job) {
-    let taken = job.slot.write().take();
+    let taken = job.slot.take();
     if let Some(handle) = taken {
         let result = finish_close(
             handle,

@@ -73,7 +73,8 @@
 //! connection and fail every request in flight; the bound keeps the pipe from filling
 //! whatever the number of handles. A call that finds no room waits for a completion (up
 //! to the session timeout), then fails with the retryable [`Error::TooManyInFlight`]; on
-//! the completion thread it fails at once.
+//! the completion thread it fails at once. Room goes to waiting calls in the order they
+//! came: a call made while others wait queues behind them.
 //!
 //! # Fork
 //!
@@ -106,6 +107,7 @@ mod client;
 mod closer;
 mod context;
 mod error;
+mod handle;
 mod in_flight;
 mod logging;
 mod managed;

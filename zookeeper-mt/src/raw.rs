@@ -2,14 +2,48 @@
 //! ([`ffi`](crate::ffi)) and the session's C handle.
 
 use crate::{Result, ZooKeeper};
+use std::cell::RefCell;
 use zookeeper_mt_sys as sys;
+
+thread_local! {
+    /// The handles (client keys) whose `with_raw_handle` closure runs on this thread.
+    static RAW_CALLS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether this thread runs a `with_raw_handle` closure of handle `client` (which holds
+/// its read lock: a close there would wait for itself).
+pub(crate) fn inside_raw_call(client: u64) -> bool {
+    RAW_CALLS.with(|calls| calls.borrow().contains(&client))
+}
+
+/// Marks a `with_raw_handle` closure as running until dropped (also on a panic).
+struct RawCall(u64);
+
+impl RawCall {
+    fn enter(client: u64) -> RawCall {
+        RAW_CALLS.with(|calls| calls.borrow_mut().push(client));
+        RawCall(client)
+    }
+}
+
+impl Drop for RawCall {
+    fn drop(&mut self) {
+        RAW_CALLS.with(|calls| {
+            let mut calls = calls.borrow_mut();
+            if let Some(at) = calls.iter().rposition(|&c| c == self.0) {
+                calls.remove(at);
+            }
+        });
+    }
+}
 
 impl ZooKeeper {
     /// Runs `call` with this session's C handle (`zhandle_t *`), for a C function the safe
     /// API does not wrap. `Err(Closed)` (or `SessionExpired`, `AuthFailed`) instead, as
     /// every call, once the handle is closed or the session has ended; while `call` runs,
     /// the handle cannot be closed (a concurrent [`close`](Self::close) waits for it, so
-    /// keep `call` short).
+    /// keep `call` short). A `close` of this handle (or a clone) inside `call` fails with
+    /// `InvalidArgument` and closes nothing, as it would wait for `call` to return.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -34,6 +68,10 @@ impl ZooKeeper {
         &self,
         call: impl FnOnce(*mut sys::zhandle_t) -> R,
     ) -> Result<R> {
-        self.with_handle(call)
+        let client = self.client_key();
+        self.with_handle(|zh| {
+            let _inside = RawCall::enter(client);
+            call(zh)
+        })
     }
 }

@@ -45,6 +45,7 @@ impl Registration {
                 current: true,
                 c_holds: false,
                 listed: true,
+                reads: 0,
             }),
         }
     }
@@ -72,6 +73,8 @@ pub(crate) struct RegState {
     pub(crate) c_holds: bool,
     /// Whether the table still lists it (false once released or ended).
     pub(crate) listed: bool,
+    /// Numbers the reads that join it (see [`Phase::Waiting`]).
+    reads: u32,
 }
 
 /// Most registrations serve one watch: it is stored inline.
@@ -90,8 +93,13 @@ struct Slot {
 #[derive(Clone, Copy, PartialEq)]
 enum Phase {
     Vacant(u32),
-    /// The read is in flight.
-    Waiting,
+    /// The read with this number is in flight. Only its reply may settle the slot: a
+    /// dropped watch's slot is reused at once, and the reply of the read that made the
+    /// dropped watch (still in flight) must then leave the newer watch alone. A number
+    /// could repeat only after 2^32 reads joined the registration while one stayed
+    /// unanswered; replies come in order and at most `MAX_IN_FLIGHT` requests are in
+    /// flight, so all but a few thousand of those would have to fail at submission.
+    Waiting(u32),
     /// The read registered: the next event is this watch's.
     Armed,
     /// The outcome, not yet taken (event type and state, packed).
@@ -106,7 +114,7 @@ enum Phase {
 
 impl Phase {
     fn pending(self) -> bool {
-        matches!(self, Phase::Waiting | Phase::Armed)
+        matches!(self, Phase::Waiting(_) | Phase::Armed)
     }
 }
 
@@ -157,10 +165,13 @@ impl RegState {
         }
     }
 
-    /// A new watch, waiting for its read's reply; returns its slot.
-    pub(crate) fn add(&mut self) -> u32 {
+    /// A new watch, waiting for its read's reply; returns its slot and the read's number
+    /// (which its reply gives back to [`answered`](Self::answered)).
+    pub(crate) fn add(&mut self) -> (u32, u32) {
+        let read = self.reads;
+        self.reads = self.reads.wrapping_add(1);
         let slot = Slot {
-            phase: Phase::Waiting,
+            phase: Phase::Waiting(read),
             notify: None,
         };
         self.pending += 1;
@@ -172,31 +183,39 @@ impl RegState {
             };
             *vacant = slot;
             self.free = next;
-            return index;
+            return (index, read);
         }
         match std::mem::replace(&mut self.slots, Slots::None) {
             Slots::None => {
                 self.slots = Slots::One(slot);
-                0
+                (0, read)
             }
             Slots::One(first) => {
                 self.slots = Slots::Many(vec![first, slot]);
-                1
+                (1, read)
             }
             Slots::Many(mut slots) => {
                 slots.push(slot);
                 let index = slots.len() as u32 - 1;
                 self.slots = Slots::Many(slots);
-                index
+                (index, read)
             }
         }
     }
 
-    /// The read of watch `index` was answered: it is armed if C registered it.
-    pub(crate) fn answered(&mut self, index: u32, registered: bool, out: &mut Deliveries) {
+    /// Read `read` of watch `index` was answered: the watch is armed if C registered it.
+    /// Nothing happens if the slot no longer waits for that read (the watch was removed,
+    /// or dropped and its slot taken by a newer read).
+    pub(crate) fn answered(
+        &mut self,
+        index: u32,
+        read: u32,
+        registered: bool,
+        out: &mut Deliveries,
+    ) {
         let Some(slot) = self.slot(index) else { return };
-        if slot.phase != Phase::Waiting {
-            return; // removed or dropped meanwhile
+        if slot.phase != Phase::Waiting(read) {
+            return;
         }
         if registered {
             slot.phase = Phase::Armed;

@@ -24,9 +24,9 @@
 //! Memory: a registration is one allocation (its state, the path, a first watch inline)
 //! plus a slot here and an entry in `current`; both shrink back after a peak.
 
-use crate::client::{with_slot, HandleSlot};
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
+use crate::handle::{with_slot, HandleSlot};
 use crate::session::Session;
 use crate::types::{EventType, SessionState, WatcherType};
 use crate::watch::{Deliveries, Outcome, RegState, Registration, Watch};
@@ -110,6 +110,8 @@ pub(crate) enum WatchHook {
         table: Arc<WatchTable>,
         registration: Arc<Registration>,
         watch: u32,
+        /// The read's number in the registration: only this read's reply settles the slot.
+        read: u32,
     },
     /// On success, ends the watches the removal removed.
     Remove {
@@ -127,9 +129,10 @@ impl WatchHook {
                 table,
                 registration,
                 watch,
+                read,
             } => {
                 let registered = registration.kind().registered_on(rc);
-                table.on_read_reply(&registration, watch, registered);
+                table.on_read_reply(&registration, watch, read, registered);
             }
             WatchHook::Remove { table, path, which } => {
                 if rc == sys::ZOK {
@@ -352,7 +355,7 @@ impl WatchTable {
                 registration
             }
         };
-        let watch = {
+        let (watch, read) = {
             let mut state = registration.state.lock();
             state.in_flight += 1;
             state.add()
@@ -363,6 +366,7 @@ impl WatchTable {
                 table: Arc::clone(self),
                 registration: Arc::clone(&registration),
                 watch,
+                read,
             }),
             context: context::id_to_ptr(registration.context),
             watch: Some(Watch::new(Arc::clone(self), registration, watch)),
@@ -377,8 +381,10 @@ impl WatchTable {
         }
     }
 
-    /// A watching read's reply was delivered; `registered`: C registered its watch.
-    fn on_read_reply(&self, reg: &Arc<Registration>, watch: u32, registered: bool) {
+    /// Watching read `read`'s reply was delivered; `registered`: C registered its watch.
+    /// A registration made for a read whose watch was dropped is kept as C's (`c_holds`)
+    /// and fires no watch armed later; it is released once nothing waits on it.
+    fn on_read_reply(&self, reg: &Arc<Registration>, watch: u32, read: u32, registered: bool) {
         let mut deliveries = Deliveries::default();
         {
             let mut table = self.table.lock();
@@ -390,7 +396,7 @@ impl WatchTable {
             if registered {
                 state.c_holds = true;
             }
-            state.answered(watch, registered, &mut deliveries);
+            state.answered(watch, read, registered, &mut deliveries);
             self.settle(&mut table, reg, &mut state);
         }
         deliveries.run();
