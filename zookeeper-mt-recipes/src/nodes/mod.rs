@@ -3,7 +3,8 @@
 //! observer [`Group`]), in the layouts of Curator's `GroupMember` and kazoo's `Party`.
 //!
 //! Also here, for every recipe: how its nodes are made ([`NodeOptions`]), and helpers for
-//! node paths and names ([`ensure_path`], [`sequence_of`], [`guid`]).
+//! whole paths ([`ensure_path`], [`delete_recursive`], each with an async form) and node
+//! names ([`sequence_of`], [`guid`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -93,12 +94,14 @@ mod group;
 mod names;
 mod node_task;
 mod options;
+mod paths;
 mod persistent_node;
 
 pub use group::*;
 pub use names::*;
 use node_task::*;
 pub use options::NodeOptions;
+pub use paths::*;
 pub use persistent_node::*;
 
 use crate::caches::{CacheEvent, ChildrenCache, NodeData};

@@ -1,14 +1,5 @@
-//! Public helpers for recipe users (and the recipes): creating a path with its parents,
-//! reading sequence suffixes, making guids. The internal layer is `support`.
-
-use crate::Result;
-use zookeeper_mt::ZooKeeper;
-
-/// Creates `path` and any missing parents as persistent nodes with an open ACL;
-/// a node that already exists is fine.
-pub fn ensure_path(zk: &ZooKeeper, path: &str) -> Result<()> {
-    crate::support::create_path(zk, path).map_err(Into::into)
-}
+//! Public helpers for recipe users (and the recipes): reading sequence suffixes, making
+//! guids. The internal layer is `support`.
 
 /// The sequence number the server appended to a sequential node's name, if `name` has
 /// one.

@@ -17,23 +17,9 @@ pub(crate) fn check_base_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates `path` and any missing parents as empty persistent nodes with an open ACL; a
-/// node that already exists is fine (the body of [`crate::nodes::ensure_path`]).
-pub(crate) fn create_path(zk: &ZooKeeper, path: &str) -> zookeeper_mt::Result<()> {
-    create_dir(zk, path, &NodeOptions::default())
-}
-
 /// Creates the recipe directory `path` (with `nodes`' ACL, as a container if asked) and
-/// any missing parents (persistent, same ACL); an existing node is fine.
-pub(crate) fn create_dir(
-    zk: &ZooKeeper,
-    path: &str,
-    nodes: &NodeOptions,
-) -> zookeeper_mt::Result<()> {
-    block_on(create_dir_async(zk, path, nodes))
-}
-
-/// [`create_dir`], async.
+/// any missing parents (persistent, same ACL); an existing node is fine (the body of
+/// [`crate::nodes::ensure_path`]).
 pub(crate) async fn create_dir_async(
     zk: &ZooKeeper,
     path: &str,
