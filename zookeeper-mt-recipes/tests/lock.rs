@@ -385,7 +385,7 @@ fn ops_after(log: &[ordered_support::Request], index: usize) -> Vec<i32> {
 fn lost_create_reply_is_looked_up_after_a_sync() {
     let proxy = RequestProxy::start(&shared_server_addr());
     let path = unique_path("lost-create");
-    zookeeper_mt_recipes::nodes::ensure_path(&connect(), &path).unwrap();
+    zookeeper_mt_recipes::nodes::ensure_path(connect(), &path).unwrap();
     let zk = connect_to(&proxy.addr);
     let lock = Lock::new(&zk, &path).unwrap();
     proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
@@ -606,7 +606,7 @@ fn foreign_layouts_find_a_lost_create() {
     for layout in [LockLayout::Curator, LockLayout::Kazoo] {
         let proxy = RequestProxy::start(&shared_server_addr());
         let path = unique_path("lost-create-layout");
-        zookeeper_mt_recipes::nodes::ensure_path(&connect(), &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(connect(), &path).unwrap();
         let zk = connect_to(&proxy.addr);
         let lock = Lock::new(&zk, &path).unwrap().with_layout(layout);
         proxy.lose_reply_of(&[op::CREATE, op::CREATE2]);
