@@ -230,7 +230,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     {
         let path = unique_path("lag-lock");
         // The directory first: the create that is cut is then the lock node's.
-        zookeeper_mt_recipes::nodes::ensure_path(&admin(&ens), &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(admin(&ens), &path).unwrap();
         let lock_path = path.clone();
         let out = lagging(&ens, "lock acquire", (1, is_create), move |zk| {
             let lock = Lock::new(&zk, &lock_path).unwrap();
@@ -331,7 +331,7 @@ fn recipes_keep_their_guarantees_across_a_lagging_member() {
     // Election: the join's create applied, reply lost: one candidate node, leading.
     {
         let path = unique_path("lag-election");
-        zookeeper_mt_recipes::nodes::ensure_path(&admin(&ens), &path).unwrap();
+        zookeeper_mt_recipes::nodes::ensure_path(admin(&ens), &path).unwrap();
         let election_path = path.clone();
         let out = lagging(&ens, "election join", (1, is_create), move |zk| {
             let election = LeaderElection::new(&zk, &election_path, b"me")?;
