@@ -54,6 +54,83 @@ impl From<zookeeper_mt::Error> for RecipeError {
     }
 }
 
+impl RecipeError {
+    /// The same call may succeed if made again as it is, on the same handle: the
+    /// connection dropped or the handle was full ([`zookeeper_mt::Error::is_retryable`]),
+    /// or the call's deadline passed ([`RecipeError::Timeout`]). A lost lock, bad input,
+    /// corrupt data, a partly applied batch or a session that ended are not.
+    ///
+    /// On a `ManagedZooKeeper`, a call whose session ended can be made again too (it runs
+    /// on the new session): that is [`is_retryable_on`](Self::is_retryable_on).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RecipeError::ZooKeeper(error) => error.is_retryable(),
+            RecipeError::Timeout => true,
+            _ => false,
+        }
+    }
+
+    /// The session the call ran on is over (expired, authentication failed, or the
+    /// handle closed), whether the client reported it or a recipe found its node gone
+    /// with the session. A plain handle is then of no more use; a `ManagedZooKeeper`
+    /// carries on with a new session (see [`is_retryable_on`](Self::is_retryable_on)).
+    pub fn is_session_terminal(&self) -> bool {
+        match self {
+            RecipeError::ZooKeeper(error) => error.is_session_terminal(),
+            RecipeError::Lost(LossReason::Lock(lost)) => {
+                matches!(lost, LockLost::SessionExpired | LockLost::Closed)
+            }
+            RecipeError::Lost(LossReason::Leadership(lost)) => {
+                matches!(
+                    lost,
+                    LeadershipLost::SessionExpired | LeadershipLost::Closed
+                )
+            }
+            RecipeError::PartlyEnqueued { error, .. } => error.is_session_terminal(),
+            _ => false,
+        }
+    }
+
+    /// Whether the call that failed may be made again on `client`: [`is_retryable`]
+    /// errors on any client, and on a client that renews its sessions
+    /// (`ManagedZooKeeper`) an expired session too, since the next call runs on the new
+    /// session. A closed handle is final on both.
+    ///
+    /// [`is_retryable`]: Self::is_retryable
+    ///
+    /// ```no_run
+    /// # fn demo(client: &zookeeper_mt_recipes::Client, jobs: &zookeeper_mt_recipes::Queue)
+    /// # -> zookeeper_mt_recipes::Result<()> {
+    /// use zookeeper_mt::Timeout;
+    /// let job = loop {
+    ///     match jobs.take(Timeout::Never) {
+    ///         Err(error) if error.is_retryable_on(client) => continue,
+    ///         other => break other?,
+    ///     }
+    /// };
+    /// # drop(job); Ok(()) }
+    /// ```
+    pub fn is_retryable_on(&self, client: &crate::Client) -> bool {
+        if self.is_retryable() {
+            return true;
+        }
+        client.renews_sessions() && self.is_session_terminal() && !self.is_closed()
+    }
+
+    /// The handle (or recipe value) was closed.
+    fn is_closed(&self) -> bool {
+        matches!(
+            self,
+            RecipeError::ZooKeeper(zookeeper_mt::Error::Closed | zookeeper_mt::Error::Closing)
+                | RecipeError::Lost(
+                    LossReason::Closed
+                        | LossReason::Lock(LockLost::Closed)
+                        | LossReason::Leadership(LeadershipLost::Closed)
+                )
+        )
+    }
+}
+
 impl fmt::Display for RecipeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -165,5 +242,26 @@ impl<T> OptionalExtension<T> for Result<T> {
             Err(RecipeError::Timeout) => Ok(None),
             Err(error) => Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zookeeper_mt::Error;
+
+    #[test]
+    fn retryable_and_session_terminal_answer_one_level_up() {
+        assert!(RecipeError::from(Error::ConnectionLoss).is_retryable());
+        assert!(RecipeError::Timeout.is_retryable());
+        assert!(RecipeError::from(Error::Timeout).is_retryable());
+        assert!(!RecipeError::from(Error::SessionExpired).is_retryable());
+        assert!(RecipeError::from(Error::SessionExpired).is_session_terminal());
+        assert!(
+            RecipeError::Lost(LossReason::Lock(LockLost::SessionExpired)).is_session_terminal()
+        );
+        assert!(!RecipeError::Lost(LossReason::Lock(LockLost::NodeDeleted)).is_session_terminal());
+        assert!(!RecipeError::InvalidArgument("x").is_retryable());
+        assert!(!RecipeError::from(Error::NoNode).is_session_terminal());
     }
 }
