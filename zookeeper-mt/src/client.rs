@@ -366,6 +366,11 @@ impl ZooKeeper {
         self.inner.in_flight.count()
     }
 
+    /// What the server's answers tell of its session clock (see `liveness.rs`).
+    pub(crate) fn liveness(&self) -> &crate::liveness::Liveness {
+        &self.inner.in_flight.liveness
+    }
+
     /// This handle's watch registrations.
     pub(crate) fn watch_table(&self) -> &Arc<WatchTable> {
         &self.inner.watches

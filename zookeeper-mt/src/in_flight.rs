@@ -32,6 +32,8 @@ pub(crate) struct InFlight {
     waiters: AtomicUsize,
     lock: Mutex<()>,
     room: Condvar,
+    /// What the server's answers tell of its session clock (see `liveness.rs`).
+    pub(crate) liveness: crate::liveness::Liveness,
 }
 
 /// One request's place in flight; freed when dropped (with its registry entry).
@@ -45,6 +47,7 @@ impl InFlight {
             waiters: AtomicUsize::new(0),
             lock: Mutex::new(()),
             room: Condvar::new(),
+            liveness: Default::default(),
         })
     }
 
@@ -90,6 +93,12 @@ impl InFlight {
     /// Requests in flight now.
     pub(crate) fn count(&self) -> usize {
         self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Permit {
+    pub(crate) fn liveness(&self) -> &crate::liveness::Liveness {
+        &self.0.liveness
     }
 }
 

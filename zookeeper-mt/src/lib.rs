@@ -92,6 +92,7 @@ mod closer;
 mod context;
 mod error;
 mod in_flight;
+mod liveness;
 mod logging;
 mod managed;
 mod multi;
