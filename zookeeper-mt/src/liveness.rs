@@ -96,6 +96,12 @@ impl ZooKeeper {
         let since = self.confirmed_alive_since()?;
         Some(since + self.session_timeout().ok()?)
     }
+
+    /// A number unique to this handle in the process (shared by its clones).
+    #[doc(hidden)]
+    pub fn handle_key(&self) -> u64 {
+        self.client_key()
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 
 mod connection;
 mod dirs;
+pub(crate) mod liveness;
 mod owned;
 mod sequential;
 mod time;

@@ -13,6 +13,10 @@ pub(super) struct Term {
     pub(super) node: String,
     pub(super) generation: u64,
     pub(super) inner: Mutex<TermInner>,
+    /// The session the term was won on, for its liveness bound.
+    pub(super) zk: zookeeper_mt::WeakZooKeeper,
+    /// Keeps the session's liveness bound fresh while the term lasts.
+    pub(super) alive: Mutex<Option<crate::support::liveness::KeepAlive>>,
 }
 
 #[derive(Default)]
@@ -32,6 +36,7 @@ impl Term {
         }
         inner.end = Some(end);
         inner.ended_at = Some(Instant::now());
+        self.alive.lock().take();
         let subscribers = std::mem::take(&mut inner.subscribers);
         if let TermEnd::Lost(reason) = end {
             for subscriber in subscribers {
@@ -41,7 +46,21 @@ impl Term {
         true
     }
 
+    /// How the term ended, if it has. A term whose session may have expired by now (see
+    /// [`liveness`](crate::support::liveness)) ends here, at the first look, even
+    /// before the latch's task wakes for it: no answer says "leader" past that instant.
     pub(super) fn end(&self) -> Option<TermEnd> {
+        if let Some(end) = self.inner.lock().end {
+            return Some(end);
+        }
+        let now = Instant::now();
+        let expired = self
+            .zk
+            .upgrade()
+            .is_some_and(|zk| crate::support::liveness::past_deadline(&zk, now));
+        if expired {
+            self.finish(TermEnd::Lost(LeadershipLost::Disconnected));
+        }
         self.inner.lock().end
     }
 }

@@ -60,9 +60,9 @@
 //! - `Disconnected`: the connection has been down longer than the *disconnect grace*
 //!   (default zero: a disconnection is a loss at once, Curator's default for `SUSPENDED`).
 //!   While disconnected the latch cannot know whether the server has expired its session
-//!   and let the next participant lead. A grace below a third of the session timeout is
-//!   still safe when the client detects the disconnection by its read timeout (two
-//!   thirds of the session timeout);
+//!   and let the next participant lead. Whatever the grace, the loss is reported no later
+//!   than the earliest instant the server can expire the session as the client knows it
+//!   (as for [`Lock`](crate::locks::lock) guards): any grace is safe;
 //! - `Closed`: the handle was closed or authentication failed.
 //!
 //! Query it with [`LeadershipGuard::is_lost`] (no request), block on or `select!` over

@@ -2,6 +2,7 @@
 //! session (and the monitor task applying session events).
 
 use super::*;
+use crate::support::liveness;
 use std::task::{Context, Poll};
 use zookeeper_mt::{SessionEvents, WeakZooKeeper};
 
@@ -229,15 +230,45 @@ impl Shared {
         applied
     }
 
-    /// Reports a disconnection that has outlasted the grace (once).
+    /// Reports a disconnection that has outlasted the grace (once), and every guard held
+    /// once the session may have expired (see [`liveness`]): whichever comes first.
     pub(super) fn check_grace(&self, view: &mut SessionView) {
+        let now = Instant::now();
         if let Some(since) = view.disconnected_since {
-            if !view.grace_over && since.elapsed() >= self.grace {
+            if !view.grace_over && now >= since + self.grace {
                 view.grace_over = true;
                 for guard in &view.guards {
                     guard.declare(LockLost::Disconnected);
                 }
             }
+        }
+        if view.ended.is_some() || view.guards.is_empty() {
+            return;
+        }
+        // Under the view's lock with guards registered: each keeps a clone of the
+        // handle until after it is forgotten here, so this one is never the last.
+        let past = self
+            .zk
+            .upgrade()
+            .map_or(true, |zk| liveness::past_deadline(&zk, now));
+        if past {
+            for guard in &view.guards {
+                guard.declare(LockLost::Disconnected);
+            }
+        }
+    }
+
+    /// When the monitor must look again to report a loss in time: the end of the grace
+    /// or the session's earliest possible expiry, whichever is first.
+    pub(super) fn loss_at(&self, view: &SessionView) -> Option<Instant> {
+        let grace = view.grace_deadline(self.grace);
+        if view.ended.is_some() || view.guards.is_empty() {
+            return grace;
+        }
+        let bound = self.zk.upgrade().and_then(|zk| liveness::loss_deadline(&zk));
+        match (grace, bound) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -508,7 +539,7 @@ pub(super) mod monitor {
         let (event, connected, grace_at) = {
             let mut view = shared.view.lock();
             let event = shared.poll_events(&mut view, cx);
-            (event, view.connected(), view.grace_deadline(shared.grace))
+            (event, view.connected(), shared.loss_at(&view))
         };
         let mut deadline = grace_at;
         source.watched.retain_mut(|watched| {
