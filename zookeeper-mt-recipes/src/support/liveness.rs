@@ -63,10 +63,13 @@ pub(crate) fn keep_alive(zk: &ZooKeeper) -> KeepAlive {
     let key = zk.handle_key();
     let start = {
         let mut handles = HANDLES.lock();
-        let entry = handles.get_or_insert_with(HashMap::new).entry(key).or_insert(Entry {
-            holders: 0,
-            running: false,
-        });
+        let entry = handles
+            .get_or_insert_with(HashMap::new)
+            .entry(key)
+            .or_insert(Entry {
+                holders: 0,
+                running: false,
+            });
         entry.holders += 1;
         !std::mem::replace(&mut entry.running, true)
     };

@@ -394,7 +394,9 @@ impl LeaderLatch {
 
     /// Whether the latch leads now (no request).
     pub fn has_leadership(&self) -> bool {
-        self.shared.state.lock().term.is_some()
+        // A term whose session may have expired ends at this look (see `Term::end`).
+        let term = self.shared.state.lock().term.clone();
+        term.is_some_and(|term| term.end().is_none())
     }
 
     /// The current term's guard if the latch leads now.

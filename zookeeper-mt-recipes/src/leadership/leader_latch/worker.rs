@@ -171,10 +171,9 @@ impl Worker {
             _ => None,
         };
         // The session's earliest possible expiry ends a term too (see `liveness`).
-        let bound = self
-            .term
-            .as_ref()
-            .map(|_| crate::support::liveness::loss_deadline(self.zk()).unwrap_or_else(Instant::now));
+        let bound = self.term.as_ref().map(|_| {
+            crate::support::liveness::loss_deadline(self.zk()).unwrap_or_else(Instant::now)
+        });
         let grace = match (grace, bound) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

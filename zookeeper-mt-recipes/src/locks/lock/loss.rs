@@ -265,7 +265,10 @@ impl Shared {
         if view.ended.is_some() || view.guards.is_empty() {
             return grace;
         }
-        let bound = self.zk.upgrade().and_then(|zk| liveness::loss_deadline(&zk));
+        let bound = self
+            .zk
+            .upgrade()
+            .and_then(|zk| liveness::loss_deadline(&zk));
         match (grace, bound) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
