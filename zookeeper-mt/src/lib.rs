@@ -116,6 +116,7 @@ pub use zookeeper_mt_sys as ffi;
 pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
 pub use error::{Error, Result};
 pub use in_flight::MAX_IN_FLIGHT;
+pub use liveness::SessionClock;
 pub use logging::set_c_log_level;
 pub use managed::{ManagedSession, ManagedZooKeeper};
 pub use multi::{Op, OpResult};

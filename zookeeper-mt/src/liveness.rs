@@ -12,7 +12,10 @@
 //! Cost: one `Instant::now()` per submit, one atomic max per server reply.
 
 use crate::client::ZooKeeper;
+use crate::in_flight::InFlight;
+use crate::session::Session;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use zookeeper_mt_sys as sys;
@@ -97,10 +100,52 @@ impl ZooKeeper {
         Some(since + self.session_timeout().ok()?)
     }
 
+    /// A view of [`earliest_expiry`](Self::earliest_expiry) that does not keep the
+    /// handle open: safe to hold and read from any thread, even one where dropping the
+    /// last handle clone would block.
+    pub fn session_clock(&self) -> SessionClock {
+        let (in_flight, session) = self.clock_parts();
+        SessionClock { in_flight, session }
+    }
+
     /// A number unique to this handle in the process (shared by its clones).
     #[doc(hidden)]
     pub fn handle_key(&self) -> u64 {
         self.client_key()
+    }
+}
+
+/// What a handle knows of its server's session clock (see
+/// [`ZooKeeper::session_clock`]). `Clone`, `Send`, `Sync`; reading it costs two atomic
+/// loads and never blocks.
+#[derive(Clone)]
+pub struct SessionClock {
+    in_flight: Arc<InFlight>,
+    session: Arc<Session>,
+}
+
+impl std::fmt::Debug for SessionClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionClock")
+            .field("confirmed_alive_since", &self.confirmed_alive_since())
+            .finish()
+    }
+}
+
+impl SessionClock {
+    /// As [`ZooKeeper::confirmed_alive_since`].
+    pub fn confirmed_alive_since(&self) -> Option<Instant> {
+        self.in_flight.liveness.confirmed()
+    }
+
+    /// The negotiated session timeout, once known.
+    pub fn session_timeout(&self) -> Option<Duration> {
+        self.session.recv_timeout()
+    }
+
+    /// As [`ZooKeeper::earliest_expiry`].
+    pub fn earliest_expiry(&self) -> Option<Instant> {
+        Some(self.confirmed_alive_since()? + self.session_timeout()?)
     }
 }
 

@@ -13,12 +13,16 @@
 //! task sends a cheap read (`exists("/")`) whenever nothing was answered for a third of
 //! the session timeout: one request per handle, however many guards it holds.
 
-use crate::runtime::timer::sleep_at;
+use crate::runtime::timer::{sleep_at, Sleep};
 use crate::runtime::until;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
-use zookeeper_mt::{Deadline, WeakZooKeeper, ZooKeeper};
+use zookeeper_mt::{Deadline, SessionClock, WeakZooKeeper, ZooKeeper};
 
 /// What the two clocks (the server's and ours) may disagree on over a session timeout:
 /// a fixed 10 ms plus 1% of the timeout (real clock rates differ by well under 0.1%).
@@ -26,18 +30,63 @@ pub(crate) fn margin(session_timeout: Duration) -> Duration {
     Duration::from_millis(10) + session_timeout / 100
 }
 
-/// The instant from which a holder on `zk` may have lost what it holds: the earliest
-/// instant the server can expire the session, less the clock [`margin`]. `None` if the
-/// client has no such bound (nothing answered, a closed handle): then it is lost now.
-pub(crate) fn loss_deadline(zk: &ZooKeeper) -> Option<Instant> {
-    let timeout = zk.session_timeout().ok()?;
-    let expiry = zk.earliest_expiry()?;
+/// The instant from which a holder on this session may have lost what it holds: the
+/// earliest instant the server can expire the session, less the clock [`margin`].
+/// `None` if the client has no such bound (nothing answered yet): then it is lost now.
+pub(crate) fn loss_deadline(clock: &SessionClock) -> Option<Instant> {
+    let timeout = clock.session_timeout()?;
+    let expiry = clock.earliest_expiry()?;
     Some(expiry.checked_sub(margin(timeout)).unwrap_or(expiry))
 }
 
 /// Whether the bound has passed (or there is none).
-pub(crate) fn past_deadline(zk: &ZooKeeper, now: Instant) -> bool {
-    loss_deadline(zk).map_or(true, |at| now >= at)
+pub(crate) fn past_deadline(clock: &SessionClock, now: Instant) -> bool {
+    loss_deadline(clock).map_or(true, |at| now >= at)
+}
+
+/// Runs `check` on the timer thread at the instant it names, again and again, until it
+/// names none: a loss is pushed to its receivers at its instant, whatever the driver is
+/// busy with. `check` must be quick and never block (it runs among the timer's wakers);
+/// it is first run here.
+pub(crate) fn alarm(check: impl Fn() -> Option<Instant> + Send + Sync + 'static) {
+    Arc::new(Alarm {
+        sleep: Mutex::new(None),
+        check: Box::new(check),
+    })
+    .run();
+}
+
+struct Alarm {
+    /// The pending timer (keeps the alarm armed; the timer holds the alarm's waker).
+    sleep: Mutex<Option<Sleep>>,
+    check: Box<dyn Fn() -> Option<Instant> + Send + Sync>,
+}
+
+impl Alarm {
+    fn run(self: Arc<Self>) {
+        loop {
+            let Some(at) = (self.check)() else {
+                self.sleep.lock().take();
+                return;
+            };
+            // Armed and stored under the lock: a wake that comes meanwhile (on the
+            // timer thread) waits, then stores a later timer, never an earlier one.
+            let mut slot = self.sleep.lock();
+            let mut sleep = sleep_at(Some(at));
+            let waker = Waker::from(Arc::clone(&self));
+            let mut cx = Context::from_waker(&waker);
+            if Pin::new(&mut sleep).poll(&mut cx).is_pending() {
+                *slot = Some(sleep);
+                return;
+            }
+        }
+    }
+}
+
+impl Wake for Alarm {
+    fn wake(self: Arc<Self>) {
+        self.run();
+    }
 }
 
 /// The pause after a probe that failed (connection loss) before the next.

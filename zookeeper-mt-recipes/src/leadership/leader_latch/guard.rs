@@ -13,8 +13,8 @@ pub(super) struct Term {
     pub(super) node: String,
     pub(super) generation: u64,
     pub(super) inner: Mutex<TermInner>,
-    /// The session the term was won on, for its liveness bound.
-    pub(super) zk: zookeeper_mt::WeakZooKeeper,
+    /// The liveness bound of the session the term was won on (read without the handle).
+    pub(super) clock: zookeeper_mt::SessionClock,
     /// Keeps the session's liveness bound fresh while the term lasts.
     pub(super) alive: Mutex<Option<crate::support::liveness::KeepAlive>>,
 }
@@ -46,6 +46,26 @@ impl Term {
         true
     }
 
+    /// When the term must end unless its session is confirmed alive meanwhile (see
+    /// [`liveness`](crate::support::liveness)); now if there is no bound.
+    pub(super) fn loss_deadline(&self) -> Instant {
+        crate::support::liveness::loss_deadline(&self.clock).unwrap_or_else(Instant::now)
+    }
+
+    /// Has the timer thread end the term at [`loss_deadline`](Self::loss_deadline) and
+    /// tell its loss receivers then, whatever the latch's task (on the busy driver) is
+    /// doing; the task learns of it at its next look.
+    pub(super) fn alarm(self: &Arc<Self>) {
+        let term = Arc::downgrade(self);
+        crate::support::liveness::alarm(move || {
+            let term = term.upgrade()?;
+            if term.end().is_some() {
+                return None;
+            }
+            Some(term.loss_deadline())
+        });
+    }
+
     /// How the term ended, if it has. A term whose session may have expired by now (see
     /// [`liveness`](crate::support::liveness)) ends here, at the first look, even
     /// before the latch's task wakes for it: no answer says "leader" past that instant.
@@ -53,12 +73,7 @@ impl Term {
         if let Some(end) = self.inner.lock().end {
             return Some(end);
         }
-        let now = Instant::now();
-        let expired = self
-            .zk
-            .upgrade()
-            .is_some_and(|zk| crate::support::liveness::past_deadline(&zk, now));
-        if expired {
+        if crate::support::liveness::past_deadline(&self.clock, Instant::now()) {
             self.finish(TermEnd::Lost(LeadershipLost::Disconnected));
         }
         self.inner.lock().end

@@ -171,9 +171,7 @@ impl Worker {
             _ => None,
         };
         // The session's earliest possible expiry ends a term too (see `liveness`).
-        let bound = self.term.as_ref().map(|_| {
-            crate::support::liveness::loss_deadline(self.zk()).unwrap_or_else(Instant::now)
-        });
+        let bound = self.term.as_ref().map(|term| term.loss_deadline());
         let grace = match (grace, bound) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -366,9 +364,10 @@ impl Worker {
             node,
             generation: self.following.generation,
             inner: Mutex::default(),
-            zk: self.zk().downgrade(),
+            clock: self.zk().session_clock(),
             alive: Mutex::new(Some(crate::support::liveness::keep_alive(self.zk()))),
         });
+        term.alarm();
         self.term = Some(Arc::clone(&term));
         self.shared.state.lock().term = Some(term);
         self.out.update(|b| {

@@ -4,7 +4,7 @@
 use super::*;
 use crate::support::liveness;
 use std::task::{Context, Poll};
-use zookeeper_mt::{SessionEvents, WeakZooKeeper};
+use zookeeper_mt::{SessionClock, SessionEvents, WeakZooKeeper};
 
 /// A guard's loss state, shared with the [`Shared`] view of its [`Lock`] and the monitor.
 pub(super) struct GuardState {
@@ -109,6 +109,8 @@ impl GuardState {
 /// clone (see [`GuardState::while_held`]).
 pub(super) struct Shared {
     pub(super) zk: WeakZooKeeper,
+    /// The session's liveness bound (read without the handle, see [`liveness`]).
+    pub(super) clock: SessionClock,
     pub(super) grace: Duration,
     pub(super) view: Mutex<SessionView>,
 }
@@ -129,6 +131,9 @@ pub(super) struct SessionView {
     pub(super) to_watch: Vec<Arc<GuardState>>,
     /// Whether the monitor serves this value now.
     pub(super) monitored: bool,
+    /// Whether an alarm pushes this value's losses at their instant (see
+    /// [`liveness::alarm`]).
+    pub(super) alarmed: bool,
 }
 
 impl SessionView {
@@ -158,6 +163,7 @@ impl Shared {
             grace_over: false,
             to_watch: Vec::new(),
             monitored: false,
+            alarmed: false,
         };
         match zk.state() {
             state if state.is_connected() => {}
@@ -167,6 +173,7 @@ impl Shared {
         }
         Shared {
             zk: zk.downgrade(),
+            clock: zk.session_clock(),
             grace,
             view: Mutex::new(view),
         }
@@ -245,13 +252,7 @@ impl Shared {
         if view.ended.is_some() || view.guards.is_empty() {
             return;
         }
-        // Under the view's lock with guards registered: each keeps a clone of the
-        // handle until after it is forgotten here, so this one is never the last.
-        let past = self
-            .zk
-            .upgrade()
-            .map_or(true, |zk| liveness::past_deadline(&zk, now));
-        if past {
+        if liveness::past_deadline(&self.clock, now) {
             for guard in &view.guards {
                 guard.declare(LockLost::Disconnected);
             }
@@ -265,10 +266,8 @@ impl Shared {
         if view.ended.is_some() || view.guards.is_empty() {
             return grace;
         }
-        let bound = self
-            .zk
-            .upgrade()
-            .and_then(|zk| liveness::loss_deadline(&zk));
+        // No bound (nothing answered): at once.
+        let bound = Some(liveness::loss_deadline(&self.clock).unwrap_or_else(Instant::now));
         match (grace, bound) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -325,14 +324,32 @@ impl Shared {
         }
     }
 
-    /// Has the monitor watch the guard's node.
+    /// Has the monitor watch the guard's node, and an alarm push this value's losses at
+    /// their instant (a grace's end, the session's earliest expiry) to the guards'
+    /// receivers, on the timer thread: never later for a busy driver.
     pub(super) fn watch(self: &Arc<Self>, guard: &Arc<GuardState>) {
-        {
+        let arm = {
             let mut view = self.view.lock();
             view.to_watch.push(Arc::clone(guard));
             view.monitored = true;
-        }
+            !std::mem::replace(&mut view.alarmed, true)
+        };
         monitor::serve(Arc::clone(self));
+        if arm {
+            let shared = Arc::downgrade(self);
+            liveness::alarm(move || {
+                let shared = shared.upgrade()?;
+                let mut view = shared.view.lock();
+                shared.catch_up(&mut view);
+                let pending =
+                    view.ended.is_none() && view.guards.iter().any(|g| g.reason().is_none());
+                if !pending {
+                    view.alarmed = false;
+                    return None;
+                }
+                shared.loss_at(&view)
+            });
+        }
     }
 }
 
