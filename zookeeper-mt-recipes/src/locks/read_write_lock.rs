@@ -81,6 +81,7 @@ use crate::lifecycle::Client;
 use crate::locks::lock::{kazoo_marker, uuid_text, LockLayout};
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::liveness::Holding;
 use crate::support::{
     check_base_path, create_member_async, default_op_timeout, ordered_members, owned_node_guard,
     retry_async, wait_for_change_async, Deadline, DeadlineExt, Member, NodeWait, OwnedNode,
@@ -197,7 +198,8 @@ impl ReadWriteLock {
     pub async fn read_async(&self, timeout: impl Into<Timeout>) -> Result<ReadGuard> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let node = self.acquire(READ, timeout).await?;
-        Ok(ReadGuard { node })
+        let holding = Some(Holding::new(node.client()));
+        Ok(ReadGuard { node, holding })
     }
 
     /// Acquires an exclusive (write) lock, waiting up to `timeout` for every preceding
@@ -212,7 +214,8 @@ impl ReadWriteLock {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let node = self.acquire(WRITE, timeout).await?;
         let zk = node.client().clone();
-        Ok(WriteGuard { node, zk })
+        let holding = Some(Holding::new(&zk));
+        Ok(WriteGuard { node, zk, holding })
     }
 
     /// A read lock if it can be had without waiting, else `None`.
@@ -317,6 +320,8 @@ impl ReadWriteLock {
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct ReadGuard {
     node: OwnedNode,
+    /// How it learns of its loss.
+    holding: Option<Holding>,
 }
 
 /// A held write lock; dropping it releases the lock.
@@ -325,6 +330,8 @@ pub struct ReadGuard {
 pub struct WriteGuard {
     node: OwnedNode,
     zk: ZooKeeper,
+    /// How it learns of its loss.
+    holding: Option<Holding>,
 }
 
 owned_node_guard!(ReadGuard, "lock");

@@ -57,6 +57,7 @@ use crate::error::LossReason;
 use crate::lifecycle::Client;
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::liveness::Holding;
 use crate::support::{
     await_watch_async, check_base_path, create_member_async, default_op_timeout, op_deadline,
     ordered_members, owned_node_guard, retry_async, watch_node, withdraw_watch, Deadline,
@@ -228,6 +229,7 @@ impl Semaphore {
             })?;
         let lease = PermitGuard {
             node: OwnedNode::new(zk, &self.dir, created),
+            holding: None,
         };
         // A dropped future drops `lease`, which withdraws the request in the background.
         let granted = match self.wait_granted(&lease, deadline, step_deadline).await {
@@ -242,6 +244,7 @@ impl Semaphore {
         match granted {
             Ok(()) => Ok(PermitGuard {
                 node: lease.node.hand_out(),
+                holding: Some(Holding::new(zk)),
             }),
             Err(error) => {
                 lease.node.withdraw().await;
@@ -340,6 +343,8 @@ impl Semaphore {
 #[must_use = "dropping the guard releases the permit at once"]
 pub struct PermitGuard {
     node: OwnedNode,
+    /// How it learns of its loss (from the grant on).
+    holding: Option<Holding>,
 }
 
 owned_node_guard!(PermitGuard, "lease");

@@ -13,8 +13,10 @@
 //! task sends a cheap read (`exists("/")`) whenever nothing was answered for a third of
 //! the session timeout: one request per handle, however many guards it holds.
 
+use crate::locks::LockLost;
 use crate::runtime::timer::{sleep_at, Sleep};
 use crate::runtime::until;
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,7 +24,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
-use zookeeper_mt::{Deadline, SessionClock, WeakZooKeeper, ZooKeeper};
+use zookeeper_mt::{Deadline, SessionClock, SessionEvents, SessionState, WeakZooKeeper, ZooKeeper};
 
 /// What the two clocks (the server's and ours) may disagree on over a session timeout:
 /// a fixed 10 ms plus 1% of the timeout (real clock rates differ by well under 0.1%).
@@ -48,33 +50,88 @@ pub(crate) fn past_deadline(clock: &SessionClock, now: Instant) -> bool {
 /// names none: a loss is pushed to its receivers at its instant, whatever the driver is
 /// busy with. `check` must be quick and never block (it runs among the timer's wakers);
 /// it is first run here.
-pub(crate) fn alarm(check: impl Fn() -> Option<Instant> + Send + Sync + 'static) {
-    Arc::new(Alarm {
+pub(crate) fn alarm(check: impl Fn() -> Option<Instant> + Send + Sync + 'static) -> AlarmHandle {
+    alarm_with(move |_| check())
+}
+
+/// Cancels its alarm when told, or when dropped: no timer stays pending for a guard
+/// that is gone (an idle process keeps no timer thread).
+#[derive(Debug)]
+pub(crate) struct AlarmHandle(std::sync::Weak<Alarm>);
+
+impl AlarmHandle {
+    /// Never waits: it may run inside the alarm's own check (a term ended by its
+    /// alarm). A run under way sees the flag before it arms again, or its timer fires
+    /// once more and finds it.
+    pub(crate) fn cancel(&self) {
+        if let Some(alarm) = self.0.upgrade() {
+            alarm
+                .cancelled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            let pending = alarm.sleep.try_lock().and_then(|mut slot| slot.take());
+            drop(pending);
+        }
+    }
+}
+
+impl Drop for AlarmHandle {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// [`alarm`] whose `check` also gets the alarm's context: a waker it registers (on a
+/// session event stream) runs it again when woken, on the waking thread (the C
+/// completion thread for session events: `check` must not block).
+pub(crate) fn alarm_with(
+    check: impl Fn(&mut Context<'_>) -> Option<Instant> + Send + Sync + 'static,
+) -> AlarmHandle {
+    let alarm = Arc::new(Alarm {
         sleep: Mutex::new(None),
+        cancelled: std::sync::atomic::AtomicBool::new(false),
         check: Box::new(check),
-    })
-    .run();
+    });
+    let handle = AlarmHandle(Arc::downgrade(&alarm));
+    alarm.run();
+    handle
 }
 
 struct Alarm {
     /// The pending timer (keeps the alarm armed; the timer holds the alarm's waker).
     sleep: Mutex<Option<Sleep>>,
-    check: Box<dyn Fn() -> Option<Instant> + Send + Sync>,
+    cancelled: std::sync::atomic::AtomicBool,
+    check: Box<dyn Fn(&mut Context<'_>) -> Option<Instant> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Alarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alarm").finish_non_exhaustive()
+    }
 }
 
 impl Alarm {
     fn run(self: Arc<Self>) {
+        let waker = Waker::from(Arc::clone(&self));
+        let mut cx = Context::from_waker(&waker);
         loop {
-            let Some(at) = (self.check)() else {
-                self.sleep.lock().take();
+            // Checked, armed and stored under the lock: a wake that comes meanwhile
+            // waits, then checks again and stores a later timer, never an earlier one.
+            let mut slot = self.sleep.lock();
+            if self.cancelled.load(std::sync::atomic::Ordering::SeqCst) {
+                let ended = slot.take();
+                drop(slot);
+                drop(ended);
+                return;
+            }
+            let at = (self.check)(&mut cx);
+            let Some(at) = at.filter(|_| !self.cancelled.load(std::sync::atomic::Ordering::SeqCst))
+            else {
+                let ended = slot.take();
+                drop(slot);
+                drop(ended);
                 return;
             };
-            // Armed and stored under the lock: a wake that comes meanwhile (on the
-            // timer thread) waits, then stores a later timer, never an earlier one.
-            let mut slot = self.sleep.lock();
             let mut sleep = sleep_at(Some(at));
-            let waker = Waker::from(Arc::clone(&self));
-            let mut cx = Context::from_waker(&waker);
             if Pin::new(&mut sleep).poll(&mut cx).is_pending() {
                 *slot = Some(sleep);
                 return;
@@ -96,6 +153,8 @@ const RETRY: Duration = Duration::from_millis(100);
 struct Entry {
     holders: usize,
     running: bool,
+    /// The task's waker while it sleeps: the last holder's release ends the sleep.
+    waker: Option<Waker>,
 }
 
 static HANDLES: Mutex<Option<HashMap<u64, Entry>>> = Mutex::new(None);
@@ -118,6 +177,7 @@ pub(crate) fn keep_alive(zk: &ZooKeeper) -> KeepAlive {
             .or_insert(Entry {
                 holders: 0,
                 running: false,
+                waker: None,
             });
         entry.holders += 1;
         !std::mem::replace(&mut entry.running, true)
@@ -130,11 +190,38 @@ pub(crate) fn keep_alive(zk: &ZooKeeper) -> KeepAlive {
 
 impl Drop for KeepAlive {
     fn drop(&mut self) {
-        let mut handles = HANDLES.lock();
-        if let Some(entry) = handles.as_mut().and_then(|h| h.get_mut(&self.key)) {
+        let waker = {
+            let mut handles = HANDLES.lock();
+            let Some(entry) = handles.as_mut().and_then(|h| h.get_mut(&self.key)) else {
+                return;
+            };
             entry.holders = entry.holders.saturating_sub(1);
+            if entry.holders > 0 {
+                return;
+            }
+            entry.waker.take()
+        };
+        // Woken outside the lock: the task ends at once instead of at its next probe.
+        if let Some(waker) = waker {
+            waker.wake();
         }
     }
+}
+
+/// Sleeps until `at`, or until the last holder of `key` has let go.
+async fn pause(key: u64, at: Instant) {
+    let mut sleep = sleep_at(Some(at));
+    std::future::poll_fn(|cx| {
+        {
+            let mut handles = HANDLES.lock();
+            match handles.as_mut().and_then(|h| h.get_mut(&key)) {
+                Some(entry) if entry.holders > 0 => entry.waker = Some(cx.waker().clone()),
+                _ => return std::task::Poll::Ready(()),
+            }
+        }
+        Pin::new(&mut sleep).poll(cx)
+    })
+    .await
 }
 
 /// Whether the task for `key` is to go on (it has holders); if not, it is marked as
@@ -182,7 +269,7 @@ async fn run(key: u64, weak: WeakZooKeeper) {
         if due > now {
             drop(zk);
             // Requests of others may have refreshed the bound meanwhile: look again then.
-            sleep_at(Some(due)).await;
+            pause(key, due).await;
             continue;
         }
         // Answered or not within a period, the next look decides (a stalled link gets
@@ -191,7 +278,7 @@ async fn run(key: u64, weak: WeakZooKeeper) {
         drop(zk);
         if let Some(Err(_)) = until(Deadline::after(period), probe).await {
             // Failed at once (a connection loss): pace the next try.
-            sleep_at(Some(now + period.min(RETRY))).await;
+            pause(key, now + period.min(RETRY)).await;
         }
     }
 }
@@ -201,4 +288,169 @@ fn forget(key: u64) {
     if let Some(map) = handles.as_mut() {
         map.remove(&key);
     }
+}
+
+/// How a holding guard (a permit, a lease, a read or write lock, an election candidate)
+/// learns it may have lost what it holds: the first of the session's expiry or close,
+/// a disconnection (no grace), and the session's earliest possible expiry
+/// ([`loss_deadline`]). Answered from what the client knows, never by a request.
+/// While it lives, its handle's keep-alive runs.
+#[derive(Debug)]
+pub(crate) struct Holding {
+    inner: Arc<HoldingInner>,
+    alarm: Mutex<Option<AlarmHandle>>,
+}
+
+#[derive(Debug)]
+struct HoldingInner {
+    clock: SessionClock,
+    state: Mutex<HoldState>,
+    _alive: KeepAlive,
+}
+
+struct HoldState {
+    /// This guard's subscription to its session's events (from its acquisition on).
+    events: SessionEvents,
+    lost: Option<LockLost>,
+    released: bool,
+    subscribers: Vec<Sender<LockLost>>,
+    alarmed: bool,
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        // Outside the state's lock: the alarm's check takes it.
+        let alarm = self.alarm.lock().take();
+        drop(alarm);
+    }
+}
+
+impl std::fmt::Debug for HoldState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldState")
+            .field("lost", &self.lost)
+            .finish()
+    }
+}
+
+impl Holding {
+    /// A guard just granted on `zk` (its acquisition's last reply came after every
+    /// session event before: those are no loss).
+    pub(crate) fn new(zk: &ZooKeeper) -> Holding {
+        let events = zk.session_events();
+        let lost = match zk.state() {
+            state if state.is_connected() => None,
+            SessionState::Expired => Some(LockLost::SessionExpired),
+            state if state.is_terminal() => Some(LockLost::Closed),
+            _ => Some(LockLost::Disconnected),
+        };
+        Holding {
+            inner: Arc::new(HoldingInner {
+                clock: zk.session_clock(),
+                state: Mutex::new(HoldState {
+                    events,
+                    lost,
+                    released: false,
+                    subscribers: Vec::new(),
+                    alarmed: false,
+                }),
+                _alive: keep_alive(zk),
+            }),
+            alarm: Mutex::new(None),
+        }
+    }
+
+    /// Why the guard may have lost its hold, if it may have. No request, no blocking.
+    pub(crate) fn lost_reason(&self) -> Option<LockLost> {
+        self.inner.judge(None).0
+    }
+
+    /// A receiver that gets the reason once the hold may be lost (at once if it is
+    /// known to be), at the instant it is known; it disconnects after a release.
+    pub(crate) fn lost(&self) -> Receiver<LockLost> {
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let arm = {
+            let mut state = self.inner.state.lock();
+            if let Some(reason) = state.lost {
+                let _ = sender.try_send(reason);
+                return receiver;
+            }
+            if state.released {
+                return receiver;
+            }
+            state.subscribers.push(sender);
+            !std::mem::replace(&mut state.alarmed, true)
+        };
+        if arm {
+            let inner = Arc::downgrade(&self.inner);
+            let alarm = alarm_with(move |cx| {
+                let inner = inner.upgrade()?;
+                inner.judge(Some(cx)).1
+            });
+            let old = self.alarm.lock().replace(alarm);
+            drop(old);
+        }
+        // Judged once more now: a loss known already reaches the new receiver.
+        self.lost_reason();
+        receiver
+    }
+
+    /// Released: no loss is reported from now on; receivers disconnect.
+    pub(crate) fn release(&self) {
+        {
+            let mut state = self.inner.state.lock();
+            state.released = true;
+            state.subscribers.clear();
+        }
+        let alarm = self.alarm.lock().take();
+        drop(alarm);
+    }
+}
+
+impl HoldingInner {
+    /// Applies the session events so far (with `cx`, registering its waker for the
+    /// next) and the bound, and tells the receivers of a loss. Returns the loss, if any,
+    /// and while there is none the instant to look again.
+    fn judge(&self, mut cx: Option<&mut Context<'_>>) -> (Option<LockLost>, Option<Instant>) {
+        let mut state = self.state.lock();
+        while state.lost.is_none() && !state.released {
+            let next = match cx.as_deref_mut() {
+                Some(cx) => match state.events.poll_recv(cx) {
+                    std::task::Poll::Ready(event) => event,
+                    std::task::Poll::Pending => break,
+                },
+                None => match state.events.try_recv() {
+                    Ok(event) => Some(event),
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => None,
+                },
+            };
+            state.lost = match next.map(|event| event.state) {
+                None => Some(LockLost::Closed),
+                Some(SessionState::Expired) => Some(LockLost::SessionExpired),
+                Some(s) if s.is_terminal() => Some(LockLost::Closed),
+                Some(s) if s.is_connected() => None,
+                Some(_) => Some(LockLost::Disconnected),
+            };
+        }
+        if state.lost.is_none() && !state.released && past_deadline(&self.clock, Instant::now()) {
+            state.lost = Some(LockLost::Disconnected);
+        }
+        if let Some(reason) = state.lost {
+            for subscriber in state.subscribers.drain(..) {
+                let _ = subscriber.try_send(reason);
+            }
+        }
+        let again = (state.lost.is_none() && !state.released)
+            .then(|| loss_deadline(&self.clock).unwrap_or_else(Instant::now));
+        if again.is_none() {
+            state.alarmed = false;
+        }
+        (state.lost, again)
+    }
+}
+
+/// A loss receiver that never fires (disconnected at once).
+pub(crate) fn never_lost() -> Receiver<LockLost> {
+    crossbeam_channel::bounded(1).1
 }

@@ -18,7 +18,9 @@ mod time;
 mod watches;
 
 pub(crate) use connection::*;
+pub(crate) use crossbeam_channel::Receiver;
 pub(crate) use dirs::*;
+pub(crate) use liveness::never_lost;
 pub(crate) use owned::*;
 pub(crate) use sequential::*;
 pub(crate) use time::*;

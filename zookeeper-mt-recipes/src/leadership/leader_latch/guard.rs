@@ -17,6 +17,8 @@ pub(super) struct Term {
     pub(super) clock: zookeeper_mt::SessionClock,
     /// Keeps the session's liveness bound fresh while the term lasts.
     pub(super) alive: Mutex<Option<crate::support::liveness::KeepAlive>>,
+    /// Ends the term at its loss instant (see [`alarm`](Self::alarm)).
+    pub(super) alarm: Mutex<Option<crate::support::liveness::AlarmHandle>>,
 }
 
 #[derive(Default)]
@@ -37,6 +39,9 @@ impl Term {
         inner.end = Some(end);
         inner.ended_at = Some(Instant::now());
         self.alive.lock().take();
+        if let Some(alarm) = self.alarm.lock().take() {
+            alarm.cancel();
+        }
         let subscribers = std::mem::take(&mut inner.subscribers);
         if let TermEnd::Lost(reason) = end {
             for subscriber in subscribers {
@@ -57,13 +62,16 @@ impl Term {
     /// doing; the task learns of it at its next look.
     pub(super) fn alarm(self: &Arc<Self>) {
         let term = Arc::downgrade(self);
-        crate::support::liveness::alarm(move || {
+        let alarm = crate::support::liveness::alarm(move || {
             let term = term.upgrade()?;
             if term.end().is_some() {
                 return None;
             }
             Some(term.loss_deadline())
         });
+        if self.end().is_none() {
+            *self.alarm.lock() = Some(alarm);
+        }
     }
 
     /// How the term ended, if it has. A term whose session may have expired by now (see

@@ -366,6 +366,7 @@ impl Worker {
             inner: Mutex::default(),
             clock: self.zk().session_clock(),
             alive: Mutex::new(Some(crate::support::liveness::keep_alive(self.zk()))),
+            alarm: Mutex::new(None),
         });
         term.alarm();
         self.term = Some(Arc::clone(&term));

@@ -131,9 +131,9 @@ pub(super) struct SessionView {
     pub(super) to_watch: Vec<Arc<GuardState>>,
     /// Whether the monitor serves this value now.
     pub(super) monitored: bool,
-    /// Whether an alarm pushes this value's losses at their instant (see
-    /// [`liveness::alarm`]).
-    pub(super) alarmed: bool,
+    /// The alarm pushing this value's losses at their instant while guards are held
+    /// (see [`liveness::alarm`]).
+    pub(super) alarm: Option<liveness::AlarmHandle>,
 }
 
 impl SessionView {
@@ -163,7 +163,7 @@ impl Shared {
             grace_over: false,
             to_watch: Vec::new(),
             monitored: false,
-            alarmed: false,
+            alarm: None,
         };
         match zk.state() {
             state if state.is_connected() => {}
@@ -317,6 +317,11 @@ impl Shared {
             if let Some(index) = view.guards.iter().position(|g| Arc::ptr_eq(g, guard)) {
                 view.guards.swap_remove(index);
             }
+            if view.guards.is_empty() {
+                if let Some(alarm) = view.alarm.take() {
+                    alarm.cancel();
+                }
+            }
             view.monitored && view.guards.is_empty()
         };
         if tell_monitor {
@@ -332,23 +337,30 @@ impl Shared {
             let mut view = self.view.lock();
             view.to_watch.push(Arc::clone(guard));
             view.monitored = true;
-            !std::mem::replace(&mut view.alarmed, true)
+            view.alarm.is_none()
         };
         monitor::serve(Arc::clone(self));
         if arm {
             let shared = Arc::downgrade(self);
-            liveness::alarm(move || {
+            let alarm = liveness::alarm(move || {
                 let shared = shared.upgrade()?;
                 let mut view = shared.view.lock();
                 shared.catch_up(&mut view);
                 let pending =
                     view.ended.is_none() && view.guards.iter().any(|g| g.reason().is_none());
                 if !pending {
-                    view.alarmed = false;
+                    // The next `watch` arms a new one.
+                    if let Some(alarm) = view.alarm.take() {
+                        alarm.cancel();
+                    }
                     return None;
                 }
                 shared.loss_at(&view)
             });
+            let mut view = self.view.lock();
+            if view.alarm.is_none() && !view.guards.is_empty() {
+                view.alarm = Some(alarm);
+            }
         }
     }
 }
