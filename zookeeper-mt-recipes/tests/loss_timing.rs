@@ -14,8 +14,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::FaultProxy;
 use zookeeper_mt::{Version, ZooKeeper};
+use zookeeper_mt_recipes::leadership::election::LeaderElection;
 use zookeeper_mt_recipes::leadership::leader_latch::LeaderLatch;
 use zookeeper_mt_recipes::locks::lock::Lock;
+use zookeeper_mt_recipes::locks::semaphore::Semaphore;
 
 /// The session timeout asked for (the shared server's ticks are 500 ms: it is granted).
 const SESSION: Duration = Duration::from_secs(4);
@@ -178,11 +180,112 @@ fn latch_run(grace: Duration, run: usize) -> Outcome {
     }
 }
 
+/// A Semaphore permit (one permit): `is_held` during the stall, `lost()` against the
+/// other client's grant. (No grace: a permit counts a disconnection as a loss.)
+fn permit_run(grace: Duration, run: usize) -> Outcome {
+    let hosts = zk_harness::shared_test_connect_string();
+    let proxy = FaultProxy::start(&hosts).expect("proxy");
+    let a = connect(&proxy.connect_string());
+    let b = connect(&hosts);
+    let path = common::unique_path(&format!("permit-{run}"));
+    let node = format!("{path}-notify");
+    zookeeper_mt_recipes::nodes::ensure_path(&b, &node).expect("node");
+    let semaphore_a = Semaphore::new(&a, &path, 1).unwrap();
+    let permit = semaphore_a.acquire(BOUND).expect("A holds");
+    let lost = permit.lost();
+    let semaphore_b = Semaphore::new(&b, &path, 1).unwrap();
+    let (took_tx, took_rx) = mpsc::channel();
+    let (stalled, clean, query, reason, loss) = thread::scope(|scope| {
+        scope.spawn(|| {
+            let held = semaphore_b.acquire(BOUND).expect("B takes over");
+            took_tx.send(Instant::now()).unwrap();
+            drop(held);
+        });
+        common::wait_until("B waits", || {
+            semaphore_b.requests().map_or(false, |n| n == 2)
+        });
+        let (stalled, clean) = stall_after_notification(&proxy, &a, &b, &node);
+        let asked = Instant::now();
+        assert!(permit.is_held().expect("is_held"), "held at the stall");
+        let query = asked.elapsed();
+        let reason = lost.recv_timeout(BOUND).expect("A hears of the loss");
+        let loss = Instant::now() - stalled;
+        let asked = Instant::now();
+        assert!(
+            !permit.is_held().expect("is_held"),
+            "not held after the loss"
+        );
+        let query = query.max(asked.elapsed());
+        (stalled, clean, query, reason, loss)
+    });
+    let takeover = took_rx.recv_timeout(BOUND).expect("B's takeover") - stalled;
+    eprintln!("  permit: A lost ({reason:?})");
+    proxy.resume();
+    drop(permit);
+    Outcome {
+        grace,
+        loss,
+        takeover,
+        query,
+        clean,
+    }
+}
+
+/// A LeaderElection leader: `is_leader` during the stall, `lost()` against the next
+/// candidate's leadership.
+fn election_run(grace: Duration, run: usize) -> Outcome {
+    let hosts = zk_harness::shared_test_connect_string();
+    let proxy = FaultProxy::start(&hosts).expect("proxy");
+    let a = connect(&proxy.connect_string());
+    let b = connect(&hosts);
+    let path = common::unique_path(&format!("election-{run}"));
+    let node = format!("{path}-notify");
+    zookeeper_mt_recipes::nodes::ensure_path(&b, &node).expect("node");
+    let candidate_a = LeaderElection::new(&a, &path, b"a").unwrap();
+    candidate_a.wait_until_leader(BOUND).expect("A leads");
+    let lost = candidate_a.lost();
+    let candidate_b = LeaderElection::new(&b, &path, b"b").unwrap();
+    let (took_tx, took_rx) = mpsc::channel();
+    let (stalled, clean, query, reason, loss) = thread::scope(|scope| {
+        scope.spawn(|| {
+            candidate_b.wait_until_leader(BOUND).expect("B leads");
+            took_tx.send(Instant::now()).unwrap();
+        });
+        let (stalled, clean) = stall_after_notification(&proxy, &a, &b, &node);
+        let asked = Instant::now();
+        assert!(
+            candidate_a.is_leader().expect("is_leader"),
+            "leads at the stall"
+        );
+        let query = asked.elapsed();
+        let reason = lost.recv_timeout(BOUND).expect("A hears of the loss");
+        let loss = Instant::now() - stalled;
+        let asked = Instant::now();
+        assert!(candidate_a.is_leader().is_err(), "no leader after the loss");
+        let query = query.max(asked.elapsed());
+        (stalled, clean, query, reason, loss)
+    });
+    let takeover = took_rx.recv_timeout(BOUND).expect("B's takeover") - stalled;
+    eprintln!("  election: A lost ({reason:?})");
+    proxy.resume();
+    Outcome {
+        grace,
+        loss,
+        takeover,
+        query,
+        clean,
+    }
+}
+
 /// Runs `RUNS` runs per grace (graces in parallel) and checks each: the holder reports
 /// before the takeover, and its status query answered at once.
 fn check(what: &str, run: fn(Duration, usize) -> Outcome) {
+    check_with(what, &GRACES, run)
+}
+
+fn check_with(what: &str, graces: &[Duration], run: fn(Duration, usize) -> Outcome) {
     let outcomes: Vec<Outcome> = thread::scope(|scope| {
-        let handles: Vec<_> = GRACES
+        let handles: Vec<_> = graces
             .iter()
             .enumerate()
             .map(|(g, &grace)| {
@@ -232,4 +335,14 @@ fn lock_holder_reports_before_takeover() {
 #[test]
 fn latch_leader_reports_before_takeover() {
     check("LeaderLatch", latch_run);
+}
+
+#[test]
+fn permit_holder_reports_before_takeover() {
+    check_with("Semaphore permit", &[Duration::ZERO], permit_run);
+}
+
+#[test]
+fn election_leader_reports_before_takeover() {
+    check_with("LeaderElection", &[Duration::ZERO], election_run);
 }

@@ -337,8 +337,9 @@ impl LeaseGuard {
     /// Whether the lease is still held as far as the client knows: no request,
     /// answered at once (see [`lost_reason`](Self::lost_reason)). `Ok(false)` from the
     /// instant the session may have expired.
+    /// A closed handle is an error (`Closed`), as for every call on it.
     pub fn is_held(&self) -> Result<bool> {
-        Ok(self.lost_reason().is_none())
+        crate::support::held_answer(self.lost_reason())
     }
 
     /// [`is_held`](Self::is_held), async (answered at once as well).

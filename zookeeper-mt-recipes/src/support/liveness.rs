@@ -454,3 +454,13 @@ impl HoldingInner {
 pub(crate) fn never_lost() -> Receiver<LockLost> {
     crossbeam_channel::bounded(1).1
 }
+
+/// `is_held`'s answer from a guard's loss: held while not lost; a closed handle is an
+/// error, as for every call on it.
+pub(crate) fn held_answer(lost: Option<LockLost>) -> crate::Result<bool> {
+    match lost {
+        None => Ok(true),
+        Some(LockLost::Closed) => Err(zookeeper_mt::Error::Closed.into()),
+        Some(_) => Ok(false),
+    }
+}

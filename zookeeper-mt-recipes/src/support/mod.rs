@@ -20,7 +20,7 @@ mod watches;
 pub(crate) use connection::*;
 pub(crate) use crossbeam_channel::Receiver;
 pub(crate) use dirs::*;
-pub(crate) use liveness::never_lost;
+pub(crate) use liveness::{held_answer, never_lost};
 pub(crate) use owned::*;
 pub(crate) use sequential::*;
 pub(crate) use time::*;
