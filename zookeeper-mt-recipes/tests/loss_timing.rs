@@ -113,7 +113,7 @@ fn lock_run(grace: Duration, run: usize) -> Outcome {
         })
     };
     common::wait_until("B waits", || {
-        b.get_children(&path).map_or(false, |c| c.len() == 2)
+        b.get_children(&path).is_ok_and(|c| c.len() == 2)
     });
     let (stalled, clean) = stall_after_notification(&proxy, &a, &b, &node);
     let asked = Instant::now();
@@ -151,7 +151,7 @@ fn latch_run(grace: Duration, run: usize) -> Outcome {
     let lost = guard.lost();
     let latch_b = LeaderLatch::builder(&path).build(&b).unwrap();
     common::wait_until("B waits", || {
-        b.get_children(&path).map_or(false, |c| c.len() == 2)
+        b.get_children(&path).is_ok_and(|c| c.len() == 2)
     });
     let (took_tx, took_rx) = mpsc::channel();
     let (stalled, clean, query, reason, loss) = thread::scope(|scope| {
@@ -201,9 +201,7 @@ fn permit_run(grace: Duration, run: usize) -> Outcome {
             took_tx.send(Instant::now()).unwrap();
             drop(held);
         });
-        common::wait_until("B waits", || {
-            semaphore_b.requests().map_or(false, |n| n == 2)
-        });
+        common::wait_until("B waits", || semaphore_b.requests().is_ok_and(|n| n == 2));
         let (stalled, clean) = stall_after_notification(&proxy, &a, &b, &node);
         let asked = Instant::now();
         assert!(permit.is_held().expect("is_held"), "held at the stall");

@@ -43,7 +43,7 @@ pub(crate) fn loss_deadline(clock: &SessionClock) -> Option<Instant> {
 
 /// Whether the bound has passed (or there is none).
 pub(crate) fn past_deadline(clock: &SessionClock, now: Instant) -> bool {
-    loss_deadline(clock).map_or(true, |at| now >= at)
+    loss_deadline(clock).is_none_or(|at| now >= at)
 }
 
 /// Runs `check` on the timer thread at the instant it names, again and again, until it
@@ -100,8 +100,11 @@ struct Alarm {
     /// The pending timer (keeps the alarm armed; the timer holds the alarm's waker).
     sleep: Mutex<Option<Sleep>>,
     cancelled: std::sync::atomic::AtomicBool,
-    check: Box<dyn Fn(&mut Context<'_>) -> Option<Instant> + Send + Sync>,
+    check: Box<Check>,
 }
+
+/// An alarm's check: when to run it again (`None`: the alarm is done).
+type Check = dyn Fn(&mut Context<'_>) -> Option<Instant> + Send + Sync;
 
 impl std::fmt::Debug for Alarm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
