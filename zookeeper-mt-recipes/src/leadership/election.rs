@@ -25,9 +25,14 @@
 //! - Handoff: when the leader resigns, is dropped, or its session closes or expires, its
 //!   ephemeral node goes and its successor's watch fires; the successor becomes leader
 //!   once every lower node is gone (a candidate that gave up in between is skipped).
-//! - [`is_leader`](LeaderElection::is_leader) asks the server; it fails once this
-//!   candidate cannot lead any more: `Lost` if its node is gone (resigned, deleted),
-//!   the session error (`SessionExpired`, `Closed`) if its session ended.
+//! - [`is_leader`](LeaderElection::is_leader) asks the server until this candidate is
+//!   seen to lead; from then on it answers at once (no request) and fails with `Lost`
+//!   from the instant the leadership may be lost: a disconnection, the session's end, or
+//!   the earliest instant the server can expire the session (as its answers tell), which
+//!   is never after another candidate can lead; [`lost`](LeaderElection::lost) pushes
+//!   that instant. Reconnected, it asks the server again. `Lost` also if its node is gone
+//!   (resigned, deleted), the session error (`SessionExpired`, `Closed`) if its session
+//!   ended before it was seen to lead.
 //! - [`fencing_token`](LeaderElection::fencing_token) (the candidate node's `czxid`)
 //!   grows from each leader to the next, also across counter restarts and re-created
 //!   directories.

@@ -21,7 +21,8 @@
 //!
 //! # Non-guarantees
 //! - A lease is tied to its session: if it expires the node goes and the lease is handed
-//!   on. No revocation ([`LeaseGuard::is_held`] checks).
+//!   on. [`LeaseGuard::is_held`] (no request) and [`LeaseGuard::lost`] report it no later
+//!   than the earliest instant the server can expire the session. No revocation.
 //! - Not fair between acquirers beyond the guard lock's order, and an `acquire(n)` that
 //!   holds some of its leases while waiting for more keeps them from others meanwhile.
 //! - The kazoo layout's `max` is checked against the path's data once per value

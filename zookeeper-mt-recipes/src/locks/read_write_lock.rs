@@ -67,10 +67,11 @@
 //!
 //! # Non-guarantees
 //! - The lock is tied to the ZooKeeper session: if the session expires, the node goes
-//!   and another process may acquire while this process still holds a guard. Use
-//!   [`ReadGuard::is_held`] / [`WriteGuard::is_held`] or the session events
-//!   ([`ZooKeeper::session_events`]) to detect this, and the fencing token to protect
-//!   the resource; the lock does not revoke.
+//!   and another process may acquire while this process still holds a guard.
+//!   [`ReadGuard::is_held`] / [`WriteGuard::is_held`] (no request) and their `lost()`
+//!   report it no later than the earliest instant the server can expire the session (and
+//!   at once on a disconnection); use the fencing token to protect the resource against
+//!   a paused holder; the lock does not revoke.
 //! - Not reentrant: a process holding a read guard that asks for a write guard on the
 //!   same lock waits for itself (until its timeout).
 //! - Requests arriving at the counter's end are not ordered among themselves across the

@@ -47,8 +47,11 @@
 //!
 //! # Non-guarantees
 //! - A lease is tied to its session: if the session expires the node goes and the permit
-//!   is handed to someone else while this process may still believe it holds it (check
-//!   [`PermitGuard::is_held`] or watch [`ZooKeeper::session_events`](zookeeper_mt::ZooKeeper::session_events)). No revocation.
+//!   is handed to someone else. [`PermitGuard::is_held`] (no request) and
+//!   [`PermitGuard::lost`] report the loss no later than the earliest instant the server
+//!   can expire the session (as its answers tell; see
+//!   [`Lock`](crate::locks::lock#learning-that-the-lock-is-lost)), and at once on a
+//!   disconnection. A holder paused past that report can still act late: no revocation.
 //! - With container directories, the permit count is checked when a [`Semaphore`] value
 //!   first meets the directory; a directory the server removed while idle is created
 //!   again by the next acquisition with its own `N`.
