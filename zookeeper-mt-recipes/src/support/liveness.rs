@@ -467,3 +467,56 @@ pub(crate) fn held_answer(lost: Option<LockLost>) -> crate::Result<bool> {
         Some(_) => Ok(false),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn an_alarm_runs_at_each_instant_it_names_until_none() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let start = Instant::now();
+        let counted = Arc::clone(&runs);
+        let _alarm = alarm(move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let _ = sender.send(Instant::now());
+            (n < 2).then(|| start + Duration::from_millis(30) * (n as u32 + 1))
+        });
+        let first = receiver.recv_timeout(Duration::from_secs(5)).unwrap();
+        let second = receiver.recv_timeout(Duration::from_secs(5)).unwrap();
+        let third = receiver.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(
+            first < start + Duration::from_millis(30),
+            "first run is at once"
+        );
+        assert!(second >= start + Duration::from_millis(30));
+        assert!(third >= start + Duration::from_millis(60));
+        assert!(receiver.recv_timeout(Duration::from_millis(100)).is_err());
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_cancelled_alarm_runs_no_more() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&runs);
+        let handle = alarm(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Some(Instant::now() + Duration::from_millis(20))
+        });
+        handle.cancel();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "only the first run, at arming"
+        );
+    }
+
+    #[test]
+    fn the_margin_grows_with_the_timeout() {
+        assert_eq!(margin(Duration::from_secs(4)), Duration::from_millis(50));
+        assert_eq!(margin(Duration::from_secs(30)), Duration::from_millis(310));
+    }
+}
