@@ -53,7 +53,13 @@ fn two_hundred_latches_cost_no_thread_each_and_leave_nothing() {
             .iter()
             .all(|l| matches!(l.status(), LatchStatus::Waiting | LatchStatus::Leading))
     });
-    assert_eq!(live_background_tasks(), tasks_before + LATCHES);
+    // One task per latch, and the session's keep-alive once a latch leads (one per
+    // handle, however many guards it holds).
+    let tasks = live_background_tasks() - tasks_before;
+    assert!(
+        tasks == LATCHES || tasks == LATCHES + 1,
+        "{tasks} tasks for {LATCHES} latches"
+    );
     let added = threads().saturating_sub(threads_before);
     eprintln!("{LATCHES} latches: {added} more threads");
     assert!(added <= 4, "{LATCHES} latches added {added} threads");

@@ -340,6 +340,19 @@ impl ZooKeeper {
         self.inner.in_flight.count()
     }
 
+    /// What the server's answers tell of its session clock (see `liveness.rs`).
+    pub(crate) fn liveness(&self) -> &crate::liveness::Liveness {
+        &self.inner.in_flight.liveness
+    }
+
+    /// The parts a [`SessionClock`](crate::SessionClock) reads (see `liveness.rs`).
+    pub(crate) fn clock_parts(&self) -> (Arc<InFlight>, Arc<Session>) {
+        (
+            Arc::clone(&self.inner.in_flight),
+            Arc::clone(&self.inner.session),
+        )
+    }
+
     /// This handle's watch registrations.
     pub(crate) fn watch_table(&self) -> &Arc<WatchTable> {
         &self.inner.watches

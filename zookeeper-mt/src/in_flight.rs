@@ -41,6 +41,8 @@ pub(crate) struct InFlight {
     /// Entries in `queue.waiting`, read without the lock by every release.
     waiting: AtomicUsize,
     queue: Mutex<Queue>,
+    /// What the server's answers tell of its session clock (see `liveness.rs`).
+    pub(crate) liveness: crate::liveness::Liveness,
 }
 
 #[derive(Default)]
@@ -67,6 +69,7 @@ impl InFlight {
             limit,
             waiting: AtomicUsize::new(0),
             queue: Mutex::new(Queue::default()),
+            liveness: Default::default(),
         })
     }
 
@@ -178,6 +181,12 @@ impl InFlight {
 fn shrink(queue: &mut Queue) {
     if queue.waiting.is_empty() && queue.waiting.capacity() > 64 {
         queue.waiting = VecDeque::new();
+    }
+}
+
+impl Permit {
+    pub(crate) fn liveness(&self) -> &crate::liveness::Liveness {
+        &self.0.liveness
     }
 }
 

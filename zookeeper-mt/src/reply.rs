@@ -140,6 +140,8 @@ impl ReplySlot {
 pub(crate) struct Fulfiller {
     slot: Arc<ReplySlot>,
     permit: Option<Permit>,
+    /// When the request was submitted (see `liveness.rs`).
+    sent: std::time::Instant,
 }
 
 impl Fulfiller {
@@ -147,6 +149,15 @@ impl Fulfiller {
         Fulfiller {
             slot,
             permit: Some(permit),
+            sent: crate::liveness::stamp(),
+        }
+    }
+
+    /// The C client completed the request with `rc`: a server's answer confirms the
+    /// session was alive when it was submitted.
+    pub(crate) fn heard(&self, rc: std::os::raw::c_int) {
+        if let Some(permit) = &self.permit {
+            permit.liveness().heard(self.sent, rc);
         }
     }
 

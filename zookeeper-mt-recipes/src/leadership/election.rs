@@ -25,9 +25,14 @@
 //! - Handoff: when the leader resigns, is dropped, or its session closes or expires, its
 //!   ephemeral node goes and its successor's watch fires; the successor becomes leader
 //!   once every lower node is gone (a candidate that gave up in between is skipped).
-//! - [`is_leader`](LeaderElection::is_leader) asks the server; it fails once this
-//!   candidate cannot lead any more: `Lost` if its node is gone (resigned, deleted),
-//!   the session error (`SessionExpired`, `Closed`) if its session ended.
+//! - [`is_leader`](LeaderElection::is_leader) asks the server until this candidate is
+//!   seen to lead; from then on it answers at once (no request) and fails with `Lost`
+//!   from the instant the leadership may be lost: a disconnection, the session's end, or
+//!   the earliest instant the server can expire the session (as its answers tell), which
+//!   is never after another candidate can lead; [`lost`](LeaderElection::lost) pushes
+//!   that instant. Reconnected, it asks the server again. `Lost` also if its node is gone
+//!   (resigned, deleted), the session error (`SessionExpired`, `Closed`) if its session
+//!   ended before it was seen to lead.
 //! - [`fencing_token`](LeaderElection::fencing_token) (the candidate node's `czxid`)
 //!   grows from each leader to the next, also across counter restarts and re-created
 //!   directories.
@@ -63,6 +68,7 @@ use crate::error::LossReason;
 use crate::lifecycle::Client;
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::liveness::Holding;
 use crate::support::{
     check_base_path, create_member_async, delete_eventually_async, op_deadline, ordered_members,
     retry_async, wait_for_change_async, Deadline, DeadlineExt, Member, NodeWait, Patience, SeqDir,
@@ -89,6 +95,8 @@ pub struct LeaderElection {
     limit: i32,
     resigned: AtomicBool,
     waiting: AtomicU64,
+    /// Set once this candidate was seen to lead: how it learns it may have lost that.
+    leading: parking_lot::Mutex<Option<Holding>>,
 }
 
 impl LeaderElection {
@@ -155,6 +163,7 @@ impl LeaderElection {
             limit: nodes.limit(),
             resigned: AtomicBool::new(false),
             waiting: AtomicU64::new(0),
+            leading: parking_lot::Mutex::new(None),
         })
     }
 
@@ -200,7 +209,10 @@ impl LeaderElection {
         Ok(())
     }
 
-    /// Whether this candidate leads now (one `get_children` on the server).
+    /// Whether this candidate leads now. Once it was seen to lead, answered at once
+    /// from what the client knows (no request): `Err(Lost)` from the instant its session
+    /// may have expired or its connection dropped (see [`lost`](Self::lost)). Otherwise
+    /// (and again once reconnected after such a loss) one `get_children` on the server.
     /// `Err(Lost)` if its node is gone; a session error if the session ended.
     pub fn is_leader(&self) -> Result<bool> {
         block_on(self.is_leader_async())
@@ -209,10 +221,53 @@ impl LeaderElection {
     /// [`is_leader`](Self::is_leader), async.
     pub async fn is_leader_async(&self) -> Result<bool> {
         self.check_joined()?;
+        if let Some(known) = self.known_leader() {
+            return known;
+        }
         let list = self.candidates(op_deadline(&self.zk)).await?;
         match list.iter().position(|m| m.name == self.name) {
-            Some(index) => Ok(index == 0),
+            Some(index) => {
+                if index == 0 {
+                    self.now_leading();
+                }
+                Ok(index == 0)
+            }
             None => Err(RecipeError::Lost(LossReason::NodeGone)),
+        }
+    }
+
+    /// What is known without a request: `Ok(true)` while a seen leadership holds,
+    /// `Err(Lost)` once it may be lost while the connection is down; `None` when a
+    /// request must tell (never seen leading, or connected again after a loss).
+    fn known_leader(&self) -> Option<Result<bool>> {
+        let mut leading = self.leading.lock();
+        let reason = leading.as_ref()?.lost_reason();
+        match reason {
+            None => Some(Ok(true)),
+            Some(_) if self.zk.state().is_connected() => {
+                *leading = None;
+                None
+            }
+            Some(reason) => Some(Err(RecipeError::Lost(LossReason::Lock(reason)))),
+        }
+    }
+
+    fn now_leading(&self) {
+        let mut leading = self.leading.lock();
+        if leading.is_none() {
+            *leading = Some(Holding::new(&self.zk));
+        }
+    }
+
+    /// A receiver that gets the reason once a leadership seen by
+    /// [`is_leader`](Self::is_leader) or [`wait_until_leader`](Self::wait_until_leader)
+    /// may be lost (the session expired or closed, the connection dropped, or the
+    /// session's earliest possible expiry came), at that instant: never after another
+    /// candidate can lead. Never fires while this candidate was not seen leading.
+    pub fn lost(&self) -> crossbeam_channel::Receiver<crate::locks::LockLost> {
+        match &*self.leading.lock() {
+            Some(holding) => holding.lost(),
+            None => crate::support::never_lost(),
         }
     }
 
@@ -237,6 +292,7 @@ impl LeaderElection {
                 .position(|m| m.name == self.name)
                 .ok_or(RecipeError::Lost(LossReason::NodeGone))?;
             if index == 0 {
+                self.now_leading();
                 return Ok(());
             }
             deadline.check()?;
@@ -287,6 +343,9 @@ impl LeaderElection {
     pub async fn resign_async(self) -> Result<()> {
         if self.resigned.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        if let Some(holding) = self.leading.lock().take() {
+            holding.release();
         }
         let path = format!("{}/{}", self.dir, self.name);
         delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await

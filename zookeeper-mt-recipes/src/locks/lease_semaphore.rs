@@ -21,7 +21,8 @@
 //!
 //! # Non-guarantees
 //! - A lease is tied to its session: if it expires the node goes and the lease is handed
-//!   on. No revocation ([`LeaseGuard::is_held`] checks).
+//!   on. [`LeaseGuard::is_held`] (no request) and [`LeaseGuard::lost`] report it no later
+//!   than the earliest instant the server can expire the session. No revocation.
 //! - Not fair between acquirers beyond the guard lock's order, and an `acquire(n)` that
 //!   holds some of its leases while waiting for more keeps them from others meanwhile.
 //! - The kazoo layout's `max` is checked against the path's data once per value
@@ -47,6 +48,7 @@ use crate::lifecycle::Client;
 use crate::locks::lock::{uuid_text, Lock, LockLayout};
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::liveness::Holding;
 use crate::support::{
     await_watch_async, check_base_path, create_dir_async, create_member_async, delete_dropped,
     delete_eventually_async, op_deadline, retry_async, Deadline, DeleteOnDrop, Patience, SeqDir,
@@ -186,6 +188,7 @@ impl LeaseSemaphore {
         }
         for lease in &mut leases {
             lease.handed_out = true;
+            lease.holding = Some(Holding::new(&lease.zk));
         }
         Ok(leases)
     }
@@ -222,6 +225,7 @@ impl LeaseSemaphore {
             zk: zk.clone(),
             path: format!("{}/{}", self.leases_dir, created.name),
             handed_out: false,
+            holding: None,
         };
         loop {
             let (children, mut watch) = retry_async(zk, op_deadline(zk).into(), || {
@@ -298,6 +302,7 @@ impl LeaseSemaphore {
                     zk: zk.clone(),
                     path,
                     handed_out: false,
+                    holding: None,
                 }));
             }
             if await_watch_async(zk, &mut watch, deadline, &self.waiting)
@@ -320,6 +325,8 @@ pub struct LeaseGuard {
     /// Handed to the caller: dropped, it waits briefly for the delete (the lease is gone
     /// when the drop returns). Inside the acquiring future it never waits.
     handed_out: bool,
+    /// How it learns of its loss (from the hand-out on).
+    holding: Option<Holding>,
 }
 
 impl LeaseGuard {
@@ -328,18 +335,39 @@ impl LeaseGuard {
         &self.path
     }
 
-    /// Whether the lease node still exists (false after session expiry).
+    /// Whether the lease is still held as far as the client knows: no request,
+    /// answered at once (see [`lost_reason`](Self::lost_reason)). `Ok(false)` from the
+    /// instant the session may have expired.
+    /// A closed handle is an error (`Closed`), as for every call on it.
     pub fn is_held(&self) -> Result<bool> {
-        block_on(self.is_held_async())
+        crate::support::held_answer(self.lost_reason())
     }
 
-    /// [`is_held`](Self::is_held), async.
+    /// [`is_held`](Self::is_held), async (answered at once as well).
     pub async fn is_held_async(&self) -> Result<bool> {
-        let found = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
-            self.zk.exists_async(&self.path)
-        })
-        .await?;
-        Ok(found.is_some())
+        self.is_held()
+    }
+
+    /// Whether the lease may be lost. Cheap: no request.
+    pub fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    /// Why the lease may be lost, if it may: the session expired or closed, the
+    /// connection dropped, or the session's earliest possible expiry has come (as the
+    /// server's answers tell), whichever is first: never after another client can take
+    /// the lease. A deletion of the node by someone else is not seen.
+    pub fn lost_reason(&self) -> Option<crate::locks::LockLost> {
+        self.holding.as_ref().and_then(|h| h.lost_reason())
+    }
+
+    /// A receiver that gets the reason at the instant the loss is known (at once if it
+    /// is already); it disconnects after a release.
+    pub fn lost(&self) -> crossbeam_channel::Receiver<crate::locks::LockLost> {
+        match &self.holding {
+            Some(holding) => holding.lost(),
+            None => crate::support::never_lost(),
+        }
     }
 
     /// Releases the lease, reporting a failure to delete the node (if the server could
@@ -351,6 +379,9 @@ impl LeaseGuard {
     /// [`release`](Self::release), async. Dropped before the delete was answered, it
     /// hands the delete to the background: the lease goes either way.
     pub async fn release_async(mut self) -> Result<()> {
+        if let Some(holding) = &self.holding {
+            holding.release();
+        }
         let path = std::mem::take(&mut self.path);
         delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
     }

@@ -67,10 +67,11 @@
 //!
 //! # Non-guarantees
 //! - The lock is tied to the ZooKeeper session: if the session expires, the node goes
-//!   and another process may acquire while this process still holds a guard. Use
-//!   [`ReadGuard::is_held`] / [`WriteGuard::is_held`] or the session events
-//!   ([`ZooKeeper::session_events`]) to detect this, and the fencing token to protect
-//!   the resource; the lock does not revoke.
+//!   and another process may acquire while this process still holds a guard.
+//!   [`ReadGuard::is_held`] / [`WriteGuard::is_held`] (no request) and their `lost()`
+//!   report it no later than the earliest instant the server can expire the session (and
+//!   at once on a disconnection); use the fencing token to protect the resource against
+//!   a paused holder; the lock does not revoke.
 //! - Not reentrant: a process holding a read guard that asks for a write guard on the
 //!   same lock waits for itself (until its timeout).
 //! - Requests arriving at the counter's end are not ordered among themselves across the
@@ -81,6 +82,7 @@ use crate::lifecycle::Client;
 use crate::locks::lock::{kazoo_marker, uuid_text, LockLayout};
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::liveness::Holding;
 use crate::support::{
     check_base_path, create_member_async, default_op_timeout, ordered_members, owned_node_guard,
     retry_async, wait_for_change_async, Deadline, DeadlineExt, Member, NodeWait, OwnedNode,
@@ -197,7 +199,8 @@ impl ReadWriteLock {
     pub async fn read_async(&self, timeout: impl Into<Timeout>) -> Result<ReadGuard> {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let node = self.acquire(READ, timeout).await?;
-        Ok(ReadGuard { node })
+        let holding = Some(Holding::new(node.client()));
+        Ok(ReadGuard { node, holding })
     }
 
     /// Acquires an exclusive (write) lock, waiting up to `timeout` for every preceding
@@ -212,7 +215,8 @@ impl ReadWriteLock {
         let timeout = timeout.into().duration().unwrap_or(Duration::MAX);
         let node = self.acquire(WRITE, timeout).await?;
         let zk = node.client().clone();
-        Ok(WriteGuard { node, zk })
+        let holding = Some(Holding::new(&zk));
+        Ok(WriteGuard { node, zk, holding })
     }
 
     /// A read lock if it can be had without waiting, else `None`.
@@ -317,6 +321,8 @@ impl ReadWriteLock {
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct ReadGuard {
     node: OwnedNode,
+    /// How it learns of its loss.
+    holding: Option<Holding>,
 }
 
 /// A held write lock; dropping it releases the lock.
@@ -325,6 +331,8 @@ pub struct ReadGuard {
 pub struct WriteGuard {
     node: OwnedNode,
     zk: ZooKeeper,
+    /// How it learns of its loss.
+    holding: Option<Holding>,
 }
 
 owned_node_guard!(ReadGuard, "lock");

@@ -47,8 +47,11 @@
 //!
 //! # Non-guarantees
 //! - A lease is tied to its session: if the session expires the node goes and the permit
-//!   is handed to someone else while this process may still believe it holds it (check
-//!   [`PermitGuard::is_held`] or watch [`ZooKeeper::session_events`](zookeeper_mt::ZooKeeper::session_events)). No revocation.
+//!   is handed to someone else. [`PermitGuard::is_held`] (no request) and
+//!   [`PermitGuard::lost`] report the loss no later than the earliest instant the server
+//!   can expire the session (as its answers tell; see
+//!   [`Lock`](crate::locks::lock#learning-that-the-lock-is-lost)), and at once on a
+//!   disconnection. A holder paused past that report can still act late: no revocation.
 //! - With container directories, the permit count is checked when a [`Semaphore`] value
 //!   first meets the directory; a directory the server removed while idle is created
 //!   again by the next acquisition with its own `N`.
@@ -57,6 +60,7 @@ use crate::error::LossReason;
 use crate::lifecycle::Client;
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::liveness::Holding;
 use crate::support::{
     await_watch_async, check_base_path, create_member_async, default_op_timeout, op_deadline,
     ordered_members, owned_node_guard, retry_async, watch_node, withdraw_watch, Deadline,
@@ -228,6 +232,7 @@ impl Semaphore {
             })?;
         let lease = PermitGuard {
             node: OwnedNode::new(zk, &self.dir, created),
+            holding: None,
         };
         // A dropped future drops `lease`, which withdraws the request in the background.
         let granted = match self.wait_granted(&lease, deadline, step_deadline).await {
@@ -242,6 +247,7 @@ impl Semaphore {
         match granted {
             Ok(()) => Ok(PermitGuard {
                 node: lease.node.hand_out(),
+                holding: Some(Holding::new(zk)),
             }),
             Err(error) => {
                 lease.node.withdraw().await;
@@ -340,6 +346,8 @@ impl Semaphore {
 #[must_use = "dropping the guard releases the permit at once"]
 pub struct PermitGuard {
     node: OwnedNode,
+    /// How it learns of its loss (from the grant on).
+    holding: Option<Holding>,
 }
 
 owned_node_guard!(PermitGuard, "lease");

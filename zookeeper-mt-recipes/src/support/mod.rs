@@ -11,13 +11,16 @@
 
 mod connection;
 mod dirs;
+pub(crate) mod liveness;
 mod owned;
 mod sequential;
 mod time;
 mod watches;
 
 pub(crate) use connection::*;
+pub(crate) use crossbeam_channel::Receiver;
 pub(crate) use dirs::*;
+pub(crate) use liveness::{held_answer, never_lost};
 pub(crate) use owned::*;
 pub(crate) use sequential::*;
 pub(crate) use time::*;

@@ -184,15 +184,6 @@ impl OwnedNode {
         let path = std::mem::take(&mut self.path);
         delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
     }
-
-    /// Whether the node still exists (false after session expiry).
-    pub(crate) async fn exists(&self) -> Result<bool> {
-        let found = retry_async(&self.zk, op_deadline(&self.zk).into(), || {
-            self.zk.exists_async(&self.path)
-        })
-        .await?;
-        Ok(found.is_some())
-    }
 }
 
 impl Drop for OwnedNode {
@@ -230,18 +221,47 @@ macro_rules! owned_node_guard {
             /// [`release`](Self::release), async. Dropped before the delete was answered,
             /// it hands the delete to the background: the node goes either way.
             pub async fn release_async(mut self) -> $crate::Result<()> {
+                if let Some(holding) = &self.holding {
+                    holding.release();
+                }
                 self.node.release().await
             }
 
-            #[doc = concat!("Whether the ", $what, " node still exists (false after session")]
-            /// expiry).
+            #[doc = concat!("Whether the ", $what, " is still held as far as the client knows: no")]
+            /// request, answered at once (see [`lost_reason`](Self::lost_reason)). `Ok(false)`
+            /// from the instant the session may have expired.
+            /// A closed handle is an error (`Closed`), as for every call on it.
             pub fn is_held(&self) -> $crate::Result<bool> {
-                $crate::runtime::block_on(self.node.exists())
+                $crate::support::held_answer(self.lost_reason())
             }
 
-            /// [`is_held`](Self::is_held), async.
+            /// [`is_held`](Self::is_held), async (answered at once as well).
             pub async fn is_held_async(&self) -> $crate::Result<bool> {
-                self.node.exists().await
+                self.is_held()
+            }
+
+            #[doc = concat!("Whether the ", $what, " may be lost. Cheap: no request.")]
+            pub fn is_lost(&self) -> bool {
+                self.lost_reason().is_some()
+            }
+
+            /// Why it may be lost, if it may: the session expired or closed, the
+            /// connection dropped, or the session's earliest possible expiry has come (as
+            /// the server's answers tell; kept fresh by one cheap read per handle every
+            /// third of the session timeout), whichever is first: never after another
+            /// client can hold it. A deletion of the node by someone else is not seen.
+            pub fn lost_reason(&self) -> Option<$crate::locks::LockLost> {
+                self.holding.as_ref().and_then(|h| h.lost_reason())
+            }
+
+            /// A receiver that gets the reason at the instant the loss is known (at once
+            /// if it is already); it disconnects after a release. Each call makes an
+            /// independent receiver (`recv_timeout`, `crossbeam_channel::select!`).
+            pub fn lost(&self) -> $crate::support::Receiver<$crate::locks::LockLost> {
+                match &self.holding {
+                    Some(holding) => holding.lost(),
+                    None => $crate::support::never_lost(),
+                }
             }
 
             #[doc = concat!("The ", $what, " node's name.")]

@@ -69,6 +69,7 @@ fn complete(
                 request.fulfiller.fulfill(Err(Error::Closed));
                 return;
             }
+            request.fulfiller.heard(rc);
             let payload = payload(request.multi.as_deref());
             request.fulfiller.fulfill(Ok(Reply { rc, payload }));
             // `request.multi` is dropped here, after C is done with it.

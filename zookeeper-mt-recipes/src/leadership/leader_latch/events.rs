@@ -17,8 +17,9 @@ pub enum LeadershipLost {
     /// A node that the layout orders first appeared before the latch's node (Curator or
     /// kazoo peers past the sequence counter's end).
     Preempted,
-    /// The connection was down longer than the disconnect grace: the session may have
-    /// expired without this client hearing of it yet.
+    /// The connection was down longer than the disconnect grace, or the session may
+    /// have expired by now as far as the server's answers tell: another participant
+    /// may lead.
     Disconnected,
     /// The handle was closed (or authentication failed): the session is gone.
     Closed,

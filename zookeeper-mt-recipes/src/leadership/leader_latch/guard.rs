@@ -13,6 +13,12 @@ pub(super) struct Term {
     pub(super) node: String,
     pub(super) generation: u64,
     pub(super) inner: Mutex<TermInner>,
+    /// The liveness bound of the session the term was won on (read without the handle).
+    pub(super) clock: zookeeper_mt::SessionClock,
+    /// Keeps the session's liveness bound fresh while the term lasts.
+    pub(super) alive: Mutex<Option<crate::support::liveness::KeepAlive>>,
+    /// Ends the term at its loss instant (see [`alarm`](Self::alarm)).
+    pub(super) alarm: Mutex<Option<crate::support::liveness::AlarmHandle>>,
 }
 
 #[derive(Default)]
@@ -32,6 +38,10 @@ impl Term {
         }
         inner.end = Some(end);
         inner.ended_at = Some(Instant::now());
+        self.alive.lock().take();
+        if let Some(alarm) = self.alarm.lock().take() {
+            alarm.cancel();
+        }
         let subscribers = std::mem::take(&mut inner.subscribers);
         if let TermEnd::Lost(reason) = end {
             for subscriber in subscribers {
@@ -41,7 +51,39 @@ impl Term {
         true
     }
 
+    /// When the term must end unless its session is confirmed alive meanwhile (see
+    /// [`liveness`](crate::support::liveness)); now if there is no bound.
+    pub(super) fn loss_deadline(&self) -> Instant {
+        crate::support::liveness::loss_deadline(&self.clock).unwrap_or_else(Instant::now)
+    }
+
+    /// Has the timer thread end the term at [`loss_deadline`](Self::loss_deadline) and
+    /// tell its loss receivers then, whatever the latch's task (on the busy driver) is
+    /// doing; the task learns of it at its next look.
+    pub(super) fn alarm(self: &Arc<Self>) {
+        let term = Arc::downgrade(self);
+        let alarm = crate::support::liveness::alarm(move || {
+            let term = term.upgrade()?;
+            if term.end().is_some() {
+                return None;
+            }
+            Some(term.loss_deadline())
+        });
+        if self.end().is_none() {
+            *self.alarm.lock() = Some(alarm);
+        }
+    }
+
+    /// How the term ended, if it has. A term whose session may have expired by now (see
+    /// [`liveness`](crate::support::liveness)) ends here, at the first look, even
+    /// before the latch's task wakes for it: no answer says "leader" past that instant.
     pub(super) fn end(&self) -> Option<TermEnd> {
+        if let Some(end) = self.inner.lock().end {
+            return Some(end);
+        }
+        if crate::support::liveness::past_deadline(&self.clock, Instant::now()) {
+            self.finish(TermEnd::Lost(LeadershipLost::Disconnected));
+        }
         self.inner.lock().end
     }
 }

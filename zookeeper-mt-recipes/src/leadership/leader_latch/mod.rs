@@ -60,9 +60,9 @@
 //! - `Disconnected`: the connection has been down longer than the *disconnect grace*
 //!   (default zero: a disconnection is a loss at once, Curator's default for `SUSPENDED`).
 //!   While disconnected the latch cannot know whether the server has expired its session
-//!   and let the next participant lead. A grace below a third of the session timeout is
-//!   still safe when the client detects the disconnection by its read timeout (two
-//!   thirds of the session timeout);
+//!   and let the next participant lead. Whatever the grace, the loss is reported no later
+//!   than the earliest instant the server can expire the session as the client knows it
+//!   (as for [`Lock`](crate::locks::lock) guards): any grace is safe;
 //! - `Closed`: the handle was closed or authentication failed.
 //!
 //! Query it with [`LeadershipGuard::is_lost`] (no request), block on or `select!` over
@@ -394,7 +394,9 @@ impl LeaderLatch {
 
     /// Whether the latch leads now (no request).
     pub fn has_leadership(&self) -> bool {
-        self.shared.state.lock().term.is_some()
+        // A term whose session may have expired ends at this look (see `Term::end`).
+        let term = self.shared.state.lock().term.clone();
+        term.is_some_and(|term| term.end().is_none())
     }
 
     /// The current term's guard if the latch leads now.

@@ -170,6 +170,12 @@ impl Worker {
             (Some(_), Some(since)) => Some(since + self.config.grace),
             _ => None,
         };
+        // The session's earliest possible expiry ends a term too (see `liveness`).
+        let bound = self.term.as_ref().map(|term| term.loss_deadline());
+        let grace = match (grace, bound) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let retry = if self.dirty {
             self.following.work_deadline()
         } else {
@@ -254,12 +260,17 @@ impl Worker {
         self.stale.clear();
     }
 
-    /// Reports a disconnection that outlasted the grace.
+    /// Reports a disconnection that outlasted the grace, or a term whose session may
+    /// have expired (see `liveness`), whichever comes first.
     pub(super) fn check_grace(&mut self) {
         if let (Some(_), Some(since)) = (&self.term, self.disconnected_since) {
             if since.elapsed() >= self.config.grace {
                 self.lose(LeadershipLost::Disconnected, true);
             }
+        }
+        // `end()` applies the bound.
+        if self.term.as_ref().is_some_and(|term| term.end().is_some()) {
+            self.lose(LeadershipLost::Disconnected, true);
         }
     }
 
@@ -353,7 +364,11 @@ impl Worker {
             node,
             generation: self.following.generation,
             inner: Mutex::default(),
+            clock: self.zk().session_clock(),
+            alive: Mutex::new(Some(crate::support::liveness::keep_alive(self.zk()))),
+            alarm: Mutex::new(None),
         });
+        term.alarm();
         self.term = Some(Arc::clone(&term));
         self.shared.state.lock().term = Some(term);
         self.out.update(|b| {

@@ -13,6 +13,8 @@ pub struct LockGuard {
     pub(super) state: Arc<GuardState>,
     pub(super) patience: Patience,
     pub(super) released: bool,
+    /// Keeps the session's liveness bound fresh while held (one probe per handle).
+    pub(super) _alive: crate::support::liveness::KeepAlive,
 }
 
 impl fmt::Debug for LockGuard {
@@ -35,6 +37,7 @@ impl LockGuard {
         patience: Patience,
     ) -> LockGuard {
         let state = Arc::new(GuardState::new(node.clone()));
+        let alive = crate::support::liveness::keep_alive(&zk);
         shared.register(&state);
         LockGuard {
             shared,
@@ -45,6 +48,7 @@ impl LockGuard {
             state,
             patience,
             released: false,
+            _alive: alive,
         }
     }
 

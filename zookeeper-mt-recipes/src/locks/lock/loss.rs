@@ -2,8 +2,9 @@
 //! session (and the monitor task applying session events).
 
 use super::*;
+use crate::support::liveness;
 use std::task::{Context, Poll};
-use zookeeper_mt::{SessionEvents, WeakZooKeeper};
+use zookeeper_mt::{SessionClock, SessionEvents, WeakZooKeeper};
 
 /// A guard's loss state, shared with the [`Shared`] view of its [`Lock`] and the monitor.
 pub(super) struct GuardState {
@@ -108,6 +109,8 @@ impl GuardState {
 /// clone (see [`GuardState::while_held`]).
 pub(super) struct Shared {
     pub(super) zk: WeakZooKeeper,
+    /// The session's liveness bound (read without the handle, see [`liveness`]).
+    pub(super) clock: SessionClock,
     pub(super) grace: Duration,
     pub(super) view: Mutex<SessionView>,
 }
@@ -128,6 +131,9 @@ pub(super) struct SessionView {
     pub(super) to_watch: Vec<Arc<GuardState>>,
     /// Whether the monitor serves this value now.
     pub(super) monitored: bool,
+    /// The alarm pushing this value's losses at their instant while guards are held
+    /// (see [`liveness::alarm`]).
+    pub(super) alarm: Option<liveness::AlarmHandle>,
 }
 
 impl SessionView {
@@ -157,6 +163,7 @@ impl Shared {
             grace_over: false,
             to_watch: Vec::new(),
             monitored: false,
+            alarm: None,
         };
         match zk.state() {
             state if state.is_connected() => {}
@@ -166,6 +173,7 @@ impl Shared {
         }
         Shared {
             zk: zk.downgrade(),
+            clock: zk.session_clock(),
             grace,
             view: Mutex::new(view),
         }
@@ -229,15 +237,40 @@ impl Shared {
         applied
     }
 
-    /// Reports a disconnection that has outlasted the grace (once).
+    /// Reports a disconnection that has outlasted the grace (once), and every guard held
+    /// once the session may have expired (see [`liveness`]): whichever comes first.
     pub(super) fn check_grace(&self, view: &mut SessionView) {
+        let now = Instant::now();
         if let Some(since) = view.disconnected_since {
-            if !view.grace_over && since.elapsed() >= self.grace {
+            if !view.grace_over && now >= since + self.grace {
                 view.grace_over = true;
                 for guard in &view.guards {
                     guard.declare(LockLost::Disconnected);
                 }
             }
+        }
+        if view.ended.is_some() || view.guards.is_empty() {
+            return;
+        }
+        if liveness::past_deadline(&self.clock, now) {
+            for guard in &view.guards {
+                guard.declare(LockLost::Disconnected);
+            }
+        }
+    }
+
+    /// When the monitor must look again to report a loss in time: the end of the grace
+    /// or the session's earliest possible expiry, whichever is first.
+    pub(super) fn loss_at(&self, view: &SessionView) -> Option<Instant> {
+        let grace = view.grace_deadline(self.grace);
+        if view.ended.is_some() || view.guards.is_empty() {
+            return grace;
+        }
+        // No bound (nothing answered): at once.
+        let bound = Some(liveness::loss_deadline(&self.clock).unwrap_or_else(Instant::now));
+        match (grace, bound) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -284,6 +317,11 @@ impl Shared {
             if let Some(index) = view.guards.iter().position(|g| Arc::ptr_eq(g, guard)) {
                 view.guards.swap_remove(index);
             }
+            if view.guards.is_empty() {
+                if let Some(alarm) = view.alarm.take() {
+                    alarm.cancel();
+                }
+            }
             view.monitored && view.guards.is_empty()
         };
         if tell_monitor {
@@ -291,14 +329,39 @@ impl Shared {
         }
     }
 
-    /// Has the monitor watch the guard's node.
+    /// Has the monitor watch the guard's node, and an alarm push this value's losses at
+    /// their instant (a grace's end, the session's earliest expiry) to the guards'
+    /// receivers, on the timer thread: never later for a busy driver.
     pub(super) fn watch(self: &Arc<Self>, guard: &Arc<GuardState>) {
-        {
+        let arm = {
             let mut view = self.view.lock();
             view.to_watch.push(Arc::clone(guard));
             view.monitored = true;
-        }
+            view.alarm.is_none()
+        };
         monitor::serve(Arc::clone(self));
+        if arm {
+            let shared = Arc::downgrade(self);
+            let alarm = liveness::alarm(move || {
+                let shared = shared.upgrade()?;
+                let mut view = shared.view.lock();
+                shared.catch_up(&mut view);
+                let pending =
+                    view.ended.is_none() && view.guards.iter().any(|g| g.reason().is_none());
+                if !pending {
+                    // The next `watch` arms a new one.
+                    if let Some(alarm) = view.alarm.take() {
+                        alarm.cancel();
+                    }
+                    return None;
+                }
+                shared.loss_at(&view)
+            });
+            let mut view = self.view.lock();
+            if view.alarm.is_none() && !view.guards.is_empty() {
+                view.alarm = Some(alarm);
+            }
+        }
     }
 }
 
@@ -508,7 +571,7 @@ pub(super) mod monitor {
         let (event, connected, grace_at) = {
             let mut view = shared.view.lock();
             let event = shared.poll_events(&mut view, cx);
-            (event, view.connected(), view.grace_deadline(shared.grace))
+            (event, view.connected(), shared.loss_at(&view))
         };
         let mut deadline = grace_at;
         source.watched.retain_mut(|watched| {

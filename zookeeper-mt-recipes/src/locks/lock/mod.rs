@@ -58,13 +58,18 @@
 //! - [`LockLost::SessionExpired`]: the server expired the session, deleting the node;
 //! - [`LockLost::NodeDeleted`]: someone deleted the node. Seen once [`LockGuard::lost`]
 //!   has been called (that sets a watch; a deletion before the call is found too);
-//! - [`LockLost::Disconnected`]: the connection has been down longer than the
-//!   *disconnect grace* (default zero). While disconnected the holder cannot know whether
-//!   the server has already expired the session and handed the lock on, so by default a
-//!   disconnection counts as a loss (Curator's advice for `SUSPENDED`). A grace below a
-//!   third of the session timeout is still safe when the disconnection was detected by
-//!   the client's read timeout (two thirds of the session timeout), as the server
-//!   cannot expire the session before the remaining third has passed;
+//! - [`LockLost::Disconnected`]: the session may have expired unheard. Reported at the
+//!   earlier of two instants: the connection has been down longer than the *disconnect
+//!   grace* (default zero: a disconnection is a loss at once, Curator's advice for
+//!   `SUSPENDED`), and the earliest instant the server can expire the session, as the
+//!   client knows it: the submit time of the latest request the server answered, plus
+//!   the session timeout, less a clock margin (10 ms + 1% of the timeout). While a guard
+//!   is held, one cheap read per handle (`exists("/")`) every third of the timeout keeps
+//!   that bound fresh. So any grace is safe: the report never comes after another
+//!   client can hold the lock. (The C client's read timeout is no such bound: it runs
+//!   from the last receipt, a watch notification included, while the server counts from
+//!   the client's last send.) A guard can still act late if its thread is paused past
+//!   the report: see fencing below;
 //! - [`LockLost::Closed`]: the handle was closed.
 //!
 //! Query it with [`LockGuard::is_lost`] (no request), or block on / `select!` over
@@ -182,8 +187,9 @@ pub enum LockLost {
     SessionExpired,
     /// The lock node was deleted by someone else.
     NodeDeleted,
-    /// The connection was down longer than the disconnect grace: the session may have
-    /// expired without this client hearing of it yet.
+    /// The connection was down longer than the disconnect grace, or the session may
+    /// have expired by now as far as the server's answers tell (see the module docs):
+    /// another client may hold the lock.
     Disconnected,
     /// The handle was closed (or authentication failed): the session is gone.
     Closed,
@@ -373,7 +379,9 @@ impl Lock {
     }
 
     /// How long a guard tolerates a dropped connection before it reports
-    /// [`LockLost::Disconnected`] (default zero; see the module docs).
+    /// [`LockLost::Disconnected`] (default zero; see the module docs). Any grace is
+    /// safe: the report comes no later than the session's earliest possible expiry,
+    /// whatever the grace.
     pub fn with_disconnect_grace(mut self, grace: Duration) -> Lock {
         self.grace = grace;
         // Guards acquired already keep the old grace; later acquisitions use the new one.
