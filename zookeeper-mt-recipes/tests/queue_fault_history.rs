@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::executor::block_on_timeout;
-use zk_harness::testing::Seed;
+use zk_harness::testing::{under_valgrind, Seed};
 use zk_harness::{FaultProxy, OpCode};
 use zookeeper_mt::{Timeout, ZooKeeper};
 
@@ -27,8 +27,15 @@ const WORKERS: usize = 4;
 /// Items put before the workers start, and while they run.
 const ITEMS_BEFORE: usize = 40;
 const ITEMS_DURING: usize = 60;
-/// How long faults and takes run per kind.
-const RUN: Duration = Duration::from_secs(5);
+/// How long faults and takes run per kind (under valgrind, where everything is some
+/// twenty times slower, less).
+fn run_time() -> Duration {
+    if under_valgrind() {
+        Duration::from_millis(1500)
+    } else {
+        Duration::from_secs(5)
+    }
+}
 /// Bound of anything waited for.
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -120,7 +127,7 @@ fn history(kind: Kind, seed: Seed, stream: u64) {
     let mut rng = seed.rng_for(stream * 64 + 63);
     let mut faults = 0;
     let mut put_during = 0;
-    while run_started.elapsed() < RUN {
+    while run_started.elapsed() < run_time() {
         let k = rng.range(1..4);
         if rng.chance(0.6) {
             proxy.cut_after_matching(k, |request| request.op == OpCode::MULTI);
