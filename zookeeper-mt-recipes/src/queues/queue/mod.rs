@@ -6,8 +6,9 @@
 //! ```text
 //! <path>/item-<guid>-<seq>   one persistent sequential node per item, data = the item
 //! <path>/receipts/<guid>     ephemeral put receipt, only while a put is being confirmed
-//! <path>/receipts/took-<consumer>-<item>
+//! <path>/receipts/took-<claim>-<item>
 //!                            ephemeral take marker, only while a take is being confirmed
+//!                            (`<claim>`: a fresh guid per claim attempt)
 //! ```
 //!
 //! # How it works
@@ -23,7 +24,9 @@
 //!   that checks the counter has room for the whole batch.
 //! - Consumers list the children, order them by sequence suffix, and claim the first by
 //!   `get`, then one `multi` deleting the item and creating an ephemeral take marker
-//!   named by the consumer and the item; a `NoNode` means another consumer won that item,
+//!   named by a fresh guid of that one claim and the item (never by the consumer: two
+//!   takes of one `Queue` value may claim the same item at once, and the marker must tell
+//!   them apart); a `NoNode` means another consumer won that item,
 //!   so they move on to the next cached name, and list again only when the cached list
 //!   is used up. The marker answers "was my take applied?" after a lost reply; it is
 //!   deleted right after (without waiting for the answer).
@@ -43,9 +46,12 @@
 //! every caller waiting on one `Queue` value shares its one child watch. A pending async
 //! take costs no thread. Dropping it before it claimed an item leaves nothing behind (the
 //! shared watch goes to the next waiter). Dropped while its claim (the `multi`) is in
-//! flight, the claim is settled on a worker thread: if it took the item, the item is put
-//! back at the tail (with its ordering tag), so it is not lost while the session lives.
-//! If the session ends first, the item cannot be put back on it (logged).
+//! flight, the claim is settled in the background: if it took the item, the item is put
+//! back at the tail (with its ordering tag), on a new session made like the taking one
+//! if that session ended or its handle was closed meanwhile, so it is never lost. A
+//! claim that ends with an error not telling whether it applied (`Closed`: the handle
+//! was closed with it in flight) is settled the same way, for a take not dropped too
+//! (which returns the error): put back if it is gone from the queue.
 //!
 //! # The end of the sequence counter
 //! Sequence numbers are the queue node's signed 32-bit child counter; near its end the
@@ -68,7 +74,7 @@
 //!   processing of course may not.
 //! - An item is delivered to at most one consumer. A consumer whose connection drops
 //!   during its take reconnects, `sync`s and looks: the item still there means its take
-//!   did not apply; its own take marker there means it did; neither means another
+//!   did not apply; its own take marker (that claim's) there means it did; neither means another
 //!   consumer took the item, which is then not returned here. The one exception: if the
 //!   outcome cannot be learnt (the reconnect timeout of the queue's
 //!   [`RetryPolicy`] passed, or the session ended and its
@@ -116,12 +122,13 @@
 
 mod batch;
 mod child_watcher;
+mod claim;
 mod items;
 mod settle;
 
 use child_watcher::*;
+use claim::Claimed;
 pub(crate) use items::*;
-use settle::{lost_take, ClaimStage, LostTake, PendingClaim};
 
 use crate::lifecycle::{Client, ManagedSession};
 use crate::nodes::guid;
@@ -182,8 +189,6 @@ pub struct Queue {
     /// Item names from the last listing not yet tried, in sequence order.
     cache: Mutex<VecDeque<String>>,
     watcher: ChildWatcher,
-    /// This consumer's id in its take markers.
-    taker: String,
 }
 
 impl std::fmt::Debug for Queue {
@@ -241,16 +246,6 @@ fn earlier(deadline: Deadline, after: Duration) -> Deadline {
     }
 }
 
-/// What became of an item whose delete this consumer sent.
-enum Claimed {
-    /// Ours: deliver it.
-    Taken(Vec<u8>),
-    /// Someone else's (or gone): try another.
-    Missed,
-    /// Our delete provably did not apply and the item is still there: try it again.
-    Again,
-}
-
 impl Queue {
     /// The queue at `path`. Its nodes are created when first needed, with the
     /// [`NodeOptions`] given to [`with_node_options`](Self::with_node_options).
@@ -275,7 +270,6 @@ impl Queue {
             order: Order::Fifo,
             cache: Mutex::new(VecDeque::new()),
             watcher: ChildWatcher::new(path),
-            taker: guid(),
         })
     }
 
@@ -633,88 +627,6 @@ impl Queue {
                     }
                     Claimed::Again => {}
                 }
-            }
-        }
-    }
-
-    /// `get` one item, then delete it in one multi with an ephemeral take marker
-    /// `<receipts>/took-<taker>-<item>`: if the reply is lost, the marker tells whether
-    /// the delete that applied was ours or another consumer's.
-    async fn claim(&self, zk: &ZooKeeper, name: &str, deadline: Deadline) -> Result<Claimed> {
-        let path = format!("{}/{name}", self.path);
-        let marker = format!("{}/took-{}-{name}", self.store.receipts, self.taker);
-        let patience = self.patience.before(deadline);
-        loop {
-            let (data, stat) = match retry_async(zk, patience, || zk.get_async(&path)).await {
-                Ok(found) => found,
-                Err(RecipeError::ZooKeeper(Error::NoNode)) => return Ok(Claimed::Missed),
-                Err(e) => return Err(e),
-            };
-            let take = [
-                Op::delete(&path, stat.version),
-                Op::create(
-                    &marker,
-                    b"",
-                    zookeeper_mt::CreateOptions::new(CreateMode::Ephemeral)
-                        .with_acl(self.store.nodes.acl_list()),
-                ),
-            ];
-            // From here the claim may apply: a dropped future hands it to the background.
-            let mut pending = PendingClaim {
-                queue: self,
-                zk,
-                stage: Some(ClaimStage::Sent(zk.multi_async(&take))),
-                name,
-                path: &path,
-                marker: &marker,
-                data: &data,
-            };
-            let claimed = match pending.stage.as_mut() {
-                Some(ClaimStage::Sent(claim)) => claim.await,
-                _ => unreachable!("just sent"),
-            };
-            if matches!(&claimed, Err(error) if error.is_connection_loss()) {
-                // Still unsettled: a dropped future settles it in the background.
-                pending.stage = Some(ClaimStage::ReplyLost);
-                let outcome = lost_take(zk, self.patience, &path, &marker).await;
-                pending.stage = None;
-                drop(pending);
-                return Ok(match outcome {
-                    LostTake::NotApplied => Claimed::Again,
-                    LostTake::Ours | LostTake::Unknown => Claimed::Taken(data),
-                    LostTake::Others => Claimed::Missed,
-                });
-            }
-            pending.stage = None;
-            drop(pending);
-            match claimed {
-                Ok(_) => {
-                    // The marker has done its job; its delete need not be waited for
-                    // (it is ephemeral: at worst it goes with the session).
-                    drop(zk.delete_async(&marker, Version::Any));
-                    return Ok(Claimed::Taken(data));
-                }
-                Err(Error::MultiFailed { index: 0, error }) => match *error {
-                    Error::NoNode => return Ok(Claimed::Missed),
-                    Error::BadVersion => continue, // rewritten meanwhile: read it again
-                    error => return Err(error.into()),
-                },
-                Err(Error::MultiFailed { index: 1, error }) => match *error {
-                    // The receipts node is gone (a container the server removed).
-                    Error::NoNode => self.store.ensure_async(zk, patience).await?,
-                    // A marker left by an earlier take of ours whose reply was lost.
-                    Error::NodeExists => {
-                        retry_async(zk, patience, || async {
-                            match zk.delete_async(&marker, Version::Any).await {
-                                Ok(()) | Err(Error::NoNode) => Ok(()),
-                                Err(e) => Err(e),
-                            }
-                        })
-                        .await?;
-                    }
-                    error => return Err(error.into()),
-                },
-                Err(error) => return Err(error.into()),
             }
         }
     }

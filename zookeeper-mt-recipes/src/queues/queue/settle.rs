@@ -64,6 +64,31 @@ pub(super) enum ClaimStage {
     Sent(zookeeper_mt::ZkFuture<Vec<OpResult>>),
     /// Its reply was lost: whether it applied is being found out.
     ReplyLost,
+    /// It ended with an error that does not tell whether it applied (the handle closed
+    /// with it in flight, ...): settled as [`LostTake::Unknown`].
+    Unknown,
+}
+
+/// Whether a claim that failed with `error` provably did not apply: the server refused
+/// the multi as a whole, or the request never reached it. Anything else (a close with
+/// the claim in flight, which ends it with `Closed`, an auth failure, a code this
+/// binding does not know) may have applied.
+///
+/// `SessionExpired` proves it too: the C client sends a request only on a connected
+/// socket, a dropped connection fails every request it sent with `ZCONNECTIONLOSS`, so
+/// the requests an expiry fails were never sent since; and the server answers a
+/// request of an expired session with `SESSIONEXPIRED` without applying it.
+pub(super) fn not_applied(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::MultiFailed { .. }
+            | Error::SessionExpired
+            | Error::TooManyInFlight { .. }
+            | Error::InvalidPath { .. }
+            | Error::InteriorNul(_)
+            | Error::DataTooLarge { .. }
+            | Error::InvalidArgument(_)
+    )
 }
 
 /// A claim (delete + marker) whose outcome the take has not settled yet. If the take's
@@ -115,13 +140,18 @@ impl Drop for PendingClaim<'_> {
                     Err(error) if error.is_connection_loss() => {
                         lost_take(&zk, stray.patience, &stray.path, &stray.marker).await
                     }
-                    // Not applied (a failed multi), or the session was over before it
-                    // was sent.
-                    Err(_) => LostTake::NotApplied,
+                    Err(error) if not_applied(&error) => LostTake::NotApplied,
+                    // It may have applied (e.g. `Closed`: the handle was closed with the
+                    // claim in flight): put back, on a new session, if it is gone.
+                    Err(error) => {
+                        log::debug!("queue: claim of {} ended with {error}", stray.path);
+                        LostTake::Unknown
+                    }
                 },
                 ClaimStage::ReplyLost => {
                     lost_take(&zk, stray.patience, &stray.path, &stray.marker).await
                 }
+                ClaimStage::Unknown => LostTake::Unknown,
             };
             match outcome {
                 LostTake::NotApplied | LostTake::Others => {}
