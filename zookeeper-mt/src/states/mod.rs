@@ -269,7 +269,9 @@ impl StateQueue {
             return;
         }
         state.buffer.push(event);
-        after.wakers.extend(state.wakers.drain().map(|(_, waker)| waker));
+        after
+            .wakers
+            .extend(state.wakers.drain().map(|(_, waker)| waker));
         self.ready.notify_all();
     }
 
@@ -277,7 +279,9 @@ impl StateQueue {
     pub(crate) fn end(&self, after: &mut After) {
         let mut state = self.state.lock();
         state.ended = true;
-        after.wakers.extend(state.wakers.drain().map(|(_, waker)| waker));
+        after
+            .wakers
+            .extend(state.wakers.drain().map(|(_, waker)| waker));
         self.ready.notify_all();
     }
 

@@ -12,6 +12,9 @@ use std::task::{Context, Poll, Wake, Waker};
 /// whichever caller polls next drives it.
 type Arming = Pin<Box<dyn Future<Output = Result<(Vec<String>, Watch)>> + Send>>;
 
+/// A listing with the epoch of the watch armed no later than it.
+type Listed = Result<(Vec<String>, u64)>;
+
 pub(super) struct WatchState {
     /// A child watch is registered and not seen fired (in `slot`, or being polled by a
     /// caller this instant).
@@ -156,7 +159,7 @@ impl ChildWatcher {
         session: &ManagedSession,
         patience: Patience,
         deadline: Deadline,
-    ) -> Result<(Vec<String>, u64)> {
+    ) -> Listed {
         /// What a look at the state decided, made with the lock held.
         enum Next {
             /// The watch is armed: list, at this epoch.
@@ -235,7 +238,7 @@ impl ChildWatcher {
     /// Polls the registration in flight (`None`: nothing new yet, the caller is woken by
     /// the next change). `Some(None)`: the state changed after `seen`, look again;
     /// `Some(Some(_))`: this poll finished the registration, with its listing.
-    fn poll_arming(&self, seen: u64) -> Option<Option<Result<(Vec<String>, u64)>>> {
+    fn poll_arming(&self, seen: u64) -> Option<Option<Listed>> {
         let (mut arming, generation) = {
             let mut state = self.state.lock();
             if state.version != seen {
