@@ -38,6 +38,9 @@
 //!   crossbeam `Receiver`), except a config receiver's clone, which is a receiver of its
 //!   own that has seen what the original has (both see every later state, and the final
 //!   one).
+//! - **Wakers.** Each [`next`](EventStream::next) future keeps one waker until it
+//!   completes or is dropped; a stream value polled as a `Stream` keeps one, the last
+//!   given. A `select!` loop that drops its `next()` each round leaves nothing behind.
 //! - **Errors, not panics.** Receiving never panics; the error types are crossbeam's
 //!   (re-exported here).
 //!
@@ -71,8 +74,10 @@ pub use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 use futures_core::stream::{FusedStream, Stream};
 use parking_lot::{Condvar, Mutex};
 use std::any::Any;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -94,7 +99,28 @@ pub(crate) trait Buffer: Send + 'static {
 struct State<B> {
     buffer: B,
     closed: bool,
-    wakers: Vec<Waker>,
+    /// One waker per waiting reader (a stream value or a `next()` future), keyed by its
+    /// [`waiter_id`]: replaced on each poll, removed when the reader is dropped, so a
+    /// reader that stops polling leaves nothing behind.
+    wakers: HashMap<u64, Waker>,
+}
+
+/// A fresh id for a reader's place among a queue's wakers (unique in the process, so
+/// an id is never reused for another reader).
+pub(crate) fn waiter_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Records `cx`'s waker as `waiter`'s (one per waiter, the last given).
+pub(crate) fn register(wakers: &mut HashMap<u64, Waker>, waiter: u64, cx: &Context<'_>) {
+    match wakers.get_mut(&waiter) {
+        Some(known) if known.will_wake(cx.waker()) => {}
+        Some(known) => known.clone_from(cx.waker()),
+        None => {
+            wakers.insert(waiter, cx.waker().clone());
+        }
+    }
 }
 
 /// A queue fed by one recipe task and read by any number of threads or tasks (each
@@ -110,7 +136,7 @@ impl<B: Buffer> EventQueue<B> {
             state: Mutex::new(State {
                 buffer,
                 closed: false,
-                wakers: Vec::new(),
+                wakers: HashMap::new(),
             }),
             ready: Condvar::new(),
         })
@@ -140,9 +166,9 @@ impl<B: Buffer> EventQueue<B> {
         self.wake(wakers);
     }
 
-    fn wake(&self, wakers: Vec<Waker>) {
+    fn wake(&self, wakers: HashMap<u64, Waker>) {
         self.ready.notify_all();
-        for waker in wakers {
+        for waker in wakers.into_values() {
             waker.wake();
         }
     }
@@ -163,7 +189,13 @@ pub(crate) trait Source<T>: Send + Sync {
     fn try_recv(&self) -> Result<T, TryRecvError>;
     /// Blocks until an item, the end, or `deadline` (`None`: no deadline).
     fn recv_deadline(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError>;
-    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<T>>;
+    /// Polls for `waiter` (a [`waiter_id`]): `Pending` keeps `cx`'s waker as that
+    /// waiter's one waker until the next item, the end, or [`forget`](Self::forget).
+    fn poll_recv(&self, cx: &mut Context<'_>, waiter: u64) -> Poll<Option<T>>;
+    /// Drops `waiter`'s waker, if any (the waiter is gone).
+    fn forget(&self, waiter: u64);
+    /// Wakers kept for waiting readers now.
+    fn wakers(&self) -> usize;
     fn len(&self) -> usize;
     fn is_ended(&self) -> bool;
     /// The source a clone reads; `None`: this one, shared.
@@ -206,18 +238,30 @@ impl<B: Buffer> Source<B::Item> for EventQueue<B> {
         }
     }
 
-    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<B::Item>> {
+    fn poll_recv(&self, cx: &mut Context<'_>, waiter: u64) -> Poll<Option<B::Item>> {
         let mut state = self.state.lock();
-        if let Some(item) = state.buffer.pop() {
-            return Poll::Ready(Some(item));
-        }
-        if state.closed {
-            return Poll::Ready(None);
-        }
-        if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            state.wakers.push(cx.waker().clone());
-        }
-        Poll::Pending
+        let ready = match state.buffer.pop() {
+            Some(item) => Some(item),
+            None if state.closed => None,
+            None => {
+                register(&mut state.wakers, waiter, cx);
+                return Poll::Pending;
+            }
+        };
+        // Done waiting: its waker (dropped outside the lock) is of no more use.
+        let done = state.wakers.remove(&waiter);
+        drop(state);
+        drop(done);
+        Poll::Ready(ready)
+    }
+
+    fn forget(&self, waiter: u64) {
+        let gone = self.state.lock().wakers.remove(&waiter);
+        drop(gone);
+    }
+
+    fn wakers(&self) -> usize {
+        self.state.lock().wakers.len()
     }
 
     fn len(&self) -> usize {
@@ -286,6 +330,8 @@ impl<T: Send + 'static> Buffer for Newest<T> {
 /// before the end.
 pub struct EventStream<T> {
     source: Arc<dyn Source<T>>,
+    /// This value's place among the source's wakers (polls of the stream itself).
+    reader: u64,
     /// Whatever must live as long as the stream (e.g. the task feeding it).
     keep_alive: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -294,6 +340,7 @@ impl<T> EventStream<T> {
     pub(crate) fn new(source: Arc<dyn Source<T>>) -> EventStream<T> {
         EventStream {
             source,
+            reader: waiter_id(),
             keep_alive: None,
         }
     }
@@ -342,7 +389,10 @@ impl<T> EventStream<T> {
     /// received. It works on any executor; dropping it before it completes loses
     /// nothing.
     pub fn next(&self) -> Next<'_, T> {
-        Next { stream: self }
+        Next {
+            stream: self,
+            waiter: waiter_id(),
+        }
     }
 
     /// A blocking iterator over the items; it ends with the stream.
@@ -366,9 +416,19 @@ impl<T> EventStream<T> {
         self.source.is_ended()
     }
 
-    /// Polls for the next item (what [`next`](Self::next) and the [`Stream`] do).
+    /// Wakers this stream's queue keeps for waiting readers now (at most one per
+    /// pending `next()` future and one per stream value polled as a `Stream`).
+    // For tests: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
+    pub fn wakers(&self) -> usize {
+        self.source.wakers()
+    }
+
+    /// Polls for the next item (what the [`Stream`] does): this stream value keeps one
+    /// waker, the last given (the `Stream` contract); each [`next`](Self::next) future
+    /// keeps its own, so tasks sharing one value each await `next()`.
     pub(crate) fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        self.source.poll_recv(cx)
+        self.source.poll_recv(cx, self.reader)
     }
 
     /// Whether polling would return `None` at once.
@@ -386,8 +446,15 @@ impl<T> Clone for EventStream<T> {
                 .source
                 .fork()
                 .unwrap_or_else(|| Arc::clone(&self.source)),
+            reader: waiter_id(),
             keep_alive: self.keep_alive.clone(),
         }
+    }
+}
+
+impl<T> Drop for EventStream<T> {
+    fn drop(&mut self) {
+        self.source.forget(self.reader);
     }
 }
 
@@ -434,13 +501,21 @@ impl<T> FusedStream for &EventStream<T> {
 #[must_use = "a future does nothing unless polled"]
 pub struct Next<'a, T> {
     stream: &'a EventStream<T>,
+    /// This future's place among the source's wakers: dropped with it.
+    waiter: u64,
 }
 
 impl<T> Future for Next<'_, T> {
     type Output = Option<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        self.stream.poll_recv(cx)
+        self.stream.source.poll_recv(cx, self.waiter)
+    }
+}
+
+impl<T> Drop for Next<'_, T> {
+    fn drop(&mut self) {
+        self.stream.source.forget(self.waiter);
     }
 }
 
@@ -531,9 +606,9 @@ impl<T: 'static, U: 'static> Source<U> for FilterMap<T, U> {
         }
     }
 
-    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<U>> {
+    fn poll_recv(&self, cx: &mut Context<'_>, waiter: u64) -> Poll<Option<U>> {
         loop {
-            match self.inner.source.poll_recv(cx) {
+            match self.inner.source.poll_recv(cx, waiter) {
                 Poll::Ready(Some(item)) => {
                     if let Some(item) = (self.map)(item) {
                         return Poll::Ready(Some(item));
@@ -543,6 +618,14 @@ impl<T: 'static, U: 'static> Source<U> for FilterMap<T, U> {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+
+    fn forget(&self, waiter: u64) {
+        self.inner.source.forget(waiter);
+    }
+
+    fn wakers(&self) -> usize {
+        self.inner.source.wakers()
     }
 
     fn len(&self) -> usize {
@@ -556,6 +639,7 @@ impl<T: 'static, U: 'static> Source<U> for FilterMap<T, U> {
     fn fork(&self) -> Option<Arc<dyn Source<U>>> {
         let inner = EventStream {
             source: self.inner.source.fork()?,
+            reader: waiter_id(),
             keep_alive: self.inner.keep_alive.clone(),
         };
         Some(Arc::new(FilterMap {

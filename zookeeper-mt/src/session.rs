@@ -380,6 +380,13 @@ impl SessionEvents {
         self.poll_event(cx)
     }
 
+    /// Whether a task's waker is kept for the next event (at most one: the last given).
+    // For tests: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
+    pub fn has_waker(&self) -> bool {
+        self.waker.lock().is_some()
+    }
+
     fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
         match self.receiver.try_recv() {
             Ok(event) => return Poll::Ready(Some(event)),
@@ -433,5 +440,14 @@ impl std::future::Future for NextSessionEvent<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
         self.events.poll_event(cx)
+    }
+}
+
+impl Drop for NextSessionEvent<'_> {
+    /// A dropped future leaves no waker behind (the stream keeps one, the last given,
+    /// for whoever polls it next).
+    fn drop(&mut self) {
+        let gone = self.events.waker.lock().take();
+        drop(gone);
     }
 }

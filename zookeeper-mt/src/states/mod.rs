@@ -11,9 +11,10 @@ use crate::types::{EventType, SessionState};
 use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 use futures_core::stream::{FusedStream, Stream};
 use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -230,7 +231,16 @@ impl After {
 struct QueueState {
     buffer: StateBuffer,
     ended: bool,
-    wakers: Vec<Waker>,
+    /// One waker per waiting reader (a stream value or a `next()` future), keyed by its
+    /// [`waiter_id`]: replaced on each poll, removed when the reader is dropped, so a
+    /// reader that stops polling leaves nothing behind.
+    wakers: HashMap<u64, Waker>,
+}
+
+/// A fresh id for a reader's place among a queue's wakers (never reused).
+fn waiter_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// One stream's queue: fed by a [`Follower`] (plain handle) or a managed client, read by
@@ -246,7 +256,7 @@ impl StateQueue {
             state: Mutex::new(QueueState {
                 buffer: StateBuffer::default(),
                 ended: false,
-                wakers: Vec::new(),
+                wakers: HashMap::new(),
             }),
             ready: Condvar::new(),
         })
@@ -259,7 +269,9 @@ impl StateQueue {
             return;
         }
         state.buffer.push(event);
-        after.wakers.append(&mut state.wakers);
+        after
+            .wakers
+            .extend(state.wakers.drain().map(|(_, waker)| waker));
         self.ready.notify_all();
     }
 
@@ -267,7 +279,9 @@ impl StateQueue {
     pub(crate) fn end(&self, after: &mut After) {
         let mut state = self.state.lock();
         state.ended = true;
-        after.wakers.append(&mut state.wakers);
+        after
+            .wakers
+            .extend(state.wakers.drain().map(|(_, waker)| waker));
         self.ready.notify_all();
     }
 
@@ -308,18 +322,39 @@ impl StateQueue {
         }
     }
 
-    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<ConnectionEvent>> {
+    /// Polls for `waiter` (a [`waiter_id`]): `Pending` keeps `cx`'s waker as that
+    /// waiter's one waker until the next event, the end, or [`forget`](Self::forget).
+    fn poll_recv(&self, cx: &mut Context<'_>, waiter: u64) -> Poll<Option<ConnectionEvent>> {
         let mut state = self.state.lock();
-        if let Some(event) = state.buffer.pop() {
-            return Poll::Ready(Some(event));
-        }
-        if state.ended {
-            return Poll::Ready(None);
-        }
-        if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            state.wakers.push(cx.waker().clone());
-        }
-        Poll::Pending
+        let ready = match state.buffer.pop() {
+            Some(event) => Some(event),
+            None if state.ended => None,
+            None => {
+                match state.wakers.get_mut(&waiter) {
+                    Some(known) if known.will_wake(cx.waker()) => {}
+                    Some(known) => known.clone_from(cx.waker()),
+                    None => {
+                        state.wakers.insert(waiter, cx.waker().clone());
+                    }
+                }
+                return Poll::Pending;
+            }
+        };
+        // Done waiting: its waker (dropped outside the lock) is of no more use.
+        let done = state.wakers.remove(&waiter);
+        drop(state);
+        drop(done);
+        Poll::Ready(ready)
+    }
+
+    /// Drops `waiter`'s waker, if any (the waiter is gone).
+    fn forget(&self, waiter: u64) {
+        let gone = self.state.lock().wakers.remove(&waiter);
+        drop(gone);
+    }
+
+    fn wakers(&self) -> usize {
+        self.state.lock().wakers.len()
     }
 
     fn len(&self) -> usize {

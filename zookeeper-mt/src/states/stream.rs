@@ -57,6 +57,7 @@ pub fn connection_states(zk: &ZooKeeper) -> ConnectionStates {
             queue,
             follower: Some(follower),
         }),
+        waiter: waiter_id(),
     }
 }
 
@@ -89,12 +90,32 @@ impl Drop for Reader {
 ///   `recv` fails with `RecvError`, `recv_timeout` and `try_recv` with `Disconnected`,
 ///   `next().await` and the `Stream` yield `None`, the iterator stops.
 /// - **Clones** read the same queue: each event goes to one reader.
+/// - **Wakers**: polled as a `Stream` (or with [`poll_recv`](Self::poll_recv)), a stream
+///   value keeps one waker, the last given; each [`next`](Self::next) future keeps its
+///   own until it completes or is dropped. Nothing a dropped reader gave stays.
 /// - **On the C completion thread** (a waker running its task inline), which delivers
 ///   the events, `recv` and `recv_timeout` do not wait: with nothing queued they fail
 ///   at once (`RecvError`, `Timeout`).
-#[derive(Clone)]
 pub struct ConnectionStates {
     reader: Arc<Reader>,
+    /// This value's place among the queue's wakers (polls of the stream itself).
+    waiter: u64,
+}
+
+impl Clone for ConnectionStates {
+    /// A reader of the same queue, with its own place among the wakers.
+    fn clone(&self) -> ConnectionStates {
+        ConnectionStates {
+            reader: Arc::clone(&self.reader),
+            waiter: waiter_id(),
+        }
+    }
+}
+
+impl Drop for ConnectionStates {
+    fn drop(&mut self) {
+        self.queue().forget(self.waiter);
+    }
 }
 
 impl ConnectionStates {
@@ -105,6 +126,7 @@ impl ConnectionStates {
                 queue,
                 follower: None,
             }),
+            waiter: waiter_id(),
         }
     }
 
@@ -144,14 +166,24 @@ impl ConnectionStates {
     /// The next event as a future: `None` once the stream has ended and every event was
     /// received. It works on any executor; dropping it before it completes loses nothing.
     pub fn next(&self) -> NextConnectionEvent<'_> {
-        NextConnectionEvent { states: self }
+        NextConnectionEvent {
+            states: self,
+            waiter: waiter_id(),
+        }
     }
 
-    /// Polls for the next event (what [`next`](Self::next) and the `Stream` do), for
-    /// hand-written futures that wait on several sources: `Pending` registers `cx`'s
-    /// waker.
+    /// Polls for the next event (what the `Stream` does), for hand-written futures that
+    /// wait on several sources: `Pending` registers `cx`'s waker as this stream value's
+    /// one waker (the last one given is woken).
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<ConnectionEvent>> {
-        self.queue().poll_recv(cx)
+        self.queue().poll_recv(cx, self.waiter)
+    }
+
+    /// Wakers the stream's queue keeps for waiting readers now.
+    // For tests: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
+    pub fn wakers(&self) -> usize {
+        self.queue().wakers()
     }
 
     /// A blocking iterator over the events; it ends with the stream.
@@ -218,13 +250,21 @@ impl FusedStream for &ConnectionStates {
 #[derive(Debug)]
 pub struct NextConnectionEvent<'a> {
     states: &'a ConnectionStates,
+    /// This future's place among the queue's wakers: dropped with it.
+    waiter: u64,
 }
 
 impl Future for NextConnectionEvent<'_> {
     type Output = Option<ConnectionEvent>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ConnectionEvent>> {
-        self.states.poll_recv(cx)
+        self.states.queue().poll_recv(cx, self.waiter)
+    }
+}
+
+impl Drop for NextConnectionEvent<'_> {
+    fn drop(&mut self) {
+        self.states.queue().forget(self.waiter);
     }
 }
 

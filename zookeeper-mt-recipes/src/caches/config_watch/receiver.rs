@@ -119,8 +119,16 @@ impl Source<ConfigEvent> for Receiver {
         self.queue.recv_deadline(deadline)
     }
 
-    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<ConfigEvent>> {
-        self.queue.poll_recv(cx)
+    fn poll_recv(&self, cx: &mut Context<'_>, waiter: u64) -> Poll<Option<ConfigEvent>> {
+        self.queue.poll_recv(cx, waiter)
+    }
+
+    fn forget(&self, waiter: u64) {
+        self.queue.forget(waiter);
+    }
+
+    fn wakers(&self) -> usize {
+        Source::wakers(&*self.queue)
     }
 
     fn len(&self) -> usize {

@@ -1,69 +1,96 @@
 //! One child watch shared by every caller waiting on the same recipe value.
 
 use super::*;
-use crate::runtime::until;
+use crate::runtime::{until, Wakers};
 use crate::support::{reconnected, Counted};
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+/// The registering listing in flight: owned by the shared state, not by a caller, so
+/// whichever caller polls next drives it.
+type Arming = Pin<Box<dyn Future<Output = Result<(Vec<String>, Watch)>> + Send>>;
+
+/// A listing with the epoch of the watch armed no later than it.
+type Listed = Result<(Vec<String>, u64)>;
 
 pub(super) struct WatchState {
-    /// A child watch is registered (possibly being waited on by a caller: `slot` empty).
-    pub(super) armed: bool,
-    /// A caller is registering one (outside the lock: that can take a reconnection).
-    pub(super) arming: bool,
-    /// The armed watch, when no caller is waiting on it.
-    pub(super) slot: Option<Watch>,
+    /// A child watch is registered and not seen fired (in `slot`, or being polled by a
+    /// caller this instant).
+    armed: bool,
+    /// A registering listing is in flight (in `arming`, or being polled this instant).
+    registering: bool,
+    arming: Option<Arming>,
+    /// The armed watch (out of it only for the length of one caller's poll).
+    slot: Option<Watch>,
     /// Bumped each time the armed watch fires.
-    pub(super) epoch: u64,
+    epoch: u64,
     /// Bumped at every change of this state a waiter may be waiting for.
     version: u64,
     /// The session generation the armed watch belongs to (a managed client's sessions
     /// follow each other; a watch of an ended session never fires).
     generation: u64,
-    /// Callers waiting for the next change.
-    wakers: Vec<Waker>,
+}
+
+/// Wakes every waiting caller: the waker the shared registration and watch are polled
+/// with, so whatever they do reaches every caller, whichever of them polled last.
+struct WakeAll(Wakers);
+
+impl Wake for WakeAll {
+    fn wake(self: Arc<Self>) {
+        self.0.wake_all();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.wake_all();
+    }
 }
 
 /// One child watch on `path` at a time, shared by every caller of this process waiting
 /// on it: a caller lists with [`list_async`](Self::list_async), which guarantees a watch
 /// registered no later than the listing, and then waits with
-/// [`wait_change_async`](Self::wait_change_async) for any change after it. One waiting
-/// caller receives from the watch; the others wait for the state to change; whoever
-/// leaves (timed out or dropped) hands the watch to the next. No wake-up can be lost and
-/// no watch is registered twice. The lock is never held across a request or an await,
-/// so a caller riding out a lost connection blocks nobody past their own deadline. The
-/// blocking forms drive the same futures.
+/// [`wait_change_async`](Self::wait_change_async) for any change after it.
+///
+/// The registering listing and the armed watch belong to the shared state, not to one
+/// caller's future: every waiting caller polls them (with a waker that wakes all
+/// waiters) and whoever sees one finish records it for all. So no caller depends on
+/// another caller's future being polled: one left alive but unpolled (its task busy
+/// elsewhere) holds up nobody. No wake-up can be lost and no watch is registered twice.
+/// The lock is never held across a request, an await or a poll of the shared futures;
+/// a caller waits for a registration riding out a lost connection only up to its own
+/// deadline. A waiter's waker is dropped with its future. The blocking forms drive the
+/// same futures.
 pub(super) struct ChildWatcher {
     pub(super) path: String,
     /// For recreating the directory when it is missing.
     pub(super) nodes: NodeOptions,
-    pub(super) state: Mutex<WatchState>,
+    state: Mutex<WatchState>,
+    /// The callers waiting for a change of `state`, one waker each (removed on drop).
+    waiters: Arc<WakeAll>,
+    /// Wakes every waiter: what the shared registration and watch are polled with.
+    wake_all: Waker,
     pub(super) events: AtomicU64,
     pub(super) waiting: AtomicU64,
 }
 
-/// Wakers to call once the state lock is released (they are executor code).
-type ToWake = Vec<Waker>;
-
-fn wake_all(wakers: ToWake) {
-    wakers.into_iter().for_each(Waker::wake);
-}
-
 impl ChildWatcher {
     pub(super) fn new(path: &str) -> ChildWatcher {
+        let waiters = Arc::new(WakeAll(Wakers::default()));
         ChildWatcher {
             path: path.to_string(),
             nodes: NodeOptions::default(),
             state: Mutex::new(WatchState {
                 armed: false,
-                arming: false,
+                registering: false,
+                arming: None,
                 slot: None,
                 epoch: 0,
                 version: 0,
                 generation: 0,
-                wakers: Vec::new(),
             }),
+            wake_all: Waker::from(Arc::clone(&waiters)),
+            waiters,
             events: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
         }
@@ -75,10 +102,21 @@ impl ChildWatcher {
     }
 
     /// Removes the armed watch locally (on drop of its owner), so it does not stay
-    /// registered until the next change.
+    /// registered until the next change; a registration in flight goes with it (one
+    /// already answered has its watch removed too).
     pub(super) fn disarm(&self, zk: &ZooKeeper) {
-        if let Some(watch) = self.state.lock().slot.take() {
+        let (watch, arming) = {
+            let mut state = self.state.lock();
+            (state.slot.take(), state.arming.take())
+        };
+        if let Some(watch) = watch {
             let _ = zk.remove_watch(&watch);
+        }
+        if let Some(mut arming) = arming {
+            let mut cx = Context::from_waker(crate::runtime::noop_waker());
+            if let Poll::Ready(Ok((_, watch))) = arming.as_mut().poll(&mut cx) {
+                let _ = zk.remove_watch(&watch);
+            }
         }
     }
 
@@ -87,53 +125,48 @@ impl ChildWatcher {
         self.events.load(Ordering::Relaxed)
     }
 
-    /// Records a change: every waiter is to look again.
-    fn changed(state: &mut WatchState) -> ToWake {
+    /// Records a change: every waiter is to look again once the lock is released
+    /// ([`wake`](Self::wake)).
+    fn changed(state: &mut WatchState) {
         state.version += 1;
-        std::mem::take(&mut state.wakers)
+    }
+
+    /// Wakes every waiter (outside the state lock: a waker runs executor code).
+    fn wake(&self) {
+        self.waiters.0.wake_all();
     }
 
     fn fired(
         &self,
         state: &mut WatchState,
         event: zookeeper_mt::Result<WatchedEvent>,
-    ) -> (Result<()>, ToWake) {
+    ) -> Result<()> {
         state.armed = false;
         state.slot = None;
         state.epoch += 1;
-        let to_wake = Self::changed(state);
-        let outcome = event.map_err(RecipeError::from).and_then(|event| {
+        Self::changed(state);
+        event.map_err(RecipeError::from).and_then(|event| {
             self.events.fetch_add(1, Ordering::Relaxed);
             check_event(event).map(drop)
-        });
-        (outcome, to_wake)
-    }
-
-    /// Completes at the next change of the state after `seen`.
-    fn next_change(&self, seen: u64) -> NextChange<'_> {
-        NextChange {
-            watcher: self,
-            seen,
-        }
+        })
     }
 
     /// Lists the children; a child watch registered no later than this listing is armed
     /// when it returns. Returns the children and the epoch to pass to `wait_change`.
-    /// `Err(Timeout)` if `deadline` passes while another caller is registering the watch.
+    /// `Err(Timeout)` if `deadline` passes while the watch is being registered.
     pub(super) async fn list_async(
         &self,
         session: &ManagedSession,
         patience: Patience,
         deadline: Deadline,
-    ) -> Result<(Vec<String>, u64)> {
+    ) -> Listed {
         /// What a look at the state decided, made with the lock held.
         enum Next {
             /// The watch is armed: list, at this epoch.
             List(u64),
-            /// Nobody registers it: we do.
-            Arm,
-            /// Another caller is registering it: wait for the state to change.
-            Wait(u64),
+            /// It is being registered: drive that until the state changes after this
+            /// version.
+            Register(u64),
         }
         let zk = &session.zk;
         loop {
@@ -144,12 +177,16 @@ impl ChildWatcher {
                     return Err(RecipeError::ZooKeeper(Error::SessionExpired));
                 }
                 if session.generation > state.generation {
-                    // The armed watch (if any) belongs to an ended session: as if it
-                    // fired, every waiter looks again, on its own session.
+                    // The armed watch (if any) belongs to an ended session, and so does a
+                    // registration in flight: as if it fired, every waiter looks again,
+                    // on its own session.
                     state.generation = session.generation;
-                    let (_, to_wake) = self.fired(&mut state, Err(Error::SessionExpired));
+                    state.registering = false;
+                    let stale = state.arming.take();
+                    let _ = self.fired(&mut state, Err(Error::SessionExpired));
                     drop(state);
-                    wake_all(to_wake);
+                    drop(stale);
+                    self.wake();
                     continue;
                 }
                 let looked = state.slot.as_ref().map(Watch::try_get);
@@ -158,23 +195,26 @@ impl ChildWatcher {
                     Some(Err(error)) => Some(self.fired(&mut state, Err(error))),
                     _ => None,
                 };
-                if let Some((outcome, to_wake)) = fired {
+                if let Some(outcome) = fired {
                     drop(state);
-                    wake_all(to_wake);
+                    self.wake();
                     outcome?;
                     continue;
                 }
                 if state.armed {
                     // Still armed and not fired as far as anyone has seen, or being
-                    // received by a waiting caller, which bumps the epoch when it fires:
+                    // polled by a waiting caller, which bumps the epoch when it fires:
                     // either way a change after this listing is noticed.
                     Next::List(state.epoch)
-                } else if !state.arming {
-                    // `arming` keeps a second registration out meanwhile.
-                    state.arming = true;
-                    Next::Arm
                 } else {
-                    Next::Wait(state.version)
+                    if !state.registering {
+                        // Not this caller's: any caller polls it (its own deadline is not
+                        // the registration's).
+                        let patience = patience.before(Deadline::never());
+                        state.arming = Some(self.arming(zk.clone(), patience));
+                        state.registering = true;
+                    }
+                    Next::Register(state.version)
                 }
             };
             match next {
@@ -182,172 +222,115 @@ impl ChildWatcher {
                     let children = children_or_none_async(zk, &self.path, patience).await?;
                     return Ok((children, epoch));
                 }
-                Next::Arm => break,
-                Next::Wait(seen) => {
-                    if until(deadline, self.next_change(seen)).await.is_none() {
-                        return Err(RecipeError::Timeout);
+                Next::Register(seen) => {
+                    let registered = self.waiters.0.until(|| self.poll_arming(seen));
+                    match until(deadline, registered).await {
+                        None => return Err(RecipeError::Timeout),
+                        // This caller saw the registration finish: its listing is ours.
+                        Some(Some(listed)) => return listed,
+                        Some(None) => {} // the state changed: look again
                     }
                 }
             }
         }
-        let mut arming = Arming {
-            watcher: self,
-            registering: true,
+    }
+
+    /// Polls the registration in flight (`None`: nothing new yet, the caller is woken by
+    /// the next change). `Some(None)`: the state changed after `seen`, look again;
+    /// `Some(Some(_))`: this poll finished the registration, with its listing.
+    fn poll_arming(&self, seen: u64) -> Option<Option<Listed>> {
+        let (mut arming, generation) = {
+            let mut state = self.state.lock();
+            if state.version != seen {
+                return Some(None);
+            }
+            // Out while another caller polls it: that caller records what it finds (and
+            // the registration wakes every waiter as it progresses).
+            (state.arming.take()?, state.generation)
         };
-        let listed = self.arm(zk, patience).await;
-        arming.registering = false;
+        let mut cx = Context::from_waker(&self.wake_all);
+        let polled = arming.as_mut().poll(&mut cx);
         let mut state = self.state.lock();
-        state.arming = false;
-        let to_wake = Self::changed(&mut state);
-        let outcome = listed.map(|(children, watch)| {
+        if state.generation != generation {
+            // A newer session retired it meanwhile.
+            drop(state);
+            drop(arming);
+            return Some(None);
+        }
+        let Poll::Ready(listed) = polled else {
+            state.arming = Some(arming);
+            return None;
+        };
+        state.registering = false;
+        Self::changed(&mut state);
+        let listed = listed.map(|(children, watch)| {
             state.slot = Some(watch);
             state.armed = true;
             (children, state.epoch)
         });
         drop(state);
-        wake_all(to_wake);
-        outcome
+        self.wake();
+        Some(Some(listed))
     }
 
-    /// Lists with a new child watch, recreating the directory if it is missing (a child
-    /// watch needs the node; an empty directory costs nothing).
-    async fn arm(&self, zk: &ZooKeeper, patience: Patience) -> Result<(Vec<String>, Watch)> {
-        let mut attempt = 0;
-        loop {
-            match zk.get_children_watch_async(&self.path).await {
-                Ok(listed) => return Ok(listed),
-                // Rare: never created, or an empty container the server removed.
-                Err(Error::NoNode) => {
-                    ensure_dir_async(zk, &self.path, &self.nodes, patience).await?
+    /// A listing with a new child watch, recreating the directory if it is missing (a
+    /// child watch needs the node; an empty directory costs nothing).
+    fn arming(&self, zk: ZooKeeper, patience: Patience) -> Arming {
+        let (path, nodes) = (self.path.clone(), self.nodes.clone());
+        Box::pin(async move {
+            let mut attempt = 0;
+            loop {
+                match zk.get_children_watch_async(&path).await {
+                    Ok(listed) => return Ok(listed),
+                    // Rare: never created, or an empty container the server removed.
+                    Err(Error::NoNode) => ensure_dir_async(&zk, &path, &nodes, patience).await?,
+                    Err(error) if error.is_retryable() => {
+                        attempt += 1;
+                        reconnected(&zk, patience, attempt).await?;
+                    }
+                    Err(error) => return Err(error.into()),
                 }
-                Err(error) if error.is_retryable() => {
-                    attempt += 1;
-                    reconnected(zk, patience, attempt).await?;
-                }
-                Err(error) => return Err(error.into()),
             }
-        }
+        })
     }
 
     /// Waits until the watch armed at `epoch` fires (`Ok(true)`) or `deadline` passes
-    /// (`Ok(false)`). Dropping the future hands the watch to the next waiter.
+    /// (`Ok(false)`). Dropping the future leaves nothing behind.
     pub(super) async fn wait_change_async(&self, epoch: u64, deadline: Deadline) -> Result<bool> {
         let _counted = Counted::new(&self.waiting);
-        loop {
-            let (watch, seen) = {
-                let mut state = self.state.lock();
-                if state.epoch != epoch || !state.armed {
-                    return Ok(true);
-                }
-                (state.slot.take(), state.version)
-            };
-            if let Some(watch) = watch {
-                return self.receive(watch, epoch, deadline).await;
-            }
-            if until(deadline, self.next_change(seen)).await.is_none() {
-                return Ok(self.state.lock().epoch != epoch);
-            }
+        match until(deadline, self.waiters.0.until(|| self.poll_watch(epoch))).await {
+            Some(outcome) => outcome,
+            None => Ok(self.state.lock().epoch != epoch),
         }
     }
 
-    /// Waits on the armed watch (taken out of the slot) until it fires or `deadline`.
-    async fn receive(&self, watch: Watch, epoch: u64, deadline: Deadline) -> Result<bool> {
-        let mut holder = Holding {
-            watcher: self,
-            watch: Some(watch),
-            epoch,
+    /// Polls the watch armed at `epoch` (`None`: not fired yet, the caller is woken when
+    /// it fires); `Some` once it has fired (the error this poll saw it fire with, if any).
+    fn poll_watch(&self, epoch: u64) -> Option<Result<bool>> {
+        let mut watch = {
+            let mut state = self.state.lock();
+            if state.epoch != epoch || !state.armed {
+                return Some(Ok(true));
+            }
+            // Out while another caller polls it (that caller records a firing).
+            state.slot.take()?
         };
-        let fired = until(deadline, holder.watch.as_mut().expect("held")).await;
+        let mut cx = Context::from_waker(&self.wake_all);
+        let polled = Pin::new(&mut watch).poll(&mut cx);
         let mut state = self.state.lock();
-        match fired {
-            Some(_) if state.epoch != epoch => {
-                // A newer session retired this watch (its expiry is what fired): the
-                // state is that session's now, and may hold its armed watch. Look again.
-                holder.watch = None;
-                Ok(true)
-            }
-            Some(event) => {
-                holder.watch = None;
-                let (outcome, to_wake) = self.fired(&mut state, event);
-                drop(state);
-                wake_all(to_wake);
-                outcome.map(|()| true)
-            }
-            None => {
-                // Timed out: the still-armed watch goes back for the next waiter (unless
-                // a new session replaced it meanwhile).
-                let watch = holder.watch.take();
-                if state.epoch == epoch {
-                    state.slot = watch;
-                }
-                let to_wake = Self::changed(&mut state);
-                drop(state);
-                wake_all(to_wake);
-                Ok(false)
-            }
-        }
-    }
-}
-
-/// Clears `arming` if the registering future is dropped, so other callers register.
-struct Arming<'a> {
-    watcher: &'a ChildWatcher,
-    registering: bool,
-}
-
-impl Drop for Arming<'_> {
-    fn drop(&mut self) {
-        if !self.registering {
-            return;
-        }
-        let mut state = self.watcher.state.lock();
-        state.arming = false;
-        let to_wake = ChildWatcher::changed(&mut state);
-        drop(state);
-        wake_all(to_wake);
-    }
-}
-
-/// The armed watch while one caller waits on it: put back for the next waiter if that
-/// caller's future is dropped.
-struct Holding<'a> {
-    watcher: &'a ChildWatcher,
-    watch: Option<Watch>,
-    /// The epoch the watch was armed at.
-    epoch: u64,
-}
-
-impl Drop for Holding<'_> {
-    fn drop(&mut self) {
-        if let Some(watch) = self.watch.take() {
-            let mut state = self.watcher.state.lock();
-            if state.epoch == self.epoch {
-                state.slot = Some(watch);
-            }
-            let to_wake = ChildWatcher::changed(&mut state);
+        if state.epoch != epoch {
+            // A newer session retired this watch meanwhile.
             drop(state);
-            wake_all(to_wake);
+            drop(watch);
+            return Some(Ok(true));
         }
-    }
-}
-
-/// The future of [`ChildWatcher::next_change`].
-struct NextChange<'a> {
-    watcher: &'a ChildWatcher,
-    seen: u64,
-}
-
-impl Future for NextChange<'_> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut state = self.watcher.state.lock();
-        if state.version != self.seen {
-            return Poll::Ready(());
-        }
-        if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            state.wakers.push(cx.waker().clone());
-        }
-        Poll::Pending
+        let Poll::Ready(event) = polled else {
+            state.slot = Some(watch);
+            return None;
+        };
+        let outcome = self.fired(&mut state, event);
+        drop(state);
+        self.wake();
+        Some(outcome.map(|()| true))
     }
 }
