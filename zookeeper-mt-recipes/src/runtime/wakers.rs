@@ -27,6 +27,12 @@ impl Wakers {
         woken.into_iter().for_each(Waker::wake);
     }
 
+    /// Waiters registered now (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().waiting.len()
+    }
+
     /// Completes with `ready()`'s value once it has one, looking again after each
     /// [`wake_all`](Self::wake_all). Dropped, it leaves nothing registered.
     pub(crate) fn until<T, F: FnMut() -> Option<T>>(&self, ready: F) -> Until<'_, F> {

@@ -99,8 +99,7 @@ use crate::support::{
 };
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
-use batch::{turn, Batch, Turn};
-use parking_lot::Mutex;
+use batch::{Batch, Turn};
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -185,7 +184,7 @@ pub struct IdGenerator {
     /// ACL of the nodes this generator creates.
     nodes: NodeOptions,
     /// Reserved ids not yet handed out, and their refill.
-    local: Mutex<Batch>,
+    local: Batch,
     /// Unique per generator; with a per-attempt counter it makes each CAS recognizable.
     owner: String,
     attempt: AtomicU64,
@@ -234,7 +233,7 @@ impl IdGenerator {
             batch: 1,
             timeout: DEFAULT_TIMEOUT,
             nodes: NodeOptions::default(),
-            local: Mutex::new(Batch::default()),
+            local: Batch::default(),
             owner: guid(),
             attempt: AtomicU64::new(0),
             counters: Counters::default(),
@@ -279,14 +278,14 @@ impl IdGenerator {
 
     /// Ids reserved and not yet handed out by this generator.
     pub fn remaining_in_batch(&self) -> u64 {
-        self.local.lock().remaining()
+        self.local.remaining()
     }
 
     /// The next id: from the local batch, or from a new batch reserved by CAS, within
     /// the generator's timeout ([`with_timeout`](Self::with_timeout)).
     pub fn next_id(&self) -> Result<u64> {
         // Most ids come from the local batch: taken at once, without driving a future.
-        if let Some(id) = self.local.lock().take() {
+        if let Some(id) = self.local.take() {
             bump(&self.counters.ids, 1);
             return Ok(id);
         }
@@ -297,7 +296,7 @@ impl IdGenerator {
     /// may have reserved is skipped (never handed out); the other callers go on.
     pub async fn next_id_async(&self) -> Result<u64> {
         let deadline = Deadline::after(self.timeout);
-        let refilling = match until(deadline, turn(&self.local)).await {
+        let refilling = match until(deadline, self.local.turn()).await {
             None => return Err(RecipeError::Timeout),
             Some(Turn::Id(id)) => {
                 bump(&self.counters.ids, 1);

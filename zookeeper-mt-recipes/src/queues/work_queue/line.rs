@@ -223,22 +223,19 @@ impl OnSession<'_> {
     /// The head role of this value, once no other take of it holds it (`None` if the
     /// deadline comes first). No lock is held while waiting for it.
     async fn head_role(&self, deadline: Deadline) -> Option<HeadRole<'_>> {
-        let role = std::future::poll_fn(|cx| {
-            let mut head = self.head.lock();
-            if !head.busy {
-                head.busy = true;
-                let watches = std::mem::take(&mut head.watches);
-                return Poll::Ready(HeadRole {
-                    queue: self.queue,
-                    zk: &self.zk,
-                    watches,
-                    keep: false,
-                });
+        let role = self.queue.head_waiters.until(|| {
+            let mut head = self.queue.head.lock();
+            if head.busy {
+                return None;
             }
-            if !head.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                head.wakers.push(cx.waker().clone());
-            }
-            Poll::Pending
+            head.busy = true;
+            let watches = std::mem::take(&mut head.watches);
+            Some(HeadRole {
+                queue: self.queue,
+                zk: &self.zk,
+                watches,
+                keep: false,
+            })
         });
         until(deadline, role).await
     }
@@ -275,20 +272,19 @@ struct HeadRole<'a> {
 impl Drop for HeadRole<'_> {
     fn drop(&mut self) {
         let watches = std::mem::take(&mut self.watches);
-        let (withdrawn, wakers) = {
+        let withdrawn = {
             let mut head = self.queue.head.lock();
             head.busy = false;
-            let withdrawn = if self.keep {
+            if self.keep {
                 head.watches = watches;
                 HeadWatches::default()
             } else {
                 watches
-            };
-            (withdrawn, std::mem::take(&mut head.wakers))
+            }
         };
         for watch in [withdrawn.items, withdrawn.locks].into_iter().flatten() {
             withdraw_watch(self.zk, &watch);
         }
-        wakers.into_iter().for_each(Waker::wake);
+        self.queue.head_waiters.wake_all();
     }
 }

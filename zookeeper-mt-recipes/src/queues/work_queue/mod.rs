@@ -159,6 +159,7 @@ use crate::queues::queue::{split_items, ItemStore, RECEIPTS};
 use crate::recovery::{
     children_or_none_async, name_in_range, random_below, restart_dir_async, Restart,
 };
+use crate::runtime::Wakers;
 use crate::runtime::{block_on, spawn_detached, until};
 use crate::support::{
     check_base_path, check_event, create_sequential_async, delete_eventually_async,
@@ -173,7 +174,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 use zookeeper_mt::{CreateMode, Error, Op, OpResult, Timeout, Watch, WatchedEvent, ZooKeeper};
 
@@ -228,8 +229,6 @@ struct HeadWatches {
 struct Head {
     busy: bool,
     watches: HeadWatches,
-    /// Takes waiting for the role.
-    wakers: Vec<Waker>,
 }
 
 /// A locking work queue (see the [module docs](self)).
@@ -246,6 +245,8 @@ pub struct WorkQueue {
     waiters: String,
     patience: Patience,
     head: Mutex<Head>,
+    /// Takes waiting for the head role (one entry per waiting future).
+    head_waiters: Wakers,
     /// Item names from the last listing not yet tried, in sequence order.
     cache: Mutex<VecDeque<String>>,
     /// How far past the first known item a claim may start: grows when claims collide
@@ -342,6 +343,7 @@ impl WorkQueue {
             waiters: format!("{path}/waiters"),
             patience: Patience::of(&zk, RetryPolicy::new()),
             head: Mutex::new(Head::default()),
+            head_waiters: Wakers::default(),
             cache: Mutex::new(VecDeque::new()),
             spread: AtomicUsize::new(0),
             counters: Counters::default(),

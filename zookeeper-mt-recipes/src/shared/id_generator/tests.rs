@@ -133,7 +133,7 @@ fn wrap_multis_on_a_server() {
 /// serves each id once, in order.
 #[test]
 fn the_refill_turn_is_handed_on() {
-    use super::batch::{turn, Batch, Turn};
+    use super::batch::{Batch, Turn};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
@@ -158,13 +158,13 @@ fn the_refill_turn_is_handed_on() {
         }
     }
 
-    let batch = Mutex::new(Batch::default());
+    let batch = Batch::default();
     let (first_flag, second_flag) = (Arc::new(Flag::default()), Arc::new(Flag::default()));
-    let mut first = Box::pin(turn(&batch));
+    let mut first = Box::pin(batch.turn());
     let Poll::Ready(Turn::Refill(refilling)) = poll(first.as_mut(), &first_flag) else {
         panic!("an empty batch with nobody refilling: refill it");
     };
-    let mut second = Box::pin(turn(&batch));
+    let mut second = Box::pin(batch.turn());
     assert!(poll(second.as_mut(), &second_flag).is_pending());
     // The refilling caller's future is dropped: the waiter is woken and takes the turn.
     drop(refilling);
@@ -175,17 +175,56 @@ fn the_refill_turn_is_handed_on() {
     let Poll::Ready(Turn::Refill(refilling)) = poll(second.as_mut(), &second_flag) else {
         panic!("the turn was not handed on");
     };
-    let mut third = Box::pin(turn(&batch));
+    let mut third = Box::pin(batch.turn());
     assert!(poll(third.as_mut(), &first_flag).is_pending());
     assert_eq!(refilling.install(10..13), 10);
-    assert_eq!(batch.lock().remaining(), 2);
+    assert_eq!(batch.remaining(), 2);
     assert_eq!(id(poll(third.as_mut(), &first_flag)), Some(11));
     assert_eq!(
-        id(poll(Box::pin(turn(&batch)).as_mut(), &first_flag)),
+        id(poll(Box::pin(batch.turn()).as_mut(), &first_flag)),
         Some(12)
     );
     assert!(matches!(
-        poll(Box::pin(turn(&batch)).as_mut(), &first_flag),
+        poll(Box::pin(batch.turn()).as_mut(), &first_flag),
         Poll::Ready(Turn::Refill(_))
     ));
+}
+
+/// Waiters for a refill whose futures are dropped leave no waker behind (a `select!`
+/// loop over `next_id_async` and a tick), and the live waiter is still woken.
+#[test]
+fn dropped_refill_waiters_leave_no_waker() {
+    use super::batch::{Batch, Turn};
+    use std::future::Future;
+    use std::task::{Context, Poll};
+
+    let batch = Batch::default();
+    let mut cx = Context::from_waker(crate::runtime::noop_waker());
+    let mut refill = Box::pin(batch.turn());
+    let Poll::Ready(Turn::Refill(refilling)) = refill.as_mut().poll(&mut cx) else {
+        panic!("an empty batch with nobody refilling: refill it");
+    };
+    struct Distinct;
+    impl std::task::Wake for Distinct {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    for _ in 0..10_000 {
+        // A waker of its own each time, as each task of a `select!` loop has.
+        let waker = std::task::Waker::from(std::sync::Arc::new(Distinct));
+        let mut waiter = Box::pin(batch.turn());
+        assert!(waiter
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+    }
+    assert_eq!(batch.waiters(), 0, "dropped waiters left their wakers");
+    let mut live = Box::pin(batch.turn());
+    assert!(live.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(batch.waiters(), 1);
+    assert_eq!(refilling.install(5..7), 5);
+    assert!(matches!(
+        live.as_mut().poll(&mut cx),
+        Poll::Ready(Turn::Id(6))
+    ));
+    assert_eq!(batch.waiters(), 0);
 }
