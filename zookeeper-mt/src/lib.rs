@@ -118,7 +118,7 @@ pub use in_flight::MAX_IN_FLIGHT;
 pub use logging::set_c_log_level;
 pub use managed::{ManagedSession, ManagedZooKeeper};
 pub use multi::{Op, OpResult};
-pub use no_wait::mark_executor_thread;
+pub use no_wait::{mark_executor_thread, waiting_refused_here};
 pub use path::{validate_path, MAX_DATA_LEN};
 pub use reply::ZkFuture;
 #[cfg(feature = "sasl")]

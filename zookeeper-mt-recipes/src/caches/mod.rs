@@ -289,9 +289,10 @@ impl Core {
     }
 
     fn shutdown(&mut self) {
-        // The task removes its watches and ends.
+        // The task abandons what it awaits, removes its watches and ends on the driver:
+        // the drop never waits for it (nor for a reply).
         if let Some(task) = self.task.take() {
-            task.stop_and_join();
+            task.stop();
         }
     }
 }

@@ -119,7 +119,9 @@ impl NodeWorker {
     }
 
     pub(super) async fn run(mut self, stop: StopSignal) {
-        let end = self.follow(&stop).await;
+        // A stop abandons what the loop awaits; a create in flight is in `creating`,
+        // so `leave` finds its node.
+        let end = stop.unless_stopped(self.follow(&stop)).await.flatten();
         self.unwatch();
         self.leave().await;
         if let Some(reason) = &end {
@@ -380,9 +382,12 @@ impl NodeWorker {
         let (data, serial) = self.data();
         let options = zookeeper_mt::CreateOptions::new(CreateMode::Ephemeral)
             .with_acl(self.config.nodes.acl_list());
-        match zk.create_async(&path, &data, options).await {
+        // Recorded while in flight: a stop that abandons the reply leaves it to `leave`.
+        self.creating = Some(Pending::Fixed);
+        let created = zk.create_async(&path, &data, options).await;
+        self.creating = None;
+        match created {
             Ok(_) => {
-                self.creating = None;
                 self.adopt(path, serial);
                 Flow::Go
             }
@@ -472,7 +477,11 @@ impl NodeWorker {
         let (data, serial) = self.data();
         let options = zookeeper_mt::CreateOptions::new(CreateMode::EphemeralSequential)
             .with_acl(self.config.nodes.acl_list());
-        match zk.create_async(&tag, &data, options).await {
+        // Recorded while in flight: a stop that abandons the reply leaves it to `leave`.
+        self.creating = Some(Pending::Tag(tag.clone()));
+        let created = zk.create_async(&tag, &data, options).await;
+        self.creating = None;
+        match created {
             Ok(path) => {
                 self.adopt(path, serial);
                 Flow::Go

@@ -291,18 +291,18 @@ impl PersistentNode {
 
     /// Stops keeping the node: deletes it (in the background if the connection does not
     /// allow it now, until the session ends) and removes the watch.
-    pub fn close(mut self) {
-        self.shutdown();
-    }
-
-    pub(super) fn shutdown(&mut self) {
+    /// Waits for the task's end (not where blocking is refused: there it returns at
+    /// once and the task ends in the background).
+    pub fn close(self) {
         self.task.stop_and_join();
     }
 }
 
 impl Drop for PersistentNode {
+    /// Asks the task to stop and returns at once: the task abandons what it awaits and
+    /// deletes the node on the driver (in the background until the session ends).
     fn drop(&mut self) {
-        self.shutdown();
+        self.task.stop();
     }
 }
 

@@ -76,7 +76,15 @@ impl Wake for TaskCell {
         if self.queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        QUEUE.lock().runnable.push_back(Arc::clone(self));
+        let mut queue = QUEUE.lock();
+        // A live task keeps the thread running: with no thread, this task has ended (a
+        // late wake-up of a finished task), and queuing it would keep it until the next
+        // spawn.
+        if !queue.thread_running || *self.control.finished.lock() {
+            return;
+        }
+        queue.runnable.push_back(Arc::clone(self));
+        drop(queue);
         RUNNABLE.notify_one();
     }
 }
@@ -108,6 +116,20 @@ impl StopSignal {
     /// Whether the task's handle asked it to stop (or was dropped).
     pub(crate) fn is_stopped(&self) -> bool {
         self.control.stop.load(Ordering::Acquire)
+    }
+
+    /// `future`'s output, or `None` as soon as a stop is requested: the future is then
+    /// dropped, abandoning what it awaited (a read, a sync), so that a stop never waits
+    /// for a reply. A stop request wakes the task itself, so nothing needs registering.
+    pub(crate) async fn unless_stopped<F: Future>(&self, future: F) -> Option<F::Output> {
+        let mut future = std::pin::pin!(future);
+        std::future::poll_fn(move |cx| {
+            if self.is_stopped() {
+                return Poll::Ready(None);
+            }
+            future.as_mut().poll(cx).map(Some)
+        })
+        .await
     }
 
     /// Ready once a stop is requested. Nothing needs registering: a stop request wakes
@@ -186,7 +208,7 @@ pub(crate) fn spawn_detached(name: &str, future: impl Future<Output = ()> + Send
         Err(error) => {
             log::warn!("recipes: cannot start the driver ({error}); finishing {name} here");
             if let Some(future) = slot.lock().take() {
-                super::block_on(future);
+                super::drive(future);
             }
         }
     }
@@ -204,11 +226,12 @@ impl Task {
         *self.cell.control.finished.lock()
     }
 
-    /// Waits until the task has ended. On the driver thread itself (a task dropping
-    /// another task's owner) it returns at once: the driver cannot wait on itself, and
-    /// the stopped task ends on its next poll.
+    /// Waits until the task has ended, for an explicit blocking close (never a drop).
+    /// Where no blocking wait is allowed (the driver thread itself, the C completion
+    /// thread, a close's sweep, a marked executor thread) it returns at once: the
+    /// stopped task ends on the driver all the same.
     pub(crate) fn join(&self) {
-        if on_driver_thread() {
+        if super::refused_here() {
             return;
         }
         let mut finished = self.cell.control.finished.lock();

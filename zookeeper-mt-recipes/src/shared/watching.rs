@@ -166,21 +166,22 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
     }
 }
 
-/// Stops a watch's task and waits for it, when the stream that owns it goes.
+/// Stops a watch's task (without waiting for it) when the stream that owns it goes.
 struct StopOnDrop(Option<Task>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         if let Some(task) = self.0.take() {
-            task.stop_and_join();
+            task.stop();
         }
     }
 }
 
 impl<T> Drop for ValueWatch<T> {
+    /// Asks the task to stop and returns (it ends on the driver, abandoning a read).
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
-            task.stop_and_join();
+            task.stop();
         }
     }
 }

@@ -229,13 +229,10 @@ impl ConfigWatch {
         self.end.lock().clone()
     }
 
-    /// Stops the watch and waits for its task. The final state stays readable
-    /// through receivers obtained earlier.
+    /// Stops the watch and waits for its task (not where blocking is refused: there it
+    /// returns at once and the task ends in the background). The final state stays
+    /// readable through receivers obtained earlier.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
         if let Some(task) = self.task.take() {
             task.stop_and_join();
         }
@@ -244,8 +241,13 @@ impl ConfigWatch {
 }
 
 impl Drop for ConfigWatch {
+    /// Asks the task to stop and returns: the task abandons a read in flight and takes
+    /// its watch off on the driver.
     fn drop(&mut self) {
-        self.shutdown();
+        if let Some(task) = self.task.take() {
+            task.stop();
+        }
+        self.hub.end();
     }
 }
 

@@ -147,7 +147,9 @@ impl Worker {
     pub(crate) async fn run(mut self, stop: StopSignal) {
         let root = self.config.root.clone();
         self.enqueue(&root);
-        let end = self.follow(&stop).await;
+        // A stop abandons whatever the loop awaits (a read, a sync: a dropped reply
+        // future leaves nothing registered), so the owner's drop never waits for a reply.
+        let end = stop.unless_stopped(self.follow(&stop)).await.flatten();
         self.remove_all_watches();
         if let Some(reason) = &end {
             log::debug!("recipes: cache on {root} stopped: {reason}");

@@ -80,13 +80,17 @@ impl Worker {
             }
         }
         let tag = self.config.layout.new_tag();
+        // Recorded while in flight: a stop that abandons the reply leaves it to `leave`.
+        self.creating = Some(tag.clone());
         let create = self.zk().create2_async(
             &format!("{dir}/{tag}"),
             self.config.id.as_bytes(),
             zookeeper_mt::CreateOptions::new(CreateMode::EphemeralSequential)
                 .with_acl(self.config.nodes.acl_list()),
         );
-        match create.await {
+        let created = create.await;
+        self.creating = None;
+        match created {
             Ok((path, stat)) => {
                 let name = path.rsplit('/').next().unwrap_or_default().to_string();
                 self.adopt(name, stat.czxid)
