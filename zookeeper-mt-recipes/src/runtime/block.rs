@@ -106,6 +106,32 @@ mod tests {
     }
 
     #[test]
+    fn refuses_inside_a_driver_task() {
+        let (sender, received) = crossbeam_channel::bounded(1);
+        let task = crate::runtime::spawn(
+            "blocks",
+            move |_stop| async move {
+                let started = Instant::now();
+                let result: crate::Result<()> = block_on(async {
+                    crate::runtime::sleep_for(Duration::from_secs(5)).await;
+                    Ok(())
+                });
+                sender.send((result, started.elapsed())).unwrap();
+            },
+            || {},
+        )
+        .unwrap();
+        let (result, took) = received.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(result, Err(crate::RecipeError::ZooKeeper(REFUSED)));
+        assert!(took < Duration::from_millis(500), "refused after {took:?}");
+        task.join();
+        // The driver runs on.
+        let (done, finished) = crossbeam_channel::bounded(1);
+        crate::runtime::spawn_detached("after", async move { done.send(()).unwrap() });
+        finished.recv_timeout(Duration::from_secs(10)).unwrap();
+    }
+
+    #[test]
     fn refuses_on_a_marked_thread() {
         let refused = std::thread::spawn(|| {
             zookeeper_mt::mark_executor_thread();
