@@ -179,7 +179,14 @@ fn read_guard_dropped_on_executor_thread_is_released() {
     guard_dropped_on_executor_thread(
         "read",
         |zk, _, path| Box::new(ReadWriteLock::new(zk, path).unwrap().read(WAIT).unwrap()),
-        |direct, path| drop(ReadWriteLock::new(direct, path).unwrap().write(WAIT).unwrap()),
+        |direct, path| {
+            drop(
+                ReadWriteLock::new(direct, path)
+                    .unwrap()
+                    .write(WAIT)
+                    .unwrap(),
+            )
+        },
     );
 }
 
@@ -188,7 +195,14 @@ fn write_guard_dropped_on_executor_thread_is_released() {
     guard_dropped_on_executor_thread(
         "write",
         |zk, _, path| Box::new(ReadWriteLock::new(zk, path).unwrap().write(WAIT).unwrap()),
-        |direct, path| drop(ReadWriteLock::new(direct, path).unwrap().write(WAIT).unwrap()),
+        |direct, path| {
+            drop(
+                ReadWriteLock::new(direct, path)
+                    .unwrap()
+                    .write(WAIT)
+                    .unwrap(),
+            )
+        },
     );
 }
 
@@ -288,7 +302,10 @@ fn reading_follower_dropped(
     apply(&proxy, fault);
     let took = timed_drop(what, fault, follower);
     proxy.resume();
-    assert!(took < DROP_BOUND, "{what} ({fault:?}): the drop took {took:?}");
+    assert!(
+        took < DROP_BOUND,
+        "{what} ({fault:?}): the drop took {took:?}"
+    );
     drop(zk);
     direct.delete(&path, None).unwrap();
 }
@@ -347,8 +364,14 @@ fn creating_follower_dropped(
     proxy.resume();
     let parent = path.rsplit_once('/').unwrap().0.to_string();
     let cleaned = eventually(WAIT, || ephemerals_of(&direct, &parent, session).is_empty());
-    assert!(took < DROP_BOUND, "{what} ({fault:?}): the drop took {took:?}");
-    assert!(cleaned, "{what} ({fault:?}): a node of the dropped follower was left");
+    assert!(
+        took < DROP_BOUND,
+        "{what} ({fault:?}): the drop took {took:?}"
+    );
+    assert!(
+        cleaned,
+        "{what} ({fault:?}): a node of the dropped follower was left"
+    );
 }
 
 #[test]
@@ -362,7 +385,8 @@ fn persistent_node_drop_with_its_create_withheld_returns_and_deletes() {
 
 #[test]
 fn leader_latch_drop_with_its_create_withheld_returns_and_withdraws() {
-    let start = |zk: &ZooKeeper, path: &str| -> Held { Box::new(LeaderLatch::new(zk, path).unwrap()) };
+    let start =
+        |zk: &ZooKeeper, path: &str| -> Held { Box::new(LeaderLatch::new(zk, path).unwrap()) };
     creating_follower_dropped("leader-latch", Fault::Withheld, start);
     creating_follower_dropped("leader-latch", Fault::Stalled, start);
 }
@@ -411,7 +435,9 @@ fn blocking_call_from_a_completion_thread_waker_is_refused() {
     assert!(
         matches!(
             result,
-            Err(RecipeError::ZooKeeper(zookeeper_mt::Error::InvalidArgument(_)))
+            Err(RecipeError::ZooKeeper(
+                zookeeper_mt::Error::InvalidArgument(_)
+            ))
         ),
         "{result:?}"
     );
@@ -422,4 +448,3 @@ fn blocking_call_from_a_completion_thread_waker_is_refused() {
     drop(queue);
     zk.close().unwrap();
 }
-

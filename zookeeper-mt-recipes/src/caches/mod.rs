@@ -292,7 +292,7 @@ impl Core {
         // The task abandons what it awaits, removes its watches and ends on the driver:
         // the drop never waits for it (nor for a reply).
         if let Some(task) = self.task.take() {
-            task.stop();
+            task.cancel();
         }
     }
 }

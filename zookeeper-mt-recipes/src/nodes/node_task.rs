@@ -121,7 +121,7 @@ impl NodeWorker {
     pub(super) async fn run(mut self, stop: StopSignal) {
         // A stop abandons what the loop awaits; a create in flight is in `creating`,
         // so `leave` finds its node.
-        let end = stop.unless_stopped(self.follow(&stop)).await.flatten();
+        let end = stop.unless_cancelled(self.follow(&stop)).await.flatten();
         self.unwatch();
         self.leave().await;
         if let Some(reason) = &end {
@@ -339,7 +339,7 @@ impl NodeWorker {
             }
         }
         if !self.watching(WatchOn::Own) {
-            match zk.get_watch_async(&path).await {
+            match crate::support::watched(&zk, zk.get_watch_async(&path)).await {
                 Ok((_, _, watch)) => self.set_watch(watch, WatchOn::Own),
                 Err(Error::NoNode) => {
                     self.node = None;
@@ -430,7 +430,7 @@ impl NodeWorker {
         if self.watching(WatchOn::Conflict) {
             return Flow::Go;
         }
-        match zk.exists_watch_async(path).await {
+        match crate::support::watched(zk, zk.exists_watch_async(path)).await {
             Ok((Some(_), watch)) => {
                 self.set_watch(watch, WatchOn::Conflict);
                 Flow::Go

@@ -302,7 +302,7 @@ impl Drop for PersistentNode {
     /// Asks the task to stop and returns at once: the task abandons what it awaits and
     /// deletes the node on the driver (in the background until the session ends).
     fn drop(&mut self) {
-        self.task.stop();
+        self.task.cancel();
     }
 }
 

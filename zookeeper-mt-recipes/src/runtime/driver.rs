@@ -53,6 +53,8 @@ pub(crate) fn on_driver_thread() -> bool {
 /// What a task's handle and its stop signal share.
 struct Control {
     stop: AtomicBool,
+    /// A stop that abandons what the task awaits (a drop's), not only its next round.
+    cancel: AtomicBool,
     finished: Mutex<bool>,
     done: Condvar,
 }
@@ -118,13 +120,14 @@ impl StopSignal {
         self.control.stop.load(Ordering::Acquire)
     }
 
-    /// `future`'s output, or `None` as soon as a stop is requested: the future is then
-    /// dropped, abandoning what it awaited (a read, a sync), so that a stop never waits
-    /// for a reply. A stop request wakes the task itself, so nothing needs registering.
-    pub(crate) async fn unless_stopped<F: Future>(&self, future: F) -> Option<F::Output> {
+    /// `future`'s output, or `None` as soon as the task is cancelled ([`Task::cancel`]):
+    /// the future is then dropped, abandoning what it awaited (a read, a sync), so that
+    /// the stop of a dropped owner never waits for a reply. A plain stop lets it finish.
+    /// A cancel wakes the task itself, so nothing needs registering.
+    pub(crate) async fn unless_cancelled<F: Future>(&self, future: F) -> Option<F::Output> {
         let mut future = std::pin::pin!(future);
         std::future::poll_fn(move |cx| {
-            if self.is_stopped() {
+            if self.control.cancel.load(Ordering::Acquire) {
                 return Poll::Ready(None);
             }
             future.as_mut().poll(cx).map(Some)
@@ -156,6 +159,7 @@ where
 {
     let control = Arc::new(Control {
         stop: AtomicBool::new(false),
+        cancel: AtomicBool::new(false),
         finished: Mutex::new(false),
         done: Condvar::new(),
     });
@@ -219,6 +223,14 @@ impl Task {
     pub(crate) fn stop(&self) {
         self.cell.control.stop.store(true, Ordering::Release);
         self.cell.wake_by_ref();
+    }
+
+    /// Asks the task to stop at once, abandoning what it awaits where it says so
+    /// ([`StopSignal::unless_cancelled`]): for the drop of its owner, which returns at
+    /// once while the task ends on the driver.
+    pub(crate) fn cancel(&self) {
+        self.cell.control.cancel.store(true, Ordering::Release);
+        self.stop();
     }
 
     /// Whether the task has ended.

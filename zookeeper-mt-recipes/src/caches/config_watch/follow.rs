@@ -96,7 +96,7 @@ pub(crate) async fn follow(
         }
         if stale && following.due() {
             // A stop abandons the read (the loop's top then ends the follower).
-            let Some(read) = stop.unless_stopped(reader.read(&following.zk)).await else {
+            let Some(read) = stop.unless_cancelled(reader.read(&following.zk)).await else {
                 continue;
             };
             match read {

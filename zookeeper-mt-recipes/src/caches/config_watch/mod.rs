@@ -245,7 +245,7 @@ impl Drop for ConfigWatch {
     /// its watch off on the driver.
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
-            task.stop();
+            task.cancel();
         }
         self.hub.end();
     }
@@ -276,20 +276,22 @@ impl ConfigReader {
     /// Reads the node with a new watch and delivers its state if it is new.
     /// `Ok(None)`: the node changed kind between the two reads; read again.
     async fn read_async(&mut self, zk: &ZooKeeper) -> zookeeper_mt::Result<Option<Watch>> {
-        match zk.get_watch_async(&self.path).await {
+        match crate::support::watched(zk, zk.get_watch_async(&self.path)).await {
             Ok((data, stat, watch)) => {
                 self.deliver(ConfigEvent::Value { data, stat });
                 Ok(Some(watch))
             }
-            Err(Error::NoNode) => match zk.exists_watch_async(&self.path).await? {
-                (None, watch) => {
-                    self.deliver(ConfigEvent::Deleted);
-                    Ok(Some(watch))
+            Err(Error::NoNode) => {
+                match crate::support::watched(zk, zk.exists_watch_async(&self.path)).await? {
+                    (None, watch) => {
+                        self.deliver(ConfigEvent::Deleted);
+                        Ok(Some(watch))
+                    }
+                    // Created in between: the exists watch will fire on the next change
+                    // and be discarded; read the value with a data watch instead.
+                    (Some(_), _) => Ok(None),
                 }
-                // Created in between: the exists watch will fire on the next change
-                // and be discarded; read the value with a data watch instead.
-                (Some(_), _) => Ok(None),
-            },
+            }
             Err(error) => Err(error),
         }
     }

@@ -570,7 +570,7 @@ impl LeaderLatch {
 impl Drop for LeaderLatch {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
-            task.stop();
+            task.cancel();
         }
     }
 }

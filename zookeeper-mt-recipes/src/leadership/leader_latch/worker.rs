@@ -102,7 +102,7 @@ impl Worker {
     pub(super) async fn run(mut self, stop: StopSignal) {
         // A stop abandons what the loop awaits; a create in flight is in `creating`,
         // and our node in `node` or `stale`, so `leave` withdraws them.
-        let end = stop.unless_stopped(self.follow(&stop)).await.flatten();
+        let end = stop.unless_cancelled(self.follow(&stop)).await.flatten();
         // Leave: end the term, take the watch off, delete our nodes.
         let term_end = match &end {
             None => TermEnd::LatchClosed,

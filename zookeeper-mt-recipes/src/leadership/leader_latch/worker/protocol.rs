@@ -159,7 +159,8 @@ impl Worker {
                 ) {
                     return Flow::Go; // still waiting for a change
                 }
-                match self.zk().get_children_watch_async(&dir).await {
+                let read = self.zk().get_children_watch_async(&dir);
+                match crate::support::watched(self.zk(), read).await {
                     Ok((children, watch)) => {
                         self.set_watch(watch, Target::Children);
                         if children.is_empty() {
@@ -201,8 +202,8 @@ impl Worker {
                     })
                 );
             let listing = if leader_watch {
-                self.zk()
-                    .get_children_watch_async(&dir)
+                let read = self.zk().get_children_watch_async(&dir);
+                crate::support::watched(self.zk(), read)
                     .await
                     .map(|(children, watch)| (children, Some(watch)))
             } else {
@@ -254,7 +255,7 @@ impl Worker {
                         return Flow::Go; // already watching it
                     }
                     let get = self.zk().get_watch_async(&format!("{dir}/{predecessor}"));
-                    match get.await {
+                    match crate::support::watched(self.zk(), get).await {
                         Ok((_, _, watch)) => {
                             self.set_watch(watch, Target::Predecessor(predecessor));
                             return Flow::Go;
