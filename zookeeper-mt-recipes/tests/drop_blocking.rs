@@ -262,6 +262,16 @@ fn timed_drop(what: &str, fault: Fault, follower: Held) -> Duration {
     took
 }
 
+/// Once the link is back, the abandoned reads leave no watch or request registered.
+fn assert_nothing_left(what: &str, fault: Fault, zk: &ZooKeeper) {
+    let clean = eventually(WAIT, || zk.exists("/").is_ok() && zk.live_contexts() == 0);
+    assert!(
+        clean,
+        "{what} ({fault:?}): {} contexts left",
+        zk.live_contexts()
+    );
+}
+
 /// Arms the proxy to swallow the reply of the next request with `ops`.
 fn withhold(proxy: &FaultProxy, ops: &'static [OpCode]) {
     proxy.drop_reply_matching(1, move |request| ops.contains(&request.op));
@@ -306,6 +316,7 @@ fn reading_follower_dropped(
         took < DROP_BOUND,
         "{what} ({fault:?}): the drop took {took:?}"
     );
+    assert_nothing_left(what, fault, &zk);
     drop(zk);
     direct.delete(&path, None).unwrap();
 }
@@ -372,6 +383,7 @@ fn creating_follower_dropped(
         cleaned,
         "{what} ({fault:?}): a node of the dropped follower was left"
     );
+    assert_nothing_left(what, fault, &zk);
 }
 
 #[test]
