@@ -407,11 +407,14 @@ fn leader_latch_drop_with_its_create_withheld_returns_and_withdraws() {
 // Blocking calls where they must not wait.
 // ---------------------------------------------------------------------------------------
 
+/// What the call made from the waker returned, and how long it took.
+type Reported = (zookeeper_mt_recipes::Result<usize>, Duration);
+
 /// A waker that makes a blocking recipe call when woken (on the C completion thread,
 /// which delivers the reply that wakes it) and reports its result and duration.
 struct CallOnWake {
     queue: Arc<Queue>,
-    report: Mutex<Option<mpsc::Sender<(zookeeper_mt_recipes::Result<usize>, Duration)>>>,
+    report: Mutex<Option<mpsc::Sender<Reported>>>,
 }
 
 impl Wake for CallOnWake {
