@@ -62,8 +62,10 @@
 //!   the queue holds at most one entry per node that changed plus a few connection
 //!   signals, however many changes happen and however slow the reader is (see
 //!   [below](#bounded-memory)).
-//! - **Nothing left behind**: closing or dropping a cache stops its task and removes
-//!   every watch it armed (`ZooKeeper::live_contexts` is back to what it was).
+//! - **Nothing left behind**: dropping a cache stops its task and removes every watch
+//!   it armed (`ZooKeeper::live_contexts` is back to what it was once the task has
+//!   ended on the driver, a moment later: the drop does not wait, and a read it
+//!   abandoned has its watch taken off when its reply comes).
 //!
 //! # Not guaranteed
 //! - **Every intermediate state**: watches are one-shot, so changes between an event and

@@ -110,7 +110,8 @@ pub(super) struct NodeConfig {
 
 /// An ephemeral node kept in place by a background task (see the
 /// [module docs](super#persistent-node)). Dropping it (or [`close`](Self::close)) deletes
-/// the node. `Send + Sync`.
+/// the node: `close` waits for the task's end; a drop returns at once and the task
+/// deletes the node on the driver. `Send + Sync`.
 pub struct PersistentNode {
     pub(super) shared: Arc<NodeShared>,
     pub(super) task: Task,

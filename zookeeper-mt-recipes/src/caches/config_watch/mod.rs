@@ -117,7 +117,7 @@ impl ConfigEvent {
 }
 
 /// A running watch on one znode (see the [module docs](self)). Dropping it stops the
-/// background task and waits for it to finish.
+/// background task without waiting for it ([`stop`](Self::stop) waits).
 #[derive(Debug)]
 pub struct ConfigWatch {
     path: String,
