@@ -290,18 +290,22 @@ impl Core {
             .unwrap_or(Err(RecipeError::Timeout))
     }
 
+    /// For `close`: the task removes its watches and ends; waited for (not where
+    /// blocking is refused: there it ends in the background).
     fn shutdown(&mut self) {
-        // The task abandons what it awaits, removes its watches and ends on the driver:
-        // the drop never waits for it (nor for a reply).
         if let Some(task) = self.task.take() {
-            task.cancel();
+            task.stop_and_join();
         }
     }
 }
 
 impl Drop for Core {
+    /// The task abandons what it awaits, removes its watches and ends on the driver: the
+    /// drop never waits for it (nor for a reply).
     fn drop(&mut self) {
-        self.shutdown();
+        if let Some(task) = self.task.take() {
+            task.cancel();
+        }
     }
 }
 
@@ -365,8 +369,8 @@ macro_rules! cache_methods {
         }
 
         /// Stops the cache: its task ends and every watch it armed is removed. Events
-        /// already queued stay readable; the stream then ends. Dropping the cache does
-        /// the same.
+        /// already queued stay readable; the stream then ends. `close` waits for the
+        /// task's end; dropping the cache does the same without waiting.
         pub fn close(mut self) {
             self.core.shutdown();
         }

@@ -73,7 +73,7 @@ mod receiver;
 pub(crate) use follow::{first_read, follow, NodeReader, ReadFuture};
 
 use crate::error::LossReason;
-use crate::events::{EventStream, RecvTimeoutError};
+use crate::events::{EventStream, RecvTimeoutError, TryRecvError};
 use crate::lifecycle::following::Following;
 use crate::lifecycle::Client;
 use crate::runtime::{block_on, spawn, Task};
@@ -196,9 +196,19 @@ impl ConfigWatch {
     /// Waits at most `timeout` ([`Timeout::Never`]: as long as it takes) for a state
     /// newer than the last one this method (or [`latest`](Self::latest)) returned:
     /// `Err(Timeout)` if none came, `Err(Lost)` (or the session error) if the watch has
-    /// stopped and its final state was returned.
+    /// stopped and its final state was returned. Where a blocking wait is refused (the
+    /// C completion thread, the driver, an executor thread) it does not wait: a state
+    /// there already, else `InvalidArgument` at once.
     pub fn next(&self, timeout: impl Into<Timeout>) -> Result<ConfigEvent> {
+        let refused = crate::runtime::refused_here();
         let received = match timeout.into().duration() {
+            _ if refused => match self.own.try_recv() {
+                Ok(event) => Ok(event),
+                Err(TryRecvError::Empty) => {
+                    return Err(RecipeError::ZooKeeper(crate::runtime::REFUSED))
+                }
+                Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+            },
             Some(timeout) => self.own.recv_timeout(timeout),
             None => self.own.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
