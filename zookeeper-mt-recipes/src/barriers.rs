@@ -632,8 +632,8 @@ impl DoubleBarrier {
 }
 
 impl Drop for DoubleBarrier {
-    /// A participant dropped while entered withdraws its node: the drop waits briefly
-    /// for the delete, then leaves it to the background.
+    /// A participant dropped while entered withdraws its node: the delete is sent and
+    /// settled in the background; the drop never waits for it.
     fn drop(&mut self) {
         if let Some(entered) = self.state.get_mut().entered.take() {
             delete_on_drop(&self.zk(), &self.child(&entered.name));

@@ -171,6 +171,6 @@ fn a_burst_for_a_slow_reader_ends_with_the_final_state_in_bounded_memory() {
     settled_watches(|| cache.armed_watches(), &zk, 0, 1 + CHILDREN);
 
     drop(cache);
-    common::assert_no_leftover_contexts(&zk);
+    common::assert_no_leftover_contexts_soon(&zk);
     delete_tree(&writer, &parent);
 }

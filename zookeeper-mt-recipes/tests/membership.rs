@@ -211,8 +211,11 @@ fn protected_names_stay_unique_past_the_counters_end() {
         suffixes.len() < 4,
         "the server repeated a number past the counter's end: {children:?}"
     );
+    // A drop does not wait: the nodes go a moment later.
     drop(nodes);
-    assert!(zk.get_children(parent).unwrap().is_empty());
+    wait_until("the dropped nodes are deleted", T, || {
+        zk.get_children(parent).unwrap().is_empty()
+    });
 }
 
 #[test]
@@ -271,8 +274,13 @@ fn curator_layout_group_members_see_each_other() {
         GroupMember::new(&sessions[0], &path, "a/b", b""),
         Err(RecipeError::InvalidArgument(_))
     ));
+    // A drop does not wait: the members' tasks end a moment later.
     drop(members);
     for zk in &sessions {
+        wait_until("the dropped members' tasks have ended", T, || {
+            zk.exists("/").unwrap();
+            zk.live_contexts() == 0
+        });
         assert_no_leftover_contexts(zk);
     }
 }

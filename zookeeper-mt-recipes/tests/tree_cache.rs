@@ -96,7 +96,7 @@ fn a_depth_limit_bounds_what_is_read_and_watched() {
     });
     assert_eq!(model.nodes.len(), 1 + 3);
     drop(cache);
-    common::assert_no_leftover_contexts(&zk);
+    common::assert_no_leftover_contexts_soon(&zk);
     delete_tree(&writer, &root);
 }
 
@@ -162,7 +162,7 @@ fn events_follow_each_paths_history_under_concurrent_writes() {
         2 * expected.len(),
     );
     drop(cache);
-    common::assert_no_leftover_contexts(&zk);
+    common::assert_no_leftover_contexts_soon(&zk);
     delete_tree(&writer, &root);
 }
 
@@ -213,7 +213,7 @@ fn changes_while_cut_off_are_reported_after_reconnecting() {
     // The re-read added no second watch anywhere.
     settled_watches(|| cache.armed_watches(), &zk, 0, 2 * expected.len());
     drop(cache);
-    common::assert_no_leftover_contexts(&zk);
+    common::assert_no_leftover_contexts_soon(&zk);
     delete_tree(&writer, &root);
 }
 
@@ -382,7 +382,7 @@ fn random_changes_cuts_and_expiries_end_in_the_servers_state() {
     );
     settled_watches(|| cache.armed_watches(), &current.zk, 0, 2 * expected.len());
     drop(cache);
-    common::assert_no_leftover_contexts(&current.zk);
+    common::assert_no_leftover_contexts_soon(&current.zk);
     managed.close();
     delete_tree(&writer, &root);
 }

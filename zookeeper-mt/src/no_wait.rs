@@ -26,3 +26,11 @@ pub fn mark_executor_thread() {
 pub(crate) fn here() -> bool {
     crate::context::in_c_callback() || crate::closer::is_closing_here() || EXECUTOR.with(Cell::get)
 }
+
+/// Whether the client refuses to wait on this thread (the C completion thread, inside
+/// a close's final sweep, a thread marked with [`mark_executor_thread`]): its blocking
+/// waits fail there at once with `InvalidArgument`. For layers above the client (the
+/// recipes) whose own blocking calls must refuse in the same places.
+pub fn waiting_refused_here() -> bool {
+    here()
+}

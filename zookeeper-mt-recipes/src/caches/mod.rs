@@ -62,8 +62,10 @@
 //!   the queue holds at most one entry per node that changed plus a few connection
 //!   signals, however many changes happen and however slow the reader is (see
 //!   [below](#bounded-memory)).
-//! - **Nothing left behind**: closing or dropping a cache stops its task and removes
-//!   every watch it armed (`ZooKeeper::live_contexts` is back to what it was).
+//! - **Nothing left behind**: dropping a cache stops its task and removes every watch
+//!   it armed (`ZooKeeper::live_contexts` is back to what it was once the task has
+//!   ended on the driver, a moment later: the drop does not wait, and a read it
+//!   abandoned has its watch taken off when its reply comes).
 //!
 //! # Not guaranteed
 //! - **Every intermediate state**: watches are one-shot, so changes between an event and
@@ -288,8 +290,9 @@ impl Core {
             .unwrap_or(Err(RecipeError::Timeout))
     }
 
+    /// For `close`: the task removes its watches and ends; waited for (not where
+    /// blocking is refused: there it ends in the background).
     fn shutdown(&mut self) {
-        // The task removes its watches and ends.
         if let Some(task) = self.task.take() {
             task.stop_and_join();
         }
@@ -297,8 +300,12 @@ impl Core {
 }
 
 impl Drop for Core {
+    /// The task abandons what it awaits, removes its watches and ends on the driver: the
+    /// drop never waits for it (nor for a reply).
     fn drop(&mut self) {
-        self.shutdown();
+        if let Some(task) = self.task.take() {
+            task.cancel();
+        }
     }
 }
 
@@ -362,8 +369,8 @@ macro_rules! cache_methods {
         }
 
         /// Stops the cache: its task ends and every watch it armed is removed. Events
-        /// already queued stay readable; the stream then ends. Dropping the cache does
-        /// the same.
+        /// already queued stay readable; the stream then ends. `close` waits for the
+        /// task's end; dropping the cache does the same without waiting.
         pub fn close(mut self) {
             self.core.shutdown();
         }

@@ -322,8 +322,8 @@ pub struct LeaseGuard {
     zk: ZooKeeper,
     /// Empty once released.
     path: String,
-    /// Handed to the caller: dropped, it waits briefly for the delete (the lease is gone
-    /// when the drop returns). Inside the acquiring future it never waits.
+    /// Handed to the caller. A drop never waits: the delete is sent and settled in the
+    /// background.
     handed_out: bool,
     /// How it learns of its loss (from the hand-out on).
     holding: Option<Holding>,

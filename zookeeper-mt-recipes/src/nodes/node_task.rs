@@ -119,7 +119,9 @@ impl NodeWorker {
     }
 
     pub(super) async fn run(mut self, stop: StopSignal) {
-        let end = self.follow(&stop).await;
+        // A stop abandons what the loop awaits; a create in flight is in `creating`,
+        // so `leave` finds its node.
+        let end = stop.unless_cancelled(self.follow(&stop)).await.flatten();
         self.unwatch();
         self.leave().await;
         if let Some(reason) = &end {
@@ -337,7 +339,7 @@ impl NodeWorker {
             }
         }
         if !self.watching(WatchOn::Own) {
-            match zk.get_watch_async(&path).await {
+            match crate::support::watched(&zk, zk.get_watch_async(&path)).await {
                 Ok((_, _, watch)) => self.set_watch(watch, WatchOn::Own),
                 Err(Error::NoNode) => {
                     self.node = None;
@@ -380,9 +382,12 @@ impl NodeWorker {
         let (data, serial) = self.data();
         let options = zookeeper_mt::CreateOptions::new(CreateMode::Ephemeral)
             .with_acl(self.config.nodes.acl_list());
-        match zk.create_async(&path, &data, options).await {
+        // Recorded while in flight: a stop that abandons the reply leaves it to `leave`.
+        self.creating = Some(Pending::Fixed);
+        let created = zk.create_async(&path, &data, options).await;
+        self.creating = None;
+        match created {
             Ok(_) => {
-                self.creating = None;
                 self.adopt(path, serial);
                 Flow::Go
             }
@@ -425,7 +430,7 @@ impl NodeWorker {
         if self.watching(WatchOn::Conflict) {
             return Flow::Go;
         }
-        match zk.exists_watch_async(path).await {
+        match crate::support::watched(zk, zk.exists_watch_async(path)).await {
             Ok((Some(_), watch)) => {
                 self.set_watch(watch, WatchOn::Conflict);
                 Flow::Go
@@ -472,7 +477,11 @@ impl NodeWorker {
         let (data, serial) = self.data();
         let options = zookeeper_mt::CreateOptions::new(CreateMode::EphemeralSequential)
             .with_acl(self.config.nodes.acl_list());
-        match zk.create_async(&tag, &data, options).await {
+        // Recorded while in flight: a stop that abandons the reply leaves it to `leave`.
+        self.creating = Some(Pending::Tag(tag.clone()));
+        let created = zk.create_async(&tag, &data, options).await;
+        self.creating = None;
+        match created {
             Ok(path) => {
                 self.adopt(path, serial);
                 Flow::Go

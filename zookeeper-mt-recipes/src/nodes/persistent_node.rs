@@ -110,7 +110,8 @@ pub(super) struct NodeConfig {
 
 /// An ephemeral node kept in place by a background task (see the
 /// [module docs](super#persistent-node)). Dropping it (or [`close`](Self::close)) deletes
-/// the node. `Send + Sync`.
+/// the node: `close` waits for the task's end; a drop returns at once and the task
+/// deletes the node on the driver. `Send + Sync`.
 pub struct PersistentNode {
     pub(super) shared: Arc<NodeShared>,
     pub(super) task: Task,
@@ -291,18 +292,18 @@ impl PersistentNode {
 
     /// Stops keeping the node: deletes it (in the background if the connection does not
     /// allow it now, until the session ends) and removes the watch.
-    pub fn close(mut self) {
-        self.shutdown();
-    }
-
-    pub(super) fn shutdown(&mut self) {
+    /// Waits for the task's end (not where blocking is refused: there it returns at
+    /// once and the task ends in the background).
+    pub fn close(self) {
         self.task.stop_and_join();
     }
 }
 
 impl Drop for PersistentNode {
+    /// Asks the task to stop and returns at once: the task abandons what it awaits and
+    /// deletes the node on the driver (in the background until the session ends).
     fn drop(&mut self) {
-        self.shutdown();
+        self.task.cancel();
     }
 }
 

@@ -53,6 +53,8 @@ pub(crate) fn on_driver_thread() -> bool {
 /// What a task's handle and its stop signal share.
 struct Control {
     stop: AtomicBool,
+    /// A stop that abandons what the task awaits (a drop's), not only its next round.
+    cancel: AtomicBool,
     finished: Mutex<bool>,
     done: Condvar,
 }
@@ -76,7 +78,15 @@ impl Wake for TaskCell {
         if self.queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        QUEUE.lock().runnable.push_back(Arc::clone(self));
+        let mut queue = QUEUE.lock();
+        // A live task keeps the thread running: with no thread, this task has ended (a
+        // late wake-up of a finished task), and queuing it would keep it until the next
+        // spawn.
+        if !queue.thread_running || *self.control.finished.lock() {
+            return;
+        }
+        queue.runnable.push_back(Arc::clone(self));
+        drop(queue);
         RUNNABLE.notify_one();
     }
 }
@@ -110,6 +120,21 @@ impl StopSignal {
         self.control.stop.load(Ordering::Acquire)
     }
 
+    /// `future`'s output, or `None` as soon as the task is cancelled ([`Task::cancel`]):
+    /// the future is then dropped, abandoning what it awaited (a read, a sync), so that
+    /// the stop of a dropped owner never waits for a reply. A plain stop lets it finish.
+    /// A cancel wakes the task itself, so nothing needs registering.
+    pub(crate) async fn unless_cancelled<F: Future>(&self, future: F) -> Option<F::Output> {
+        let mut future = std::pin::pin!(future);
+        std::future::poll_fn(move |cx| {
+            if self.control.cancel.load(Ordering::Acquire) {
+                return Poll::Ready(None);
+            }
+            future.as_mut().poll(cx).map(Some)
+        })
+        .await
+    }
+
     /// Ready once a stop is requested. Nothing needs registering: a stop request wakes
     /// the task itself.
     pub(crate) fn poll_stopped(&self, _cx: &mut Context<'_>) -> Poll<()> {
@@ -134,6 +159,7 @@ where
 {
     let control = Arc::new(Control {
         stop: AtomicBool::new(false),
+        cancel: AtomicBool::new(false),
         finished: Mutex::new(false),
         done: Condvar::new(),
     });
@@ -186,7 +212,7 @@ pub(crate) fn spawn_detached(name: &str, future: impl Future<Output = ()> + Send
         Err(error) => {
             log::warn!("recipes: cannot start the driver ({error}); finishing {name} here");
             if let Some(future) = slot.lock().take() {
-                super::block_on(future);
+                super::drive(future);
             }
         }
     }
@@ -199,16 +225,25 @@ impl Task {
         self.cell.wake_by_ref();
     }
 
+    /// Asks the task to stop at once, abandoning what it awaits where it says so
+    /// ([`StopSignal::unless_cancelled`]): for the drop of its owner, which returns at
+    /// once while the task ends on the driver.
+    pub(crate) fn cancel(&self) {
+        self.cell.control.cancel.store(true, Ordering::Release);
+        self.stop();
+    }
+
     /// Whether the task has ended.
     pub(crate) fn is_finished(&self) -> bool {
         *self.cell.control.finished.lock()
     }
 
-    /// Waits until the task has ended. On the driver thread itself (a task dropping
-    /// another task's owner) it returns at once: the driver cannot wait on itself, and
-    /// the stopped task ends on its next poll.
+    /// Waits until the task has ended, for an explicit blocking close (never a drop).
+    /// Where no blocking wait is allowed (the driver thread itself, the C completion
+    /// thread, a close's sweep, a marked executor thread) it returns at once: the
+    /// stopped task ends on the driver all the same.
     pub(crate) fn join(&self) {
-        if on_driver_thread() {
+        if super::refused_here() {
             return;
         }
         let mut finished = self.cell.control.finished.lock();

@@ -16,7 +16,7 @@ pub(crate) mod driver;
 pub(crate) mod timer;
 mod wakers;
 
-pub(crate) use block::block_on;
+pub(crate) use block::{block_on, drive, refused_here, REFUSED};
 pub(crate) use driver::{spawn, spawn_detached, StopSignal, Task};
 pub(crate) use timer::{sleep_for, until};
 pub(crate) use wakers::Wakers;

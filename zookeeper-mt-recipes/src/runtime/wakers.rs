@@ -108,7 +108,7 @@ mod tests {
                 w.wake_all();
             }
         });
-        let seen = crate::runtime::block_on(wakers.until(|| {
+        let seen = crate::runtime::drive(wakers.until(|| {
             let n = value.load(Ordering::SeqCst);
             (n == 3).then_some(n)
         }));

@@ -166,21 +166,22 @@ impl<T: Clone + Send + 'static> ValueWatch<T> {
     }
 }
 
-/// Stops a watch's task and waits for it, when the stream that owns it goes.
+/// Stops a watch's task (without waiting for it) when the stream that owns it goes.
 struct StopOnDrop(Option<Task>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         if let Some(task) = self.0.take() {
-            task.stop_and_join();
+            task.cancel();
         }
     }
 }
 
 impl<T> Drop for ValueWatch<T> {
+    /// Asks the task to stop and returns (it ends on the driver, abandoning a read).
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
-            task.stop_and_join();
+            task.cancel();
         }
     }
 }
@@ -203,33 +204,35 @@ impl<L: Layout> NodeReader for ValueReader<L> {
 impl<L: Layout> ValueReader<L> {
     /// Reads the node with a new watch and publishes its value if it is new.
     async fn read_async(&mut self, zk: &ZooKeeper) -> zookeeper_mt::Result<Option<Watch>> {
-        match zk.get_watch_async(&self.path).await {
+        match crate::support::watched(zk, zk.get_watch_async(&self.path)).await {
             Ok((data, stat, watch)) => {
                 self.publish(&data, stat);
                 Ok(Some(watch))
             }
             // Deleted: wait for the re-creation (not reported as a value).
-            Err(Error::NoNode) => match zk.exists_watch_async(&self.path).await? {
-                (None, watch) => Ok(Some(watch)),
-                // Created in between. An exists watch on a node fires on its next change
-                // or deletion, like a data watch: keep it (a dropped one would stay
-                // registered until that change) and read the value it guards.
-                (Some(_), watch) => match zk.get_async(&self.path).await {
-                    Ok((data, stat)) => {
-                        self.publish(&data, stat);
-                        Ok(Some(watch))
-                    }
-                    // Deleted again: the watch has fired or will; the next read sees it.
-                    Err(Error::NoNode) => Ok(Some(watch)),
-                    Err(error) => {
-                        // The value it guards is unknown: take it off and read afresh.
-                        if zk.remove_watch(&watch).is_err() {
-                            let _ = zk.remove_watch(&watch);
+            Err(Error::NoNode) => {
+                match crate::support::watched(zk, zk.exists_watch_async(&self.path)).await? {
+                    (None, watch) => Ok(Some(watch)),
+                    // Created in between. An exists watch on a node fires on its next change
+                    // or deletion, like a data watch: keep it (a dropped one would stay
+                    // registered until that change) and read the value it guards.
+                    (Some(_), watch) => match zk.get_async(&self.path).await {
+                        Ok((data, stat)) => {
+                            self.publish(&data, stat);
+                            Ok(Some(watch))
                         }
-                        Err(error)
-                    }
-                },
-            },
+                        // Deleted again: the watch has fired or will; the next read sees it.
+                        Err(Error::NoNode) => Ok(Some(watch)),
+                        Err(error) => {
+                            // The value it guards is unknown: take it off and read afresh.
+                            if zk.remove_watch(&watch).is_err() {
+                                let _ = zk.remove_watch(&watch);
+                            }
+                            Err(error)
+                        }
+                    },
+                }
+            }
             Err(error) => Err(error),
         }
     }

@@ -89,28 +89,32 @@ pub(crate) fn delete_in_background(zk: &ZooKeeper, path: &str) {
     });
 }
 
-/// How long dropping a guard waits for its node's delete to be answered before handing
-/// it to the background: the drop of a guard must not block for the reconnect timeout.
-pub(super) const DROP_WAIT: Duration = Duration::from_secs(2);
-
-/// Deletes `path` for a guard being dropped: sends the delete and waits at most
-/// [`DROP_WAIT`] for the answer (enough for a connected client, so the node is gone when
-/// the drop returns); an unanswered or lost delete goes on in the background.
+/// Deletes `path` for a holder being dropped, without waiting for anything: the delete
+/// is sent now (so later requests of this session see it applied) and its reply is
+/// settled on the driver; a delete that the connection lost is retried there
+/// ([`finish_later`]) until the node is provably gone or the session is over. A drop
+/// never waits for a reply, on any thread: on an executor thread the wait would be
+/// refused, and a refused wait must not lose the delete.
 pub(crate) fn delete_on_drop(zk: &ZooKeeper, path: &str) {
-    if crate::runtime::driver::on_driver_thread() {
-        // Nothing waits on the driver: a guard a task drops goes in the background.
-        delete_in_background(zk, path);
-        return;
-    }
-    match zk.delete_async(path, None).wait_timeout(DROP_WAIT) {
-        Ok(()) | Err(Error::NoNode) => {}
-        Err(error) if error.is_retryable() || error == Error::Timeout => {
-            delete_in_background(zk, path)
+    let sent = zk.delete_async(path, None);
+    let weak = zk.downgrade();
+    let path = path.to_string();
+    let what = format!("deleting {path}");
+    crate::runtime::spawn_detached(&what, async move {
+        match sent.await {
+            Ok(()) | Err(Error::NoNode) => {}
+            // The connection went (the delete may or may not have applied) or the handle
+            // was full: delete again once connected. An absent node is fine.
+            Err(error) if error.is_retryable() => {
+                if let Some(zk) = weak.upgrade() {
+                    delete_in_background(&zk, &path);
+                }
+            }
+            // The session is over: the node went with it.
+            Err(error) if error.is_session_terminal() => {}
+            Err(error) => log::debug!("recipes: deleting {path} on drop: {error}"),
         }
-        // The session is over: the node went with it.
-        Err(error) if error.is_session_terminal() => {}
-        Err(error) => log::debug!("recipes: deleting {path} on drop: {error}"),
-    }
+    });
 }
 
 /// A node this process holds (a lock request, a lease): deleted by
@@ -122,9 +126,8 @@ pub(crate) struct OwnedNode {
     pub(super) czxid: i64,
     /// Empty once released.
     pub(super) path: String,
-    /// Handed to the caller (in a guard): dropped, it waits briefly for the delete, so
-    /// the node is gone when the drop returns. Inside a call's future it never waits: a
-    /// dropped future must not block its executor.
+    /// Handed to the caller (in a guard). Either way a drop never waits: the delete is
+    /// sent and settled in the background ([`delete_on_drop`]).
     pub(super) handed_out: bool,
 }
 
@@ -192,19 +195,15 @@ impl Drop for OwnedNode {
     }
 }
 
-/// The delete of a node whose holder is dropped (once: `path` is emptied): a node the
-/// caller held waits briefly ([`delete_on_drop`]); one dropped inside a call's future goes
-/// to the background at once, so the drop never blocks an executor.
-pub(crate) fn delete_dropped(zk: &ZooKeeper, path: &mut String, handed_out: bool) {
+/// The delete of a node whose holder is dropped (once: `path` is emptied), sent now and
+/// settled in the background ([`delete_on_drop`]), whether a guard held it or a call's
+/// future did (`_handed_out`): no drop blocks its thread.
+pub(crate) fn delete_dropped(zk: &ZooKeeper, path: &mut String, _handed_out: bool) {
     if path.is_empty() {
         return;
     }
     let path = std::mem::take(path);
-    if handed_out {
-        delete_on_drop(zk, &path);
-    } else {
-        delete_in_background(zk, &path);
-    }
+    delete_on_drop(zk, &path);
 }
 
 /// The public methods of a guard type whose field `node` is its [`OwnedNode`]:

@@ -144,3 +144,77 @@ impl Drop for Withdraw<'_> {
         }
     }
 }
+
+/// The reply of a read that arms a watch, by the watch it carries.
+pub(crate) trait ArmsWatch: Send + 'static {
+    fn watch(&self) -> &Watch;
+}
+
+impl ArmsWatch for (Vec<String>, Watch) {
+    fn watch(&self) -> &Watch {
+        &self.1
+    }
+}
+
+impl ArmsWatch for (Vec<u8>, Stat, Watch) {
+    fn watch(&self) -> &Watch {
+        &self.2
+    }
+}
+
+impl ArmsWatch for (Option<Stat>, Watch) {
+    fn watch(&self) -> &Watch {
+        &self.1
+    }
+}
+
+/// A read that arms a watch, for a task that a stop may abandon at any await: dropped
+/// before its reply, it hands the reply to the driver, which takes the armed watch off
+/// (else the client would keep it registered until its node changes).
+pub(crate) struct WatchedRead<T: ArmsWatch> {
+    zk: zookeeper_mt::WeakZooKeeper,
+    read: Option<zookeeper_mt::ZkFuture<T>>,
+}
+
+/// [`WatchedRead`] of `read`, sent on `zk`.
+pub(crate) fn watched<T: ArmsWatch>(
+    zk: &ZooKeeper,
+    read: zookeeper_mt::ZkFuture<T>,
+) -> WatchedRead<T> {
+    WatchedRead {
+        zk: zk.downgrade(),
+        read: Some(read),
+    }
+}
+
+impl<T: ArmsWatch> std::future::Future for WatchedRead<T> {
+    type Output = zookeeper_mt::Result<T>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let Some(read) = self.read.as_mut() else {
+            return std::task::Poll::Ready(Err(Error::Closed));
+        };
+        let outcome = std::task::ready!(std::pin::Pin::new(read).poll(cx));
+        self.read = None;
+        std::task::Poll::Ready(outcome)
+    }
+}
+
+impl<T: ArmsWatch> Drop for WatchedRead<T> {
+    fn drop(&mut self) {
+        let Some(read) = self.read.take() else {
+            return;
+        };
+        let zk = self.zk.clone();
+        crate::runtime::spawn_detached("settling an abandoned watched read", async move {
+            if let Ok(reply) = read.await {
+                if let Some(zk) = zk.upgrade() {
+                    withdraw_watch(&zk, reply.watch());
+                }
+            }
+        });
+    }
+}

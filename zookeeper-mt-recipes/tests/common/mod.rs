@@ -53,6 +53,15 @@ pub fn assert_no_leftover_contexts(zk: &ZooKeeper) {
     );
 }
 
+/// [`assert_no_leftover_contexts`] after a drop, which does not wait for the dropped
+/// value's task: its watches go once the task has ended on the driver, a moment later.
+pub fn assert_no_leftover_contexts_soon(zk: &ZooKeeper) {
+    zk_harness::testing::poll_until(Duration::from_secs(10), || {
+        zk.exists("/").is_ok() && zk.live_contexts() == 0
+    });
+    assert_no_leftover_contexts(zk);
+}
+
 /// A proxy the test can cut (closing every connection and refusing new ones) and
 /// restore: a client behind it loses its connection and cannot come back until the test
 /// says so. The vocabulary of these tests over [`zk_harness::FaultProxy`].

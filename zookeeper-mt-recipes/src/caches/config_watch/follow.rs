@@ -95,7 +95,11 @@ pub(crate) async fn follow(
             }
         }
         if stale && following.due() {
-            match reader.read(&following.zk).await {
+            // A stop abandons the read (the loop's top then ends the follower).
+            let Some(read) = stop.unless_cancelled(reader.read(&following.zk)).await else {
+                continue;
+            };
+            match read {
                 Ok(Some(watch)) => {
                     armed = Some(watch);
                     stale = false;

@@ -73,7 +73,7 @@ mod receiver;
 pub(crate) use follow::{first_read, follow, NodeReader, ReadFuture};
 
 use crate::error::LossReason;
-use crate::events::{EventStream, RecvTimeoutError};
+use crate::events::{EventStream, RecvTimeoutError, TryRecvError};
 use crate::lifecycle::following::Following;
 use crate::lifecycle::Client;
 use crate::runtime::{block_on, spawn, Task};
@@ -117,7 +117,7 @@ impl ConfigEvent {
 }
 
 /// A running watch on one znode (see the [module docs](self)). Dropping it stops the
-/// background task and waits for it to finish.
+/// background task without waiting for it ([`stop`](Self::stop) waits).
 #[derive(Debug)]
 pub struct ConfigWatch {
     path: String,
@@ -196,9 +196,19 @@ impl ConfigWatch {
     /// Waits at most `timeout` ([`Timeout::Never`]: as long as it takes) for a state
     /// newer than the last one this method (or [`latest`](Self::latest)) returned:
     /// `Err(Timeout)` if none came, `Err(Lost)` (or the session error) if the watch has
-    /// stopped and its final state was returned.
+    /// stopped and its final state was returned. Where a blocking wait is refused (the
+    /// C completion thread, the driver, an executor thread) it does not wait: a state
+    /// there already, else `InvalidArgument` at once.
     pub fn next(&self, timeout: impl Into<Timeout>) -> Result<ConfigEvent> {
+        let refused = crate::runtime::refused_here();
         let received = match timeout.into().duration() {
+            _ if refused => match self.own.try_recv() {
+                Ok(event) => Ok(event),
+                Err(TryRecvError::Empty) => {
+                    return Err(RecipeError::ZooKeeper(crate::runtime::REFUSED))
+                }
+                Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+            },
             Some(timeout) => self.own.recv_timeout(timeout),
             None => self.own.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
@@ -229,13 +239,10 @@ impl ConfigWatch {
         self.end.lock().clone()
     }
 
-    /// Stops the watch and waits for its task. The final state stays readable
-    /// through receivers obtained earlier.
+    /// Stops the watch and waits for its task (not where blocking is refused: there it
+    /// returns at once and the task ends in the background). The final state stays
+    /// readable through receivers obtained earlier.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
         if let Some(task) = self.task.take() {
             task.stop_and_join();
         }
@@ -244,8 +251,13 @@ impl ConfigWatch {
 }
 
 impl Drop for ConfigWatch {
+    /// Asks the task to stop and returns: the task abandons a read in flight and takes
+    /// its watch off on the driver.
     fn drop(&mut self) {
-        self.shutdown();
+        if let Some(task) = self.task.take() {
+            task.cancel();
+        }
+        self.hub.end();
     }
 }
 
@@ -274,20 +286,22 @@ impl ConfigReader {
     /// Reads the node with a new watch and delivers its state if it is new.
     /// `Ok(None)`: the node changed kind between the two reads; read again.
     async fn read_async(&mut self, zk: &ZooKeeper) -> zookeeper_mt::Result<Option<Watch>> {
-        match zk.get_watch_async(&self.path).await {
+        match crate::support::watched(zk, zk.get_watch_async(&self.path)).await {
             Ok((data, stat, watch)) => {
                 self.deliver(ConfigEvent::Value { data, stat });
                 Ok(Some(watch))
             }
-            Err(Error::NoNode) => match zk.exists_watch_async(&self.path).await? {
-                (None, watch) => {
-                    self.deliver(ConfigEvent::Deleted);
-                    Ok(Some(watch))
+            Err(Error::NoNode) => {
+                match crate::support::watched(zk, zk.exists_watch_async(&self.path)).await? {
+                    (None, watch) => {
+                        self.deliver(ConfigEvent::Deleted);
+                        Ok(Some(watch))
+                    }
+                    // Created in between: the exists watch will fire on the next change
+                    // and be discarded; read the value with a data watch instead.
+                    (Some(_), _) => Ok(None),
                 }
-                // Created in between: the exists watch will fire on the next change
-                // and be discarded; read the value with a data watch instead.
-                (Some(_), _) => Ok(None),
-            },
+            }
             Err(error) => Err(error),
         }
     }

@@ -9,6 +9,7 @@ use crate::events::EventQueue;
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::runtime::StopSignal;
+use crate::support::{watched, WatchedRead};
 use crate::{RecipeError, RetryPolicy};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
@@ -90,9 +91,9 @@ const BATCH: usize = 128;
 
 /// A read in flight.
 enum Read {
-    ChildrenWatch(ZkFuture<(Vec<String>, Watch)>),
+    ChildrenWatch(WatchedRead<(Vec<String>, Watch)>),
     Children(ZkFuture<Vec<String>>),
-    DataWatch(ZkFuture<(Vec<u8>, Stat, Watch)>),
+    DataWatch(WatchedRead<(Vec<u8>, Stat, Watch)>),
     Data(ZkFuture<(Vec<u8>, Stat)>),
 }
 
@@ -147,7 +148,9 @@ impl Worker {
     pub(crate) async fn run(mut self, stop: StopSignal) {
         let root = self.config.root.clone();
         self.enqueue(&root);
-        let end = self.follow(&stop).await;
+        // A stop abandons whatever the loop awaits (a read, a sync: a dropped reply
+        // future leaves nothing registered), so the owner's drop never waits for a reply.
+        let end = stop.unless_cancelled(self.follow(&stop)).await.flatten();
         self.remove_all_watches();
         if let Some(reason) = &end {
             log::debug!("recipes: cache on {root} stopped: {reason}");

@@ -141,7 +141,8 @@ impl Worker {
             return None;
         }
         Some(if node.child_watch.is_none() {
-            Read::ChildrenWatch(self.following.zk.get_children_watch_async(path))
+            let zk = &self.following.zk;
+            Read::ChildrenWatch(watched(zk, zk.get_children_watch_async(path)))
         } else {
             Read::Children(self.following.zk.get_children_async(path))
         })
@@ -158,7 +159,8 @@ impl Worker {
             return None;
         }
         Some(if node.data_watch.is_none() {
-            Read::DataWatch(self.following.zk.get_watch_async(path))
+            let zk = &self.following.zk;
+            Read::DataWatch(watched(zk, zk.get_watch_async(path)))
         } else {
             Read::Data(self.following.zk.get_async(path))
         })
@@ -310,7 +312,8 @@ impl Worker {
             self.unwatch(watch);
         }
         // The exists watch first, so a reader told of the removal finds it armed.
-        let result = match self.following.zk.exists_watch_async(path).await {
+        let zk = &self.following.zk;
+        let result = match watched(zk, zk.exists_watch_async(path)).await {
             Ok((stat, watch)) => {
                 if stat.is_some() && !self.config.root_data {
                     // Created again meanwhile, and its data is not followed: on a present

@@ -366,7 +366,7 @@ mod tests {
 
     /// Waits until `commands` holds a command.
     fn queued(commands: &Commands) {
-        block_on(poll_fn(|cx| commands.poll_ready(cx)));
+        crate::runtime::drive(poll_fn(|cx| commands.poll_ready(cx)));
     }
 
     #[test]

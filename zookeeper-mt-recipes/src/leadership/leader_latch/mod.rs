@@ -558,11 +558,11 @@ impl LeaderLatch {
     /// the node and removes the watch (a deletion the connection does not allow now goes
     /// on in the background until the session ends). The event stream ends. Dropping
     /// the latch does the same.
+    ///
+    /// `close` waits for the task's end (not where blocking is refused: there it returns
+    /// at once); a drop asks the task to stop and returns at once, the task withdrawing
+    /// the node on the driver.
     pub fn close(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
         if let Some(task) = self.task.take() {
             task.stop_and_join();
         }
@@ -571,7 +571,9 @@ impl LeaderLatch {
 
 impl Drop for LeaderLatch {
     fn drop(&mut self) {
-        self.shutdown();
+        if let Some(task) = self.task.take() {
+            task.cancel();
+        }
     }
 }
 

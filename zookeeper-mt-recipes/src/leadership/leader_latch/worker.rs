@@ -100,7 +100,9 @@ impl Worker {
     }
 
     pub(super) async fn run(mut self, stop: StopSignal) {
-        let end = self.follow(&stop).await;
+        // A stop abandons what the loop awaits; a create in flight is in `creating`,
+        // and our node in `node` or `stale`, so `leave` withdraws them.
+        let end = stop.unless_cancelled(self.follow(&stop)).await.flatten();
         // Leave: end the term, take the watch off, delete our nodes.
         let term_end = match &end {
             None => TermEnd::LatchClosed,

@@ -80,13 +80,17 @@ impl Worker {
             }
         }
         let tag = self.config.layout.new_tag();
+        // Recorded while in flight: a stop that abandons the reply leaves it to `leave`.
+        self.creating = Some(tag.clone());
         let create = self.zk().create2_async(
             &format!("{dir}/{tag}"),
             self.config.id.as_bytes(),
             zookeeper_mt::CreateOptions::new(CreateMode::EphemeralSequential)
                 .with_acl(self.config.nodes.acl_list()),
         );
-        match create.await {
+        let created = create.await;
+        self.creating = None;
+        match created {
             Ok((path, stat)) => {
                 let name = path.rsplit('/').next().unwrap_or_default().to_string();
                 self.adopt(name, stat.czxid)
@@ -155,7 +159,8 @@ impl Worker {
                 ) {
                     return Flow::Go; // still waiting for a change
                 }
-                match self.zk().get_children_watch_async(&dir).await {
+                let read = self.zk().get_children_watch_async(&dir);
+                match crate::support::watched(self.zk(), read).await {
                     Ok((children, watch)) => {
                         self.set_watch(watch, Target::Children);
                         if children.is_empty() {
@@ -197,8 +202,8 @@ impl Worker {
                     })
                 );
             let listing = if leader_watch {
-                self.zk()
-                    .get_children_watch_async(&dir)
+                let read = self.zk().get_children_watch_async(&dir);
+                crate::support::watched(self.zk(), read)
                     .await
                     .map(|(children, watch)| (children, Some(watch)))
             } else {
@@ -250,7 +255,7 @@ impl Worker {
                         return Flow::Go; // already watching it
                     }
                     let get = self.zk().get_watch_async(&format!("{dir}/{predecessor}"));
-                    match get.await {
+                    match crate::support::watched(self.zk(), get).await {
                         Ok((_, _, watch)) => {
                             self.set_watch(watch, Target::Predecessor(predecessor));
                             return Flow::Go;
