@@ -5,7 +5,7 @@ use crate::closer;
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
 use crate::handle::{HandleCell, HandleSlot, RawHandle};
-use crate::in_flight::{InFlight, Permit, MAX_IN_FLIGHT};
+use crate::in_flight::{InFlight, MAX_IN_FLIGHT};
 use crate::path::c_string;
 use crate::reply::deadline_after;
 use crate::session::{Session, SessionEvents};
@@ -366,19 +366,16 @@ impl ZooKeeper {
         Ok(call(handle.0.as_ptr()))
     }
 
-    /// A place in flight for one request: waits for room up to the session timeout,
-    /// except where waiting could never end (see `in_flight.rs`).
-    pub(crate) fn in_flight_permit(&self) -> Result<Permit> {
-        let may_wait = !crate::no_wait::here();
-        let deadline = may_wait.then(|| {
-            deadline_after(
-                self.inner
-                    .session
-                    .recv_timeout()
-                    .unwrap_or(Duration::from_secs(10)),
-            )
-        });
-        self.inner.in_flight.acquire(deadline)
+    /// The bound on this handle's requests in flight.
+    pub(crate) fn in_flight(&self) -> &Arc<InFlight> {
+        &self.inner.in_flight
+    }
+
+    /// Requests of this handle queued for room in flight now (made while
+    /// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) were in flight, not sent yet).
+    #[doc(hidden)]
+    pub fn requests_queued(&self) -> usize {
+        self.inner.in_flight.queued()
     }
 
     /// Requests of this handle in flight now (at most [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT)).
