@@ -5,7 +5,7 @@ use crate::closer;
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
 use crate::handle::{HandleCell, HandleSlot, RawHandle};
-use crate::in_flight::{InFlight, Permit, MAX_IN_FLIGHT};
+use crate::in_flight::{InFlight, MAX_IN_FLIGHT};
 use crate::path::c_string;
 use crate::reply::deadline_after;
 use crate::session::{Session, SessionEvents};
@@ -82,7 +82,7 @@ pub struct ZooKeeperBuilder {
     hosts: String,
     session_timeout: Duration,
     /// `None`: the session timeout, whenever it is set (before or after this).
-    connect_timeout: Option<Duration>,
+    connect_timeout: Option<Timeout>,
     client_id: Option<ClientId>,
     read_only: bool,
     deterministic_order: Option<bool>,
@@ -98,9 +98,10 @@ impl ZooKeeperBuilder {
     }
 
     /// How long `connect` waits for the first connection. Default: the session timeout,
-    /// in whichever order the two are set.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
+    /// in whichever order the two are set. [`Timeout::Never`] waits until the session is
+    /// made or has ended.
+    pub fn connect_timeout(mut self, timeout: impl Into<Timeout>) -> Self {
+        self.connect_timeout = Some(timeout.into());
         self
     }
 
@@ -136,6 +137,35 @@ impl ZooKeeperBuilder {
     /// session within the connect timeout (e.g. every port refused), `SessionExpired`
     /// when resuming a session the server no longer knows.
     pub fn connect(self) -> Result<ZooKeeper> {
+        let started = self.start()?;
+        let state = started.zk.inner.session.wait_connected(started.deadline);
+        match state {
+            state if state.is_connected() => Ok(started.zk),
+            SessionState::Expired => Err(Error::SessionExpired),
+            SessionState::AuthFailed => Err(Error::AuthFailed),
+            _ => Err(started.connecting.timeout_error()), // dropping `zk` closes the handle
+        }
+    }
+
+    /// As [`connect`](Self::connect), as a future that blocks no thread while it waits:
+    /// the session event that reports the connection wakes it, and a timer thread of the
+    /// client wakes it at the connect timeout. The same errors as `connect`.
+    ///
+    /// The handle is made (`zookeeper_init`) when this is called, as `connect` makes it:
+    /// that call starts the C client's threads and does not wait on the network, but it
+    /// resolves the host names, which waits on DNS for names not in `/etc/hosts`. Dropping
+    /// the future before it is done closes the half-made handle on the client's closer
+    /// thread, not on the dropping one.
+    pub fn connect_async(self) -> crate::connect::ConnectFuture {
+        match self.start() {
+            Ok(started) => crate::connect::ConnectFuture::new(started),
+            Err(error) => crate::connect::ConnectFuture::failed(error),
+        }
+    }
+
+    /// Makes the handle and starts watching it connect: everything of a connect but the
+    /// wait.
+    fn start(self) -> Result<Started> {
         if self.hosts.trim().is_empty() {
             return Err(Error::InvalidArgument("empty host list"));
         }
@@ -160,6 +190,7 @@ impl ZooKeeperBuilder {
 
         crate::logging::apply_default_level();
         closer::start()?;
+        crate::timer::start()?;
         if let Some(deterministic) = self.deterministic_order {
             // SAFETY: sets a process-wide int; no preconditions.
             unsafe { sys::zoo_deterministic_conn_order(deterministic as c_int) };
@@ -217,16 +248,24 @@ impl ZooKeeperBuilder {
                 auths: Mutex::new(Vec::new()),
             }),
         };
-        let deadline = deadline_after(self.connect_timeout.unwrap_or(self.session_timeout));
+        let deadline = match self.connect_timeout {
+            Some(timeout) => timeout.deadline().instant(),
+            None => Some(deadline_after(self.session_timeout)),
+        };
         let connecting = crate::security::Connecting::start(&self.security, &zk);
-        let state = zk.inner.session.wait_connected(Some(deadline));
-        match state {
-            state if state.is_connected() => Ok(zk),
-            SessionState::Expired => Err(Error::SessionExpired),
-            SessionState::AuthFailed => Err(Error::AuthFailed),
-            _ => Err(connecting.timeout_error()), // dropping `zk` closes the handle
-        }
+        Ok(Started {
+            zk,
+            connecting,
+            deadline,
+        })
     }
+}
+
+/// A handle made and connecting (see `ZooKeeperBuilder::start`).
+pub(crate) struct Started {
+    pub(crate) zk: ZooKeeper,
+    pub(crate) connecting: crate::security::Connecting,
+    pub(crate) deadline: Option<std::time::Instant>,
 }
 
 impl ZooKeeper {
@@ -236,6 +275,14 @@ impl ZooKeeper {
         ZooKeeper::builder(hosts)
             .session_timeout(session_timeout)
             .connect()
+    }
+
+    /// As [`connect`](Self::connect), as a future that blocks no thread while it waits
+    /// (see [`ZooKeeperBuilder::connect_async`]).
+    pub fn connect_async(hosts: &str, session_timeout: Duration) -> crate::connect::ConnectFuture {
+        ZooKeeper::builder(hosts)
+            .session_timeout(session_timeout)
+            .connect_async()
     }
 
     /// A builder for the other connection options.
@@ -319,19 +366,16 @@ impl ZooKeeper {
         Ok(call(handle.0.as_ptr()))
     }
 
-    /// A place in flight for one request: waits for room up to the session timeout,
-    /// except where waiting could never end (see `in_flight.rs`).
-    pub(crate) fn in_flight_permit(&self) -> Result<Permit> {
-        let may_wait = !crate::no_wait::here();
-        let deadline = may_wait.then(|| {
-            deadline_after(
-                self.inner
-                    .session
-                    .recv_timeout()
-                    .unwrap_or(Duration::from_secs(10)),
-            )
-        });
-        self.inner.in_flight.acquire(deadline)
+    /// The bound on this handle's requests in flight.
+    pub(crate) fn in_flight(&self) -> &Arc<InFlight> {
+        &self.inner.in_flight
+    }
+
+    /// Requests of this handle queued for room in flight now (made while
+    /// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) were in flight, not sent yet).
+    #[doc(hidden)]
+    pub fn requests_queued(&self) -> usize {
+        self.inner.in_flight.queued()
     }
 
     /// Requests of this handle in flight now (at most [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT)).
@@ -351,6 +395,11 @@ impl ZooKeeper {
             Arc::clone(&self.inner.in_flight),
             Arc::clone(&self.inner.session),
         )
+    }
+
+    /// The session state shared with the C callbacks.
+    pub(crate) fn session(&self) -> &Arc<Session> {
+        &self.inner.session
     }
 
     /// This handle's watch registrations.
@@ -428,68 +477,6 @@ impl ZooKeeper {
         Ok(self.inner.session.peer())
     }
 
-    /// Replaces the server list (`zoo_set_servers`); the client may move to rebalance.
-    ///
-    /// To follow membership changes without this call, give host *names* in the
-    /// connect string: the C client re-resolves them on its own IO thread (see
-    /// [`ZooKeeperBuilder::resolution_delay`]), where no race exists.
-    ///
-    /// # Safety
-    ///
-    /// In the C client this binding links (3.8), `zoo_set_servers` frees and replaces
-    /// the host string and the address list, and may close the socket, while the
-    /// client's IO thread uses them without the lock that guards them (ZOOKEEPER-4699,
-    /// fixed upstream in 3.9.4): on a connection failure or reconnect at that moment the
-    /// IO thread reads freed memory (a heap use-after-free AddressSanitizer reports
-    /// within seconds when the call is repeated while the client reconnects), or
-    /// reads or writes a socket descriptor number that has been closed and reused.
-    /// No lock or check on the Rust side can exclude this: the IO thread takes none
-    /// this binding could hold, and when it reconnects is up to the network.
-    ///
-    /// The caller must therefore make sure the C client's IO thread is not
-    /// connecting, reconnecting or handling a connection error for the duration of the
-    /// call, or accept the risk of memory corruption. Every other method of this type
-    /// is safe.
-    ///
-    /// Safe code cannot make the call:
-    ///
-    /// ```compile_fail,E0133
-    /// fn move_to(zk: &zookeeper_mt::ZooKeeper, hosts: &str) -> zookeeper_mt::Result<()> {
-    ///     zk.set_servers(hosts) // error[E0133]: call to unsafe function
-    /// }
-    /// ```
-    pub unsafe fn set_servers(&self, hosts: &str) -> Result<()> {
-        if hosts.trim().is_empty() {
-            return Err(Error::InvalidArgument("empty host list"));
-        }
-        let hosts = c_string(hosts, "host list")?;
-        // SAFETY: live handle; `hosts` is NUL-terminated and copied by C. The race with
-        // the IO thread (ZOOKEEPER-4699) is the caller's to exclude, per the contract.
-        Error::check(self.with_handle(|zh| unsafe { sys::zoo_set_servers(zh, hosts.as_ptr()) })?)
-    }
-
-    /// Moves to the next server in the list on the next reconnect (`zoo_cycle_next_server`).
-    ///
-    /// # Safety
-    ///
-    /// `zoo_cycle_next_server` advances the address list's cursor and rewrites the
-    /// current address under the C client's reconfiguration lock, but the IO thread
-    /// advances and reads the same fields without it when a connection fails: a data
-    /// race that can make the IO thread connect to a torn address or read one entry
-    /// past the end of the address list. As for [`set_servers`](Self::set_servers),
-    /// the caller must make sure the IO thread is not connecting, reconnecting or
-    /// handling a connection error for the duration of the call.
-    ///
-    /// ```compile_fail,E0133
-    /// fn cycle(zk: &zookeeper_mt::ZooKeeper) -> zookeeper_mt::Result<()> {
-    ///     zk.cycle_next_server() // error[E0133]: call to unsafe function
-    /// }
-    /// ```
-    pub unsafe fn cycle_next_server(&self) -> Result<()> {
-        // SAFETY: live handle; the race with the IO thread is the caller's to exclude.
-        self.with_handle(|zh| unsafe { sys::zoo_cycle_next_server(zh) })
-    }
-
     /// Whether the session can never recover (expired or auth failed; `is_unrecoverable`).
     pub fn is_unrecoverable(&self) -> bool {
         match self.with_handle(|zh| {
@@ -535,6 +522,29 @@ impl ZooKeeper {
     /// until the server expires it after its timeout, or until its current owner closes it.
     pub fn close(&self) -> Result<()> {
         close_inner(&self.inner)
+    }
+
+    /// As [`close`](Self::close), as a future that blocks no thread: the close is decided
+    /// when this returns (later calls on any clone fail with `Closed` at once) and done by
+    /// the client's closer thread; the future completes once the handle has left its slot
+    /// and `zookeeper_close` has returned (or, if the handle was closed or being closed
+    /// already, once that close is done). [`ZkFuture::wait_timeout`](crate::ZkFuture::wait_timeout)
+    /// bounds a blocking wait for it. Dropping the future does not stop the close.
+    ///
+    /// Inside the closure of [`with_raw_handle`](Self::with_raw_handle) on this handle it
+    /// fails with `InvalidArgument` and closes nothing, as `close` does.
+    pub fn close_async(&self) -> crate::ZkFuture<()> {
+        if crate::raw::inside_raw_call(self.inner.client) {
+            return crate::ZkFuture::failed(CLOSE_IN_RAW_CALL);
+        }
+        let done = crate::reply::ReplySlot::new();
+        hand_off_close(&self.inner, Some(Arc::clone(&done)));
+        crate::ZkFuture::pending(done, None, |reply, _| Error::check(reply.rc))
+    }
+
+    /// Closes this handle on the closer thread, never waiting here (a dropped connect).
+    pub(crate) fn close_in_background(&self) {
+        hand_off_close(&self.inner, None);
     }
 
     pub(crate) fn client_key(&self) -> u64 {
@@ -621,14 +631,7 @@ fn close_inner(inner: &Inner) -> Result<()> {
         // The close is handed to the closer thread, which takes the handle out of its
         // slot itself, so a handle is never left out of its slot without being closed.
         // It is decided here: later calls fail with `Closed`, as after any close.
-        inner.handle.start_closing();
-        closer::hand_off(closer::Job {
-            slot: Arc::clone(&inner.handle),
-            session: Arc::clone(&inner.session),
-            session_context: inner.session_context as usize,
-            client: inner.client,
-            keepalive: Arc::clone(&inner.security),
-        });
+        hand_off_close(inner, None);
         return Ok(());
     }
     // The write lock waits for calls running on other threads to leave C; once the handle
@@ -644,62 +647,35 @@ fn close_inner(inner: &Inner) -> Result<()> {
     closer::finish_close(handle, &inner.session, inner.session_context, inner.client)
 }
 
+/// Decides the close (later calls fail with `Closed`) and hands it to the closer thread,
+/// which takes the handle out of its slot itself, so a handle is never left out of its
+/// slot without being closed. `done` gets the outcome once the close has finished.
+fn hand_off_close(inner: &Inner, done: Option<Arc<crate::reply::ReplySlot>>) {
+    inner.handle.start_closing();
+    closer::hand_off(closer::Job {
+        slot: Arc::clone(&inner.handle),
+        session: Arc::clone(&inner.session),
+        session_context: inner.session_context as usize,
+        client: inner.client,
+        keepalive: Arc::clone(&inner.security),
+        done,
+    });
+}
+
 /// `close` inside `with_raw_handle`'s closure on the same handle.
 const CLOSE_IN_RAW_CALL: Error =
     Error::InvalidArgument("close inside with_raw_handle on the same handle would wait for itself");
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // A close already decided is finished where it was decided (a handed-off close on
+        // the closer thread): the last clone going must not wait for it. (A blocking close
+        // in progress holds a clone, so it cannot be that one.)
+        if self.handle.is_closing() {
+            return;
+        }
         if let Err(error) = close_inner(self) {
             log::debug!("zookeeper-mt: close on drop: {error}");
         }
-    }
-}
-
-/// The peer address of the C client's socket (`zookeeper_get_connected_host`).
-///
-/// # Safety
-/// `zh` is a live handle; called on the completion thread for the session event that
-/// reported the connection, right after the IO thread made it.
-pub(crate) unsafe fn peer_of(zh: *mut sys::zhandle_t) -> Option<std::net::SocketAddr> {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: live handle (contract); `storage`/`len` describe a writable buffer large
-    // enough for any address; C fills it or returns NULL.
-    let found = unsafe {
-        sys::zookeeper_get_connected_host(
-            zh,
-            &mut storage as *mut _ as *mut libc::sockaddr,
-            &mut len,
-        )
-    };
-    if found.is_null() {
-        return None;
-    }
-    socket_addr(&storage)
-}
-
-fn socket_addr(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
-    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-    match storage.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in, which it is large
-            // enough and aligned for.
-            let v4 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::from((
-                Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)),
-                u16::from_be(v4.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above, for sockaddr_in6.
-            let v6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::from((
-                Ipv6Addr::from(v6.sin6_addr.s6_addr),
-                u16::from_be(v6.sin6_port),
-            )))
-        }
-        _ => None,
     }
 }

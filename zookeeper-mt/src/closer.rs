@@ -10,6 +10,7 @@
 use crate::context::{self, SweepReason};
 use crate::error::{Error, Result};
 use crate::handle::{HandleSlot, RawHandle};
+use crate::reply::{Reply, ReplySlot};
 use crate::security::Keepalive;
 use crate::session::Session;
 use crossbeam_channel::Sender;
@@ -26,6 +27,8 @@ pub(crate) struct Job {
     pub(crate) client: u64,
     /// What C references for TLS/SASL: dropped only once the handle is closed.
     pub(crate) keepalive: Arc<Keepalive>,
+    /// Told the outcome once the close has finished (`close_async`).
+    pub(crate) done: Option<Arc<ReplySlot>>,
 }
 
 static CLOSER: OnceLock<Sender<Job>> = OnceLock::new();
@@ -74,19 +77,39 @@ pub(crate) fn hand_off(job: Job) {
 
 fn run(job: Job) {
     let taken = job.slot.take();
-    if let Some(handle) = taken {
-        let result = finish_close(
-            handle,
-            &job.session,
-            job.session_context as *const Session,
-            job.client,
-        );
-        if let Err(error) = result {
-            log::debug!("zookeeper-mt: close on the closer thread: {error}");
+    let rc = match taken {
+        Some(handle) => {
+            let result = finish_close(
+                handle,
+                &job.session,
+                job.session_context as *const Session,
+                job.client,
+            );
+            if let Err(error) = &result {
+                log::debug!("zookeeper-mt: close on the closer thread: {error}");
+            }
+            result
+                .err()
+                .and_then(|error| error.code())
+                .unwrap_or(sys::ZOK)
         }
-    }
+        None => {
+            // Closed or being closed elsewhere (a blocking close on another thread, which
+            // waits on nothing of this thread): report once that close is done.
+            if job.done.is_some() {
+                job.session.wait_closed();
+            }
+            sys::ZOK
+        }
+    };
     // What C referenced for TLS/SASL goes only once the handle is closed.
     drop(job.keepalive);
+    if let Some(done) = job.done {
+        done.fulfill(Ok(Reply {
+            rc,
+            payload: Default::default(),
+        }));
+    }
 }
 
 /// Whether this thread is inside [`finish_close`] (its final sweep runs wakers).

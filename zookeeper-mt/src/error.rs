@@ -112,10 +112,9 @@ pub enum Error {
     Timeout,
     /// The handle was closed; no call can be made on it any more.
     Closed,
-    /// The handle already had `limit` requests in flight and none finished in time (or the
-    /// call was made on the C completion thread, where waiting is impossible). Nothing
-    /// was sent; retryable. The bound keeps the C client's wake-up pipe from overflowing,
-    /// which would make it drop the connection (see `ZooKeeper`'s docs).
+    /// The handle already had `limit` requests in flight. Nothing was sent; retryable.
+    /// No longer returned by this client's requests, which are queued for room instead
+    /// (see the crate docs' "Backpressure"); kept so that code matching it still builds.
     TooManyInFlight {
         /// The bound on requests in flight per handle.
         limit: usize,

@@ -49,6 +49,11 @@ impl HandleCell {
         self.handle.try_read()
     }
 
+    /// Whether a close has been decided.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
     /// Decides the close: from now on no call gets the handle.
     pub(crate) fn start_closing(&self) {
         self.closing.store(true, Ordering::SeqCst);

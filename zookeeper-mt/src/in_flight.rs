@@ -9,37 +9,44 @@
 //! not yet completed, so bounding the latter below 4,096 keeps the pipe from overflowing
 //! whatever the IO thread's pace.
 //!
-//! A submit that finds no room queues and waits until a completion makes some, up to the
-//! session timeout (past which the C client would have declared the connection lost and
-//! failed its requests anyway), then fails with `TooManyInFlight`. On the C completion
-//! thread it fails at once: only that thread completes requests, so it must not wait for
-//! one.
+//! A request that finds no room does not wait on its caller's thread: it is queued as a
+//! job (the C call and everything around it, owning its arguments) and its future is
+//! returned pending. Room goes to the queue in the order the requests were made: a freed
+//! place is handed straight to the first queued job (it never becomes free for a
+//! newcomer to take), and a newcomer takes a free place only while nothing is queued or
+//! about to run. A job given a place moves to a ready list; ready jobs are run one at a
+//! time, by one thread at a time, in the order they got their places: by the thread
+//! that freed the place (the C completion thread, after the completion's caller was
+//! told), by the next submitter, or by a close's sweep (where they fail with `Closed`).
+//! Never on the C IO thread: an auth completion frees its place there with the C
+//! client's lock held, and a C call from there deadlocks (see [`io_thread`]).
 //!
-//! Fairness: room goes to the waiters in the order they came. A freed place is handed
-//! straight to the first waiter (it never becomes free for a newcomer to take), and a
-//! newcomer takes a free place only while nobody waits. Each wait is an entry keyed by
-//! its own number; a waiter that gives up removes its entry, or, if a place was handed
-//! to it meanwhile, takes it.
+//! The common path (room available) is one compare-and-swap and a load, as before: no
+//! allocation, no lock. Only a queued request allocates its job.
 
-use crate::error::{Error, Result};
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::{self, Thread};
-use std::time::Instant;
 
 /// Requests in flight per handle at most (sent and not yet completed): below the
 /// smallest wake-up pipe the C client can get (4,096 bytes), with room for the wake-ups it
-/// writes for itself. A submit beyond it waits for room (see [`ZooKeeper`](crate::ZooKeeper)).
+/// writes for itself. A request beyond it is queued and sent as room is made, in order
+/// (see [`ZooKeeper`](crate::ZooKeeper)).
 pub const MAX_IN_FLIGHT: usize = 4_000;
 
+/// A queued request: sends it with the place it was given.
+pub(crate) type Job = Box<dyn FnOnce(Permit) + Send>;
+
 pub(crate) struct InFlight {
-    /// Places held, including those handed to a waiter that has not taken them yet.
+    /// Places held, including those handed to a job that has not run yet.
     count: AtomicUsize,
     limit: usize,
-    /// Entries in `queue.waiting`, read without the lock by every release.
+    /// Jobs queued, ready or running, read without the lock by every release and submit.
     waiting: AtomicUsize,
+    /// Jobs ready to run (given a place), read without the lock after every completion.
+    ready_len: AtomicUsize,
     queue: Mutex<Queue>,
     /// What the server's answers tell of its session clock (see `liveness.rs`).
     pub(crate) liveness: crate::liveness::Liveness,
@@ -47,20 +54,33 @@ pub(crate) struct InFlight {
 
 #[derive(Default)]
 struct Queue {
-    next: u64,
-    /// In arrival order (so sorted by number).
-    waiting: VecDeque<Waiter>,
-    /// Numbers of waiters a place was handed to, not taken yet (a handful at most).
-    granted: Vec<u64>,
+    /// In the order the requests were made.
+    waiting: VecDeque<Job>,
+    /// Given a place, in the order they got it.
+    ready: VecDeque<Job>,
+    /// A thread is running ready jobs.
+    running: bool,
 }
 
-struct Waiter {
-    number: u64,
-    thread: Thread,
+thread_local! {
+    static ON_IO_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// One request's place in flight; freed when dropped (with its registry entry).
-pub(crate) struct Permit(Arc<InFlight>);
+/// Runs `f` (a completion the C client calls on its IO thread, with its lock held)
+/// where no queued job may run.
+pub(crate) fn io_thread<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ON_IO_THREAD.with(|flag| flag.set(self.0));
+        }
+    }
+    let _reset = Reset(ON_IO_THREAD.with(|flag| flag.replace(true)));
+    f()
+}
+
+/// One request's place in flight; freed when dropped.
+pub(crate) struct Permit(Option<Arc<InFlight>>);
 
 impl InFlight {
     pub(crate) fn new(limit: usize) -> Arc<InFlight> {
@@ -68,6 +88,7 @@ impl InFlight {
             count: AtomicUsize::new(0),
             limit,
             waiting: AtomicUsize::new(0),
+            ready_len: AtomicUsize::new(0),
             queue: Mutex::new(Queue::default()),
             liveness: Default::default(),
         })
@@ -90,78 +111,81 @@ impl InFlight {
         false
     }
 
-    /// A place in flight, waiting for one until `deadline` (`None`: never wait).
-    pub(crate) fn acquire(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Permit> {
-        // A newcomer may not pass a waiter: free places are theirs first.
+    /// A place now, if one is free and no earlier request is queued for one.
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Permit> {
+        // A newcomer may not pass a queued request: free places are theirs first.
         if self.waiting.load(Ordering::SeqCst) == 0 && self.try_take() {
-            return Ok(Permit(Arc::clone(self)));
+            return Some(Permit(Some(Arc::clone(self))));
         }
-        let full = Error::TooManyInFlight { limit: self.limit };
-        let Some(deadline) = deadline else {
-            return Err(full);
-        };
-        let mut queue = self.queue.lock();
-        let number = queue.next;
-        queue.next += 1;
-        queue.waiting.push_back(Waiter {
-            number,
-            thread: thread::current(),
-        });
-        self.waiting.store(queue.waiting.len(), Ordering::SeqCst);
-        // A release that saw no waiter freed its place: hand out what is free now.
-        self.hand_out(&mut queue);
-        loop {
-            if let Some(at) = queue.granted.iter().position(|&n| n == number) {
-                queue.granted.swap_remove(at);
-                return Ok(Permit(Arc::clone(self)));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                if let Ok(at) = queue.waiting.binary_search_by_key(&number, |w| w.number) {
-                    queue.waiting.remove(at);
-                }
-                self.waiting.store(queue.waiting.len(), Ordering::SeqCst);
-                shrink(&mut queue);
-                return Err(full);
-            }
-            drop(queue);
-            // Unparked when a place is handed to it (a stray unpark only loops).
-            thread::park_timeout(deadline - now);
-            queue = self.queue.lock();
-        }
+        None
     }
 
-    /// Hands free places to the first waiters.
+    /// Queues `job` to run once it gets a place (never waits), then runs what is ready.
+    pub(crate) fn enqueue(self: &Arc<Self>, job: Job) {
+        {
+            let mut queue = self.queue.lock();
+            queue.waiting.push_back(job);
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            // A release that saw nothing queued freed its place: hand out what is free.
+            self.hand_out(&mut queue);
+        }
+        self.run_ready();
+    }
+
+    /// Moves queued jobs to the ready list while places are free.
     fn hand_out(&self, queue: &mut Queue) {
         while !queue.waiting.is_empty() && self.try_take() {
-            if let Some(waiter) = queue.waiting.pop_front() {
-                queue.granted.push(waiter.number);
-                waiter.thread.unpark();
+            if let Some(job) = queue.waiting.pop_front() {
+                queue.ready.push_back(job);
             }
         }
-        self.waiting.store(queue.waiting.len(), Ordering::SeqCst);
+        self.ready_len.store(queue.ready.len(), Ordering::SeqCst);
         shrink(queue);
     }
 
-    /// A place is given back: to the first waiter if there is one, else freed.
+    /// A place is given back: to the first queued job if there is one, else freed.
     fn release(&self) {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             let mut queue = self.queue.lock();
-            if let Some(waiter) = queue.waiting.pop_front() {
+            if let Some(job) = queue.waiting.pop_front() {
                 // Handed over as it is: the count stays.
-                queue.granted.push(waiter.number);
-                self.waiting.store(queue.waiting.len(), Ordering::SeqCst);
-                waiter.thread.unpark();
+                queue.ready.push_back(job);
+                self.ready_len.store(queue.ready.len(), Ordering::SeqCst);
                 return;
             }
         }
         self.count.fetch_sub(1, Ordering::SeqCst);
-        // A waiter that queued after the look above, having seen no room, gets it. (It
-        // counts itself in `waiting` before it looks at `count`, this thread the other
-        // way round, all `SeqCst`: one of the two sees the other.)
+        // A job queued after the look above, having seen no room, gets it. (It counts
+        // itself in `waiting` before it looks at `count`, this thread the other way
+        // round, all `SeqCst`: one of the two sees the other.)
         if self.waiting.load(Ordering::SeqCst) > 0 {
             let mut queue = self.queue.lock();
             self.hand_out(&mut queue);
+        }
+    }
+
+    /// Runs the ready jobs, in order, unless another thread is running them (it runs
+    /// these too) or this is the C IO thread. One load when none is ready.
+    pub(crate) fn run_ready(self: &Arc<Self>) {
+        if self.ready_len.load(Ordering::SeqCst) == 0 || ON_IO_THREAD.with(Cell::get) {
+            return;
+        }
+        loop {
+            let job = {
+                let mut queue = self.queue.lock();
+                if queue.running {
+                    return;
+                }
+                let Some(job) = queue.ready.pop_front() else {
+                    return;
+                };
+                self.ready_len.store(queue.ready.len(), Ordering::SeqCst);
+                queue.running = true;
+                job
+            };
+            // Reset even if the job unwinds, so the queue is never stuck.
+            let _running = Running(self);
+            job(Permit(Some(Arc::clone(self))));
         }
     }
 
@@ -170,29 +194,54 @@ impl InFlight {
         self.count.load(Ordering::SeqCst)
     }
 
-    /// Submitters waiting for room now.
-    #[cfg(test)]
-    fn waiters(&self) -> usize {
+    /// Requests queued for a place now (including those about to run).
+    pub(crate) fn queued(&self) -> usize {
         self.waiting.load(Ordering::SeqCst)
     }
 }
 
-/// Gives the queue's memory back once a burst of waiters is gone.
+/// A job has run (sent its request, or failed it): it no longer holds newcomers back.
+struct Running<'a>(&'a InFlight);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.queue.lock().running = false;
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Gives the queue's memory back once a burst of queued requests is gone.
 fn shrink(queue: &mut Queue) {
     if queue.waiting.is_empty() && queue.waiting.capacity() > 64 {
         queue.waiting = VecDeque::new();
     }
+    if queue.ready.is_empty() && queue.ready.capacity() > 64 {
+        queue.ready = VecDeque::new();
+    }
 }
 
 impl Permit {
-    pub(crate) fn liveness(&self) -> &crate::liveness::Liveness {
-        &self.0.liveness
+    /// Frees the place and returns the bound it belonged to (to run what is ready once
+    /// the caller was told).
+    pub(crate) fn release(mut self) -> Option<Arc<InFlight>> {
+        let in_flight = self.0.take()?;
+        in_flight.release();
+        Some(in_flight)
+    }
+}
+
+impl Permit {
+    /// The liveness record of the handle this place belongs to (`None` once released).
+    pub(crate) fn liveness(&self) -> Option<&crate::liveness::Liveness> {
+        self.0.as_ref().map(|in_flight| &in_flight.liveness)
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.0.release();
+        if let Some(in_flight) = self.0.take() {
+            in_flight.release();
+        }
     }
 }
 
@@ -200,74 +249,61 @@ impl Drop for Permit {
 mod tests {
     use super::*;
     use std::sync::mpsc;
-    use std::time::Duration;
-
-    const BOUND: Duration = Duration::from_secs(20);
-
-    fn wait_for_waiters(in_flight: &InFlight, n: usize) {
-        let deadline = Instant::now() + BOUND;
-        while in_flight.waiters() != n {
-            assert!(Instant::now() < deadline, "waiters never reached {n}");
-            thread::sleep(Duration::from_millis(1));
-        }
-    }
 
     #[test]
-    fn a_freed_place_goes_to_the_waiter_not_to_a_newcomer() {
+    fn a_freed_place_goes_to_the_queued_job_not_to_a_newcomer() {
         let in_flight = InFlight::new(1);
-        let held = in_flight.acquire(None).unwrap();
-        let waiter = {
-            let in_flight = Arc::clone(&in_flight);
-            thread::spawn(move || in_flight.acquire(Some(Instant::now() + BOUND)).map(drop))
-        };
-        wait_for_waiters(&in_flight, 1);
+        let held = in_flight.try_acquire().unwrap();
+        let (ran, got) = mpsc::channel();
+        in_flight.enqueue(Box::new(move |permit| ran.send(permit).unwrap()));
+        assert!(got.try_recv().is_err(), "ran without a place");
         drop(held);
-        // The place was handed to the waiter: a newcomer finds none.
-        assert!(matches!(
-            in_flight.acquire(None),
-            Err(Error::TooManyInFlight { limit: 1 })
-        ));
-        assert_eq!(waiter.join().unwrap().ok(), Some(()));
+        // The place was handed to the job: a newcomer finds none until it has run.
+        assert!(in_flight.try_acquire().is_none());
+        in_flight.run_ready();
+        let permit = got.try_recv().expect("the job ran");
+        assert!(in_flight.try_acquire().is_none());
+        drop(permit);
         assert_eq!(in_flight.count(), 0);
-        assert!(in_flight.acquire(None).is_ok());
+        assert!(in_flight.try_acquire().is_some());
     }
 
     #[test]
-    fn waiters_get_places_in_the_order_they_came() {
-        let in_flight = InFlight::new(1);
-        let held = in_flight.acquire(None).unwrap();
+    fn queued_jobs_get_places_in_the_order_they_came() {
+        let in_flight = InFlight::new(2);
+        let held = [
+            in_flight.try_acquire().unwrap(),
+            in_flight.try_acquire().unwrap(),
+        ];
         let (order, got) = mpsc::channel();
-        let mut threads = Vec::new();
         for i in 0..8 {
-            let shared = Arc::clone(&in_flight);
             let order = order.clone();
-            threads.push(thread::spawn(move || {
-                let permit = shared.acquire(Some(Instant::now() + BOUND)).unwrap();
+            in_flight.enqueue(Box::new(move |permit| {
                 order.send(i).unwrap();
-                drop(permit);
+                drop(permit); // completes at once: frees the place for the next
             }));
-            wait_for_waiters(&in_flight, i + 1);
         }
+        assert_eq!(in_flight.queued(), 8);
         drop(held);
-        for thread in threads {
-            thread.join().unwrap();
-        }
+        in_flight.run_ready();
         let order: Vec<usize> = got.try_iter().collect();
         assert_eq!(order, (0..8).collect::<Vec<_>>());
         assert_eq!(in_flight.count(), 0);
+        assert_eq!(in_flight.queued(), 0);
     }
 
     #[test]
-    fn a_waiter_that_gives_up_leaves_no_entry() {
+    fn no_job_runs_on_the_io_thread() {
         let in_flight = InFlight::new(1);
-        let held = in_flight.acquire(None).unwrap();
-        let gave_up = in_flight.acquire(Some(Instant::now() + Duration::from_millis(20)));
-        assert!(matches!(gave_up, Err(Error::TooManyInFlight { .. })));
-        assert_eq!(in_flight.waiters(), 0);
-        assert!(in_flight.queue.lock().granted.is_empty());
-        // The release is not handed to the one that left: the place is free again.
-        drop(held);
-        assert_eq!(in_flight.count(), 0);
-        assert!(in_flight.acquire(None).is_ok());
+        let held = in_flight.try_acquire().unwrap();
+        let (ran, got) = mpsc::channel();
+        in_flight.enqueue(Box::new(move |permit| ran.send(permit).unwrap()));
+        io_thread(|| {
+            let in_flight = held.release().unwrap();
+            in_flight.run_ready();
+        });
+        assert!(got.try_recv().is_err(), "ran on the IO thread");
+        in_flight.run_ready();
+        assert!(got.try_recv().is_ok());
     }
 }

@@ -71,10 +71,12 @@
 //! A handle keeps at most [`MAX_IN_FLIGHT`] requests in flight. Every request writes a
 //! byte to the C client's wake-up pipe, and a full pipe makes the C client drop its own
 //! connection and fail every request in flight; the bound keeps the pipe from filling
-//! whatever the number of handles. A call that finds no room waits for a completion (up
-//! to the session timeout), then fails with the retryable [`Error::TooManyInFlight`]; on
-//! the completion thread it fails at once. Room goes to waiting calls in the order they
-//! came: a call made while others wait queues behind them.
+//! whatever the number of handles. A request made when the handle is full is queued, not
+//! waited for: its call returns at once (an async call's future is pending; a blocking
+//! call waits for its reply as always), on any thread, and the request is sent as
+//! completions make room, in the order the requests were made (async and blocking
+//! alike). A queued request whose future is dropped is still sent. Close and session
+//! expiry fail the queued requests as they fail those in flight.
 //!
 //! # Fork
 //!
@@ -105,6 +107,7 @@
 mod acl;
 mod client;
 mod closer;
+mod connect;
 mod context;
 mod error;
 mod handle;
@@ -116,13 +119,16 @@ mod multi;
 mod no_wait;
 mod ops;
 mod path;
+mod peer;
 mod raw;
 mod reply;
 mod request;
 mod security;
+mod servers;
 mod session;
 mod states;
 mod timeout;
+mod timer;
 mod types;
 mod watch;
 mod watch_table;
@@ -131,6 +137,7 @@ mod watch_table;
 pub use zookeeper_mt_sys as ffi;
 
 pub use client::{WeakZooKeeper, ZooKeeper, ZooKeeperBuilder};
+pub use connect::ConnectFuture;
 pub use error::{Error, Result};
 pub use in_flight::MAX_IN_FLIGHT;
 pub use liveness::SessionClock;

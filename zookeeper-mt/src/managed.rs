@@ -272,12 +272,14 @@ impl Drop for Owner {
 }
 
 impl Owner {
-    fn close(&self) {
+    /// Marks the client closed and reports it; the handle to close, or `None` if it was
+    /// closed already (then the last handle too).
+    fn shut(&self) -> std::result::Result<ZooKeeper, ZooKeeper> {
         let mut after = After::default();
         let zk = {
             let mut state = self.shared.state.lock();
             if state.closed {
-                return;
+                return Err(state.zk.clone());
             }
             state.closed = true;
             if state.last != ConnectionState::Lost {
@@ -293,6 +295,13 @@ impl Owner {
         };
         self.shared.changed.notify_all();
         after.run();
+        Ok(zk)
+    }
+
+    fn close(&self) {
+        let Ok(zk) = self.shut() else {
+            return;
+        };
         // A connection attempt in progress ends (and closes what it made) before this
         // returns, except where the renewal could be waiting for this thread: on a C
         // thread (the renewal closes the old handle, which joins them), in a close's
@@ -542,5 +551,28 @@ impl ManagedZooKeeper {
     /// `Closed`. Waits for a connection attempt in progress to finish.
     pub fn close(&self) {
         self.owner.close();
+    }
+
+    /// As [`close`](Self::close), as a future that blocks no thread (see
+    /// [`ZooKeeper::close_async`]): the client is closed when this returns (streams report
+    /// `Lost` and end, later calls on its handles fail with `Closed`), and the future
+    /// completes once the current handle's C close has finished. It does not wait for a
+    /// connection attempt in progress: that attempt closes what it makes, in the
+    /// background.
+    pub fn close_async(&self) -> crate::ZkFuture<()> {
+        match self.owner.shut() {
+            Ok(zk) | Err(zk) => zk.close_async(),
+        }
+    }
+
+    /// As [`connect`](Self::connect), as a future that blocks no thread while it waits
+    /// (see [`ZooKeeper::connect_async`]). Later sessions are made as for
+    /// [`new`](Self::new).
+    pub fn connect_async(
+        hosts: &str,
+        session_timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<ManagedZooKeeper>> + Send + 'static {
+        let connecting = ZooKeeper::connect_async(hosts, session_timeout);
+        async move { Ok(ManagedZooKeeper::new(connecting.await?)) }
     }
 }

@@ -127,10 +127,10 @@ impl ZooKeeper {
         let mut buffers = checked!(multi_buffers(ops));
         let kinds: Vec<OpKind> = ops.iter().map(OpKind::of).collect();
         let count = ops.len() as c_int;
-        let ops_ptr = buffers.ops.as_ptr();
-        let results_ptr = buffers.results.as_mut_ptr();
+        let ops_ptr = SendPtr(buffers.ops.as_ptr().cast_mut());
+        let results_ptr = SendPtr(buffers.results.as_mut_ptr());
         self.request().keeping(buffers).send(
-            |zh, _, request| {
+            move |zh, _, request, _bytes| {
                 // SAFETY: live handle; `ops_ptr`/`results_ptr` point into the heap buffers
                 // of the `MultiBuffers` now owned by the request's registry entry, which
                 // lives until the completion has run (or close), as C requires.
@@ -138,8 +138,8 @@ impl ZooKeeper {
                     sys::zoo_amulti(
                         zh,
                         count,
-                        ops_ptr,
-                        results_ptr,
+                        ops_ptr.get().cast_const(),
+                        results_ptr.get(),
                         Some(context::multi_completion),
                         request,
                     )
@@ -366,3 +366,19 @@ fn is_per_op_error(error: &Error) -> bool {
             | Error::Unimplemented
     )
 }
+
+/// A pointer into a multi's `MultiBuffers`, moved with the request when it is queued.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so a closure captures the whole `SendPtr`).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: the pointers point into heap buffers owned by the `MultiBuffers` that travels
+// with the same request (a moved `Box` keeps its heap address); only the one thread that
+// sends the request uses them, after which C owns them until the completion.
+unsafe impl<T> Send for SendPtr<T> {}

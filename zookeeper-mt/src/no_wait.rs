@@ -10,10 +10,8 @@ thread_local! {
 }
 
 /// Marks the calling thread as an async executor's thread: from now on the client never
-/// waits on it. A request submitted on it while the handle has
-/// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) requests in flight fails at once with
-/// [`Error::TooManyInFlight`](crate::Error::TooManyInFlight) (retryable) instead of
-/// waiting for room; a blocking wait (`ZkFuture::wait`, `Watch::wait`,
+/// waits on it. (A request made on a full handle needs no mark: on every thread it is
+/// queued, not waited for, see the crate docs' "Backpressure".) A blocking wait (`ZkFuture::wait`, `Watch::wait`,
 /// `SessionEvents::recv`, `wait_connected`) fails at once with `InvalidArgument` unless
 /// its result is there; closing a handle there hands the close to the client's closer
 /// thread. Await the futures instead. For a runtime's worker threads (tokio's

@@ -156,21 +156,31 @@ impl Fulfiller {
     /// The C client completed the request with `rc`: a server's answer confirms the
     /// session was alive when it was submitted.
     pub(crate) fn heard(&self, rc: std::os::raw::c_int) {
-        if let Some(permit) = &self.permit {
-            permit.liveness().heard(self.sent, rc);
+        if let Some(liveness) = self.permit.as_ref().and_then(Permit::liveness) {
+            liveness.heard(self.sent, rc);
         }
     }
 
     pub(crate) fn fulfill(mut self, result: Result<Reply>) {
-        self.permit.take();
+        self.finish(result);
+    }
+
+    /// Frees the place, tells the caller, then sends the requests queued for room that
+    /// the place made (see `in_flight.rs`: never on the C IO thread).
+    fn finish(&mut self, result: Result<Reply>) {
+        let in_flight = self.permit.take().and_then(Permit::release);
         self.slot.fulfill(result);
+        if let Some(in_flight) = in_flight {
+            in_flight.run_ready();
+        }
     }
 }
 
 impl Drop for Fulfiller {
     fn drop(&mut self) {
-        self.permit.take();
-        self.slot.fulfill(Err(Error::Closed));
+        if self.permit.is_some() {
+            self.finish(Err(Error::Closed));
+        }
     }
 }
 
@@ -196,9 +206,10 @@ enum FutureState<T> {
 /// runtime; the C completion thread wakes it), or a value to block on with
 /// [`wait`](ZkFuture::wait).
 ///
-/// The request is sent when the call that made this future returns, not when the future
-/// is first polled, so requests keep the order of the calls. Dropping the future does not
-/// cancel the request.
+/// The request is sent (or, on a handle with [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT)
+/// requests in flight, queued to be sent in turn) when the call that made this future
+/// returns, not when the future is first polled, so requests keep the order of the
+/// calls. Dropping the future does not cancel the request.
 #[must_use = "the request is sent either way; the future carries its result"]
 pub struct ZkFuture<T> {
     state: FutureState<T>,

@@ -6,10 +6,13 @@
 use crate::client::ZooKeeper;
 use crate::context::{self, RequestEntry};
 use crate::error::{Error, Result};
+use crate::in_flight::Permit;
 use crate::reply::{Fulfiller, Reply, ReplySlot, ZkFuture};
+use crate::types::WatcherType;
 use crate::watch::Watch;
-use crate::watch_table::WatchRequest;
-use std::os::raw::{c_int, c_void};
+use crate::watch_table::{WatchKind, WatchRequest};
+use parking_lot::Mutex;
+use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
 use zookeeper_mt_sys as sys;
 
@@ -20,25 +23,91 @@ impl ZooKeeper {
             zk: self,
             watch: None,
             buffers: None,
+            bytes: None,
         }
     }
 
-    /// Submits one asynchronous C call. `call` gets the handle, the watch context (NULL
-    /// unless `watch` is a watching read) and the request context, and returns the C
-    /// return code.
-    fn submit<T: 'static>(
+    /// Submits one asynchronous C call, now if there is room in flight, else queued
+    /// (never waiting here; see `in_flight.rs`). `call` gets the handle, the watch
+    /// context (NULL unless `watch` is a watching read), the request context and the
+    /// request's bytes, and returns the C return code.
+    fn submit<T: 'static, C>(
         &self,
         watch: Option<WatchRequest<'_>>,
         multi: Option<Box<context::MultiBuffers>>,
-        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void) -> c_int,
+        bytes: Option<&[u8]>,
+        call: C,
         convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
-    ) -> ZkFuture<T> {
-        let client = self.client_key();
-        let permit = match self.in_flight_permit() {
-            Ok(permit) => permit,
-            Err(error) => return ZkFuture::failed(error),
-        };
+    ) -> ZkFuture<T>
+    where
+        C: FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, Bytes) -> c_int + Send + 'static,
+    {
+        let in_flight = self.in_flight();
+        if let Some(permit) = in_flight.try_acquire() {
+            let slot = ReplySlot::new();
+            return match self.send_now(permit, &slot, watch, None, multi, Bytes::of(bytes), call) {
+                Ok(watch) => ZkFuture::pending(slot, watch, convert),
+                Err(error) => ZkFuture::failed(error),
+            };
+        }
+        // No room: a closed or ended session still fails at once.
+        if let Err(error) = self.with_handle(|_| ()) {
+            return ZkFuture::failed(error);
+        }
+        // Queued with everything it needs, owned: sent when room is made, in order. A
+        // request whose future is dropped meanwhile is still sent (as one sent at once
+        // is: dropping a future never cancels its request).
         let slot = ReplySlot::new();
+        let armed = watch.is_some().then(|| Arc::new(Mutex::new(None::<Watch>)));
+        let watch = watch.map(OwnedWatchRequest::of);
+        let bytes = bytes.map(<[u8]>::to_vec);
+        let zk = self.downgrade();
+        let (unsent, job_armed) = (Unsent(Some(Arc::clone(&slot))), armed.clone());
+        in_flight.enqueue(Box::new(move |permit| {
+            let Some(job_slot) = unsent.take() else {
+                return;
+            };
+            // Gone with every clone: the close failed everything else already.
+            let Some(zk) = zk.upgrade() else {
+                job_slot.fulfill(Err(Error::Closed));
+                return;
+            };
+            let watch = watch.as_ref().map(OwnedWatchRequest::borrowed);
+            let bytes = Bytes::of(bytes.as_deref());
+            let sent = zk.send_now(
+                permit,
+                &job_slot,
+                watch,
+                job_armed.as_deref(),
+                multi,
+                bytes,
+                call,
+            );
+            if let Err(error) = sent {
+                job_slot.fulfill(Err(error));
+            }
+        }));
+        ZkFuture::pending(slot, None, move |reply, _| {
+            let watch = armed.and_then(|armed| armed.lock().take());
+            convert(reply, watch)
+        })
+    }
+
+    /// Sends one request with its place in flight. The armed watch is returned, or put
+    /// in `armed` before the C call (a queued request's future reads it from there once
+    /// the reply is in, which can be before the C call returns).
+    #[allow(clippy::too_many_arguments)]
+    fn send_now(
+        &self,
+        permit: Permit,
+        slot: &Arc<ReplySlot>,
+        watch: Option<WatchRequest<'_>>,
+        armed: Option<&Mutex<Option<Watch>>>,
+        multi: Option<Box<context::MultiBuffers>>,
+        bytes: Bytes,
+        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, Bytes) -> c_int,
+    ) -> Result<Option<Watch>> {
+        let client = self.client_key();
         let is_multi = multi.is_some();
         let outcome = self.with_handle(|zh| {
             if is_multi {
@@ -56,18 +125,21 @@ impl ZooKeeper {
                     return Err(error);
                 }
             }
-            let prepared = self.watch_table().prepare(watch)?;
+            let mut prepared = self.watch_table().prepare(watch)?;
+            if let Some(armed) = armed {
+                *armed.lock() = prepared.watch.take();
+            }
             let request_id = context::register_request(
                 client,
                 RequestEntry {
-                    fulfiller: Fulfiller::new(Arc::clone(&slot), permit),
+                    fulfiller: Fulfiller::new(Arc::clone(slot), permit),
                     watch: prepared.hook,
                     multi,
                 },
             );
             let rc = terminal_code(
                 zh,
-                call(zh, prepared.context, context::id_to_ptr(request_id)),
+                call(zh, prepared.context, context::id_to_ptr(request_id), bytes),
             );
             if rc == sys::ZMARSHALLINGERROR && is_multi {
                 // The session ended during the call: that is the error (the slot keeps
@@ -81,9 +153,62 @@ impl ZooKeeper {
             }
             Ok(prepared.watch)
         });
-        match outcome {
-            Ok(Ok(watch)) => ZkFuture::pending(slot, watch, convert),
-            Ok(Err(error)) | Err(error) => ZkFuture::failed(error),
+        outcome?
+    }
+}
+
+/// A queued request's slot until it is sent: a job dropped without running (which the
+/// queue never does: every place held is given back, at the latest by a close's sweep)
+/// still tells its caller, with `Closed`.
+struct Unsent(Option<Arc<ReplySlot>>);
+
+impl Unsent {
+    fn take(mut self) -> Option<Arc<ReplySlot>> {
+        self.0.take()
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            slot.fulfill(Err(Error::Closed));
+        }
+    }
+}
+
+/// The bytes a request sends (a value, credentials), as C takes them: valid for the C
+/// call they are given to.
+#[derive(Clone, Copy)]
+pub(crate) struct Bytes {
+    pub(crate) ptr: *const c_char,
+    pub(crate) len: c_int,
+}
+
+impl Bytes {
+    fn of(bytes: Option<&[u8]>) -> Bytes {
+        let (ptr, len) = crate::ops::data_ptr(bytes.unwrap_or_default());
+        Bytes { ptr, len }
+    }
+}
+
+/// A queued request's watch, owned until the request is sent.
+enum OwnedWatchRequest {
+    Read(WatchKind, String),
+    Remove(String, WatcherType),
+}
+
+impl OwnedWatchRequest {
+    fn of(watch: WatchRequest<'_>) -> OwnedWatchRequest {
+        match watch {
+            WatchRequest::Read(kind, path) => OwnedWatchRequest::Read(kind, path.to_string()),
+            WatchRequest::Remove(path, which) => OwnedWatchRequest::Remove(path.to_string(), which),
+        }
+    }
+
+    fn borrowed(&self) -> WatchRequest<'_> {
+        match self {
+            OwnedWatchRequest::Read(kind, path) => WatchRequest::Read(*kind, path),
+            OwnedWatchRequest::Remove(path, which) => WatchRequest::Remove(path, *which),
         }
     }
 }
@@ -124,9 +249,17 @@ pub(crate) struct Request<'a> {
     zk: &'a ZooKeeper,
     watch: Option<WatchRequest<'a>>,
     buffers: Option<Box<context::MultiBuffers>>,
+    bytes: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {
+    /// Sends `bytes` (a value or credentials): the call gets them as [`Bytes`], valid
+    /// for the call (copied only if the request is queued).
+    pub(crate) fn sending(mut self, bytes: &'a [u8]) -> Self {
+        self.bytes = Some(bytes);
+        self
+    }
+
     /// Arms `watch` with the request (`None`: no watch).
     pub(crate) fn watching(mut self, watch: Option<WatchRequest<'a>>) -> Self {
         self.watch = watch;
@@ -139,13 +272,18 @@ impl<'a> Request<'a> {
         self
     }
 
-    /// Submits with `call` (given the handle, the watcher context and the request
-    /// context) and converts the reply with `convert` (given the armed watch).
+    /// Submits with `call` (given the handle, the watcher context, the request context
+    /// and the bytes) and converts the reply with `convert` (given the armed watch).
+    /// `call` owns what it uses: a request made when the handle is full runs it later,
+    /// on another thread.
     pub(crate) fn send<T: 'static>(
         self,
-        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void) -> c_int,
+        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, Bytes) -> c_int
+            + Send
+            + 'static,
         convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        self.zk.submit(self.watch, self.buffers, call, convert)
+        self.zk
+            .submit(self.watch, self.buffers, self.bytes, call, convert)
     }
 }

@@ -30,6 +30,16 @@ pub(crate) struct Session {
     /// Set under the state lock (and `changed` notified) once `zookeeper_close` has
     /// returned and everything was swept: a second `close` waits for it.
     closed: std::sync::atomic::AtomicBool,
+    /// Futures waiting for a state change (an async connect), each under its own key:
+    /// all are woken (and removed) by the next change, and a dropped future removes its
+    /// own entry.
+    state_wakers: Mutex<StateWakers>,
+}
+
+#[derive(Default)]
+struct StateWakers {
+    next: u64,
+    wakers: Vec<(u64, Waker)>,
 }
 
 /// One [`SessionEvents`]' end of the stream: its channel and the waker of a task
@@ -50,7 +60,40 @@ impl Session {
             peer: Mutex::new(None),
             subscribers: Mutex::new(Some(Vec::new())),
             closed: std::sync::atomic::AtomicBool::new(false),
+            state_wakers: Mutex::new(StateWakers::default()),
         }
+    }
+
+    /// Registers `waker` (under `key`, given or kept from an earlier call) to be woken by
+    /// the next state change or the end of the close. Read the state after this call: a
+    /// change made before it is in the state, one made after wakes the waker.
+    pub(crate) fn wake_on_change(&self, key: &mut Option<u64>, waker: &Waker) {
+        let mut registered = self.state_wakers.lock();
+        if let Some(key) = *key {
+            if let Some((_, known)) = registered.wakers.iter_mut().find(|(k, _)| *k == key) {
+                if !known.will_wake(waker) {
+                    known.clone_from(waker);
+                }
+                return;
+            }
+        }
+        let next = registered.next;
+        registered.next += 1;
+        registered.wakers.push((next, waker.clone()));
+        *key = Some(next);
+    }
+
+    /// Removes the waker registered under `key`, if it is still there.
+    pub(crate) fn forget_waker(&self, key: Option<u64>) {
+        if let Some(key) = key {
+            self.state_wakers.lock().wakers.retain(|(k, _)| *k != key);
+        }
+    }
+
+    fn wake_on_change_all(&self) {
+        let woken = std::mem::take(&mut self.state_wakers.lock().wakers);
+        // Woken outside the lock: a waker runs executor code.
+        woken.into_iter().for_each(|(_, waker)| waker.wake());
     }
 
     /// Records that the handle's close has finished (see [`wait_closed`](Self::wait_closed)).
@@ -58,6 +101,8 @@ impl Session {
         let _state = self.state.lock();
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         self.changed.notify_all();
+        drop(_state);
+        self.wake_on_change_all();
     }
 
     /// Waits until the handle's close, started elsewhere, has finished.
@@ -75,6 +120,13 @@ impl Session {
     /// Records a new state. A terminal state is never left (C sends nothing after it,
     /// and `Closed` is ours).
     pub(crate) fn on_state(&self, state: SessionState) {
+        self.set_state(state);
+        self.wake_on_change_all();
+    }
+
+    /// `on_state` without waking the futures (for a caller holding a lock a waker may
+    /// want: it wakes them after).
+    fn set_state(&self, state: SessionState) {
         {
             let mut current = self.state.lock();
             if current.is_terminal() {
@@ -158,7 +210,7 @@ impl Session {
     pub(crate) unsafe fn record_peer(&self, zh: *mut sys::zhandle_t, state: SessionState) {
         let peer = if state.is_connected() {
             // SAFETY: per the contract.
-            unsafe { crate::client::peer_of(zh) }
+            unsafe { crate::peer::peer_of(zh) }
         } else {
             None
         };
@@ -208,7 +260,8 @@ impl Session {
     /// [`subscribe`]: Self::subscribe
     pub(crate) fn transition(&self, event: WatchedEvent) {
         let state = event.state;
-        self.publish_then(event, || self.on_state(state));
+        self.publish_then(event, || self.set_state(state));
+        self.wake_on_change_all();
     }
 
     /// Runs `before` and sends `event` to the subscribers, both under the subscriber

@@ -82,6 +82,14 @@ pub(crate) unsafe extern "C" fn void_completion(rc: c_int, data: *const c_void) 
     guarded("completion", || complete(data, rc, |_| Payload::Empty));
 }
 
+/// `zoo_add_auth`'s completion: C calls it on its IO thread (with its lock held at a
+/// connection loss), where no queued request may be sent (see `in_flight.rs`).
+pub(crate) unsafe extern "C" fn auth_completion(rc: c_int, data: *const c_void) {
+    crate::in_flight::io_thread(|| {
+        guarded("completion", || complete(data, rc, |_| Payload::Empty))
+    });
+}
+
 pub(crate) unsafe extern "C" fn stat_completion(
     rc: c_int,
     stat: *const sys::Stat,

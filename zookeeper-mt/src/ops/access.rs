@@ -21,7 +21,7 @@ impl ZooKeeper {
     pub fn get_acl_async(&self, path: &str) -> ZkFuture<(Vec<Acl>, Stat)> {
         let path = checked!(c_path_for_call(path, false));
         self.request().send(
-            |zh, _, request| {
+            move |zh, _, request, _bytes| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.
                 unsafe {
                     sys::zoo_aget_acl(zh, path.as_ptr(), Some(context::acl_completion), request)
@@ -53,7 +53,7 @@ impl ZooKeeper {
         let (path, mut acl) =
             checked!(c_path_for_call(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))));
         self.request().send(
-            |zh, _, request| {
+            move |zh, _, request, _bytes| {
                 let mut vector = acl.as_vector();
                 // SAFETY: live handle; path and ACL valid for the call and serialized by C
                 // before it returns; ours is the completion.
@@ -103,11 +103,11 @@ impl ZooKeeper {
             }
         }));
         // In range of `c_int`: checked above.
-        let (cert, len) = data_ptr(credentials);
         // The auth's own outcome: nobody polls it, so filling it (on the IO thread) runs
         // no user code.
-        let mut auth = self.request().send(
-            |zh, _, request| {
+        let scheme_text = scheme.to_string_lossy().into_owned();
+        let mut auth = self.request().sending(credentials).send(
+            move |zh, _, request, bytes| {
                 // SAFETY: live handle; scheme and credentials are copied by C before it
                 // returns (it keeps them to resend on reconnect), `len` is their true
                 // length (bounded above, so no `int` truncation); ours is the completion.
@@ -115,9 +115,9 @@ impl ZooKeeper {
                     sys::zoo_add_auth(
                         zh,
                         scheme.as_ptr(),
-                        cert,
-                        len,
-                        Some(context::void_completion),
+                        bytes.ptr,
+                        bytes.len,
+                        Some(context::auth_completion),
                         request,
                     )
                 };
@@ -136,11 +136,11 @@ impl ZooKeeper {
         }
         // C has the credentials now and sends them with every reconnect: so does a new
         // session made like this one.
-        self.record_auth(&scheme.to_string_lossy(), credentials);
+        self.record_auth(&scheme_text, credentials);
         // C queues the credentials in front of every request not yet sent, and the server
         // answers in order: this reply comes after the auth's, on the completion thread.
         self.request().send(
-            |zh, _, request| {
+            move |zh, _, request, _bytes| {
                 // SAFETY: live handle; the path is a static NUL-terminated string; no
                 // watch; ours is the completion.
                 unsafe {

@@ -69,7 +69,7 @@ impl ZooKeeper {
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Children, path_str)))
             .send(
-                |zh, watch_context, request| {
+                move |zh, watch_context, request, _bytes| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: as in `exists_impl`.
                     unsafe {

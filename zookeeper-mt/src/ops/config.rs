@@ -25,7 +25,7 @@ impl ZooKeeper {
     pub fn sync_async(&self, path: &str) -> ZkFuture<String> {
         let path = checked!(c_path_for_call(path, false));
         self.request().send(
-            |zh, _, request| {
+            move |zh, _, request, _bytes| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.
                 unsafe {
                     sys::zoo_async(zh, path.as_ptr(), Some(context::string_completion), request)
@@ -67,7 +67,7 @@ impl ZooKeeper {
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Config, "/zookeeper/config")))
             .send(
-                |zh, watch_context, request| {
+                move |zh, watch_context, request, _bytes| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: live handle; the watcher context is a registry id or NULL;
                     // ours is the completion.
@@ -130,7 +130,7 @@ impl ZooKeeper {
         }
         let as_ptr = |value: &Option<CString>| value.as_ref().map_or(ptr::null(), |v| v.as_ptr());
         self.request().send(
-            |zh, _, request| {
+            move |zh, _, request, _bytes| {
                 // SAFETY: live handle; strings NULL or valid for the call; ours is the completion.
                 unsafe {
                     sys::zoo_areconfig(

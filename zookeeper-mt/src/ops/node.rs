@@ -101,9 +101,8 @@ impl ZooKeeper {
         finish: impl FnOnce(String, Option<Stat>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
         let mut args = checked!(create_args(path, data, options.acl, options.mode));
-        let (value, len) = data_ptr(data);
-        self.request().send(
-            |zh, _, request| {
+        self.request().sending(data).send(
+            move |zh, _, request, bytes| {
                 let acl = args.acl.as_vector();
                 // SAFETY: live handle; path, value and ACL are valid for the call and
                 // serialized by C before it returns; the completion is ours and its
@@ -113,8 +112,8 @@ impl ZooKeeper {
                         sys::zoo_acreate2_ttl(
                             zh,
                             args.path.as_ptr(),
-                            value,
-                            len,
+                            bytes.ptr,
+                            bytes.len,
                             &acl,
                             args.mode,
                             args.ttl,
@@ -125,8 +124,8 @@ impl ZooKeeper {
                         sys::zoo_acreate_ttl(
                             zh,
                             args.path.as_ptr(),
-                            value,
-                            len,
+                            bytes.ptr,
+                            bytes.len,
                             &acl,
                             args.mode,
                             args.ttl,
@@ -153,7 +152,7 @@ impl ZooKeeper {
         let version = version.into();
         let path = checked!(c_path_for_call(path, false));
         self.request().send(
-            |zh, _, request| {
+            move |zh, _, request, _bytes| {
                 // SAFETY: live handle; the path is valid for the call; ours is the completion.
                 unsafe {
                     sys::zoo_adelete(
@@ -200,7 +199,7 @@ impl ZooKeeper {
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Exists, path_str)))
             .send(
-                |zh, watch_context, request| {
+                move |zh, watch_context, request, _bytes| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: live handle; path valid for the call; the watcher context is a
                     // registry id (or NULL with no watcher); ours is the completion.
@@ -259,7 +258,7 @@ impl ZooKeeper {
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Data, path_str)))
             .send(
-                |zh, watch_context, request| {
+                move |zh, watch_context, request, _bytes| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: as in `exists_impl`.
                     unsafe {
@@ -298,17 +297,16 @@ impl ZooKeeper {
             check_request_len(request_len(path, data, &[]))?;
             Ok(c)
         }));
-        let (value, len) = data_ptr(data);
-        self.request().send(
-            |zh, _, request| {
+        self.request().sending(data).send(
+            move |zh, _, request, bytes| {
                 // SAFETY: live handle; path and data valid for the call and serialized by
                 // C before it returns; ours is the completion.
                 unsafe {
                     sys::zoo_aset(
                         zh,
                         path.as_ptr(),
-                        value,
-                        len,
+                        bytes.ptr,
+                        bytes.len,
                         version_of(version),
                         Some(context::stat_completion),
                         request,
