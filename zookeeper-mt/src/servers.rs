@@ -11,7 +11,7 @@ impl ZooKeeper {
     ///
     /// To follow membership changes without this call, give host *names* in the
     /// connect string: the C client re-resolves them on its own IO thread (see
-    /// [`ZooKeeperBuilder::resolution_delay`]), where no race exists.
+    /// [`ZooKeeperBuilder::resolution_delay`](crate::ZooKeeperBuilder::resolution_delay)), where no race exists.
     ///
     /// # Safety
     ///
