@@ -36,7 +36,8 @@
 //! # Environment
 //! - `ZK_TEST_HOSTS`, `ZK_HOSTS`: external servers, see [`Hosts`] and [`test_hosts`].
 //! - `ZK_HARNESS_JAVA`: the `java` to run (else `$JAVA_HOME/bin/java`, else `PATH`).
-//! - `ZK_HARNESS_CLASSPATH`: the server class path (else Debian's jars).
+//! - `ZK_HARNESS_CLASSPATH`: the server class path, else `ZOOKEEPER_HOME` (an Apache
+//!   release unpacked: `$ZOOKEEPER_HOME/lib/*`), else Debian's jars.
 //! - `ZK_HARNESS_JAVAC`: the `javac` compiling the crafted-data-dir writer (else next to
 //!   `java`, `$JAVA_HOME/bin`, `PATH`); see [`Crafted`].
 //! - `ZK_HARNESS_KEEP_DIRS=1`: keep server dirs (config, data, `server.log`) for debugging.
