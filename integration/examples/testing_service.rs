@@ -117,7 +117,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.join().expect("a worker panicked");
     }
     sections.extend(rx.try_iter());
-    check_lock(&sections).map_err(|v| format!("mutex violated:\n{v}"))?;
+    if let Err(violations) = check_lock(&sections) {
+        eprintln!("{violations}");
+        return Err("the mutex was violated".into());
+    }
     println!(
         "{} critical sections, none overlapping, tokens increasing",
         sections.len()
