@@ -54,6 +54,9 @@ reentrant_lock	^other process: got it \(holds: 1\)$
 shared_count	^  shared-count@Curator#1: 100 increments$
 shared_count	^  counter@Kazoo#2: 100 increments$
 shared_count	^final value 600 = 4 Rust threads \+ 2 peers x 100 increments
+testing_service	^killing the leader, member [0-9]$
+testing_service	^worker-0's session 0x[0-9a-f]+ expired$
+testing_service	^[0-9]+ critical sections, none overlapping, tokens increasing$
 tree_cache	^initial load: 7 nodes$
 tree_cache	^after close: 0 contexts left on the handle$
 TABLE

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Packages the three publishable crates (zookeeper-mt-sys, zookeeper-mt,
-# zookeeper-mt-recipes) so that a user with only the registry can build them, `vendored`
+# Packages the four publishable crates (zookeeper-mt-sys, zookeeper-mt,
+# zookeeper-mt-recipes, zookeeper-testing) so that a user with only the registry can build them, `vendored`
 # included.
 #
 #   scripts/package.sh [CARGO_ARGS...]            cargo package (the .crate files land in
@@ -35,7 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-crates=(zookeeper-mt-sys zookeeper-mt zookeeper-mt-recipes)
+crates=(zookeeper-mt-sys zookeeper-mt zookeeper-mt-recipes zookeeper-testing)
 stage="$repo/zookeeper-mt-sys/c-client"
 
 mode=package

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proves that the three publishable crates build for a user who has only the registry:
+# Proves that the four publishable crates build for a user who has only the registry:
 #
 #   1. scripts/package.sh: the .crate files of zookeeper-mt-sys (with the pinned C client
 #      source staged inside), zookeeper-mt and zookeeper-mt-recipes, each verified by cargo
@@ -16,6 +16,10 @@
 #          libzookeeper-mt-dev);
 #        - `vendored,tls`: the C client compiled from the source in the -sys .crate, with
 #          OpenSSL (Debian libssl-dev); must not link libzookeeper_mt.so.
+#   4. a second fresh project, from the same registry, with zookeeper-testing as its only
+#      dev-dependency: its `cargo test` starts a TestingServer, a FaultProxy (block,
+#      unblock) and a 3-member TestingCluster (kills the leader, waits for a new one) and
+#      must pass; its dependency tree must hold no C build and not zookeeper-mt.
 #
 # Steps 1 and 2 pass --allow-dirty: this is a check of what the working tree would
 # publish, not a release (scripts/package.sh refuses uncommitted changes without it).
@@ -57,7 +61,7 @@ scripts/package.sh publish --dry-run --allow-dirty
 
 target_dir=$(metadata "m['target_directory']")
 crates=()
-for crate in zookeeper-mt-sys zookeeper-mt zookeeper-mt-recipes; do
+for crate in zookeeper-mt-sys zookeeper-mt zookeeper-mt-recipes zookeeper-testing; do
     crates+=("$target_dir/package/$crate-$(version_of "$crate").crate")
 done
 
@@ -86,11 +90,13 @@ publish = false
 
 [dependencies]
 zookeeper-mt-recipes = { version = "$(version_of zookeeper-mt-recipes)", features = ["vendored", "tls", "sasl"] }
+zookeeper-testing = { version = "$(version_of zookeeper-testing)", features = ["peers"] }
 
 [patch.crates-io]
 zookeeper-mt-sys = { path = "$registry/$(basename "${crates[0]}" .crate)" }
 zookeeper-mt = { path = "$registry/$(basename "${crates[1]}" .crate)" }
 zookeeper-mt-recipes = { path = "$registry/$(basename "${crates[2]}" .crate)" }
+zookeeper-testing = { path = "$registry/$(basename "${crates[3]}" .crate)" }
 
 [workspace]
 EOF
@@ -243,4 +249,63 @@ run() { # run <label> <expect: system|vendored> <cargo feature args...>
 run "system libzookeeper_mt (default features)" system
 run "vendored C client with TLS (features vendored,tls)" vendored --features vendored,tls
 
-say "OK: the .crate files build and work from a registry alone, on the system and the vendored C client"
+# 4. A user's own test suite on zookeeper-testing alone.
+tapp="$tmp/testing-app"
+mkdir -p "$tapp/src" "$tapp/tests" "$tapp/.cargo"
+cp "$app/.cargo/config.toml" "$tapp/.cargo/config.toml"
+cat >"$tapp/Cargo.toml" <<EOF
+[package]
+name = "testing-check"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dev-dependencies]
+zookeeper-testing = "$(version_of zookeeper-testing)"
+
+[workspace]
+EOF
+touch "$tapp/src/lib.rs"
+cat >"$tapp/tests/servers.rs" <<'EOF'
+//! A server, an ensemble and a proxy from the published zookeeper-testing alone.
+use std::time::Duration;
+use zookeeper_testing::{four_letter, FaultProxy, ServerOptions, TestingCluster, TestingServer};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+#[test]
+fn server_ensemble_and_proxy() -> zookeeper_testing::Result<()> {
+    let server = TestingServer::start()?;
+    assert_eq!(four_letter(&server.connect_string(), "ruok", BOUND)?, "imok");
+
+    let proxy = FaultProxy::raw(server.connect_string())?;
+    assert_eq!(four_letter(&proxy.connect_string(), "ruok", BOUND)?, "imok");
+    proxy.block();
+    let refused = four_letter(&proxy.connect_string(), "ruok", BOUND);
+    assert!(!matches!(refused.as_deref(), Ok("imok")), "blocked proxy answered: {refused:?}");
+    proxy.unblock();
+    assert_eq!(four_letter(&proxy.connect_string(), "ruok", BOUND)?, "imok");
+
+    let cluster = TestingCluster::start(3, &ServerOptions::for_tests())?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(60))?;
+    cluster.kill(leader);
+    let next = cluster.wait_for_leader(Duration::from_secs(60))?;
+    assert_ne!(leader, next, "a killed member cannot lead");
+    cluster.restart(leader)?;
+    cluster.wait_for_all_serving(Duration::from_secs(60))?;
+    Ok(())
+}
+EOF
+say "== zookeeper-testing: a user's test from the .crate file =="
+(cd "$tapp" && cargo test --quiet --target-dir "$tmp/target-testing" 2>&1) | tee "$tmp/testing.log"
+grep -q 'test result: ok. 1 passed' "$tmp/testing.log" || {
+    say "error: the zookeeper-testing user test did not pass"
+    exit 1
+}
+if (cd "$tapp" && cargo tree --edges normal,dev --prefix none) |
+    grep -E '^(zookeeper-mt|zookeeper-mt-sys|cc|cmake|pkg-config) '; then
+    say "error: zookeeper-testing pulls in C code or the bindings"
+    exit 1
+fi
+
+say "OK: the .crate files build and work from a registry alone, on the system and the vendored C client; zookeeper-testing runs a user's tests"

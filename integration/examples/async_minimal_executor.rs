@@ -73,7 +73,7 @@ async fn hold(lock: Async<Lock>, who: &str) -> zookeeper_mt_recipes::Result<()> 
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     let base = format!("/async-minimal-{}", std::process::id());
     let lock = Async::new(Lock::new(&zk, &format!("{base}/lock"))?);

@@ -19,7 +19,7 @@ const JOBS: usize = 9;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let base = format!("/async-tokio-{}", std::process::id());
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     zk.create_async(&base, b"0", zookeeper_mt::CreateMode::Persistent)

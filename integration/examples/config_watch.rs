@@ -8,9 +8,9 @@
 
 use std::thread;
 use std::time::Duration;
-use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::{CreateMode, ZooKeeper};
 use zookeeper_mt_recipes::caches::{ConfigEvent, ConfigWatch};
+use zookeeper_testing::{Hosts, HOSTS_ENV};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;

@@ -45,7 +45,7 @@ struct Report {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let connect_string = hosts.connect_string();
     let path = format!("/crawler-{}", std::process::id());
     let total = PRODUCERS * LINKS_PER_PRODUCER;

@@ -13,7 +13,7 @@ use zookeeper_mt::{CreateMode, Op, ZooKeeper};
 use zookeeper_mt_recipes::locks::Lock;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let base = format!("/example-fenced-{}", std::process::id());
     let (lock_path, data) = (format!("{base}/lock"), format!("{base}/data"));
     let first = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;

@@ -12,12 +12,12 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use zk_harness::peers::{Participant, Peer};
-use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::events::EventStream;
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
 use zookeeper_mt_recipes::nodes::{Group, GroupEvent, GroupLayout, GroupMember};
+use zookeeper_testing::peers::{Participant, Peer};
+use zookeeper_testing::{FaultProxy, Hosts, HOSTS_ENV};
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -9,9 +9,9 @@
 use std::collections::HashSet;
 use std::thread;
 use std::time::{Duration, Instant};
-use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::shared::{IdGenerator, IdStats};
+use zookeeper_testing::{Hosts, HOSTS_ENV};
 
 const WORKERS: usize = 8;
 const IDS_PER_WORKER: usize = 250;

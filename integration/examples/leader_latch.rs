@@ -11,11 +11,11 @@
 //! without it the Rust services run alone.
 
 use std::time::Duration;
-use zk_harness::peers::{monotonic_ns, Participant, Peer};
-use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::leadership::{LatchLayout, LeaderLatch, LeadershipEvent};
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
+use zookeeper_testing::peers::{monotonic_ns, Participant, Peer};
+use zookeeper_testing::{Hosts, HOSTS_ENV};
 
 const WAIT: Duration = Duration::from_secs(60);
 

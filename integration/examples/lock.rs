@@ -20,7 +20,7 @@ const PROCESSES: usize = 4;
 const HOLD: Duration = Duration::from_millis(200);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let connect_string = hosts.connect_string();
     // A fresh lock per run, so runs against a shared server do not meet.
     let resource = format!("/resource_lock_parent_resource-{}", std::process::id());

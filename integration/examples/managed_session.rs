@@ -15,10 +15,10 @@
 mod support;
 
 use std::time::Duration;
-use zk_harness::{FaultProxy, Hosts, HOSTS_ENV};
 use zookeeper_mt::{CreateMode, ZooKeeper};
 use zookeeper_mt_recipes::caches::{CacheEvent, NodeCache};
 use zookeeper_mt_recipes::lifecycle::{ConnectionState, ConnectionStates, ManagedZooKeeper};
+use zookeeper_testing::{FaultProxy, Hosts, HOSTS_ENV};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;

@@ -17,7 +17,7 @@ use zookeeper_mt_recipes::queues::{BoundedQueue, Offer};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ZK_HOSTS, or a throwaway server stopped when `hosts` is dropped.
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     let base = format!("/queue-variants-{}", zookeeper_mt_recipes::nodes::guid());
 

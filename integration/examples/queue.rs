@@ -19,7 +19,7 @@ const QUEUE: &str = "/myfirstqueue";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ZK_HOSTS, or a throwaway server stopped when `hosts` is dropped.
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let connect_string = hosts.connect_string();
     let zk = match ZooKeeper::connect(&connect_string, Duration::from_secs(10)) {
         Ok(zk) => zk,

@@ -33,7 +33,7 @@ fn audit(lock: &ReentrantLock) -> Result<(), zookeeper_mt_recipes::RecipeError> 
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let hosts = zk_harness::Hosts::from_env_or_start(zk_harness::HOSTS_ENV)?;
+    let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let connect_string = hosts.connect_string();
     let path = format!("/example-reentrant-{}", std::process::id());
     let zk = ZooKeeper::connect(&connect_string, Duration::from_secs(10))?;

@@ -9,10 +9,10 @@
 
 use std::thread;
 use std::time::{Duration, Instant};
-use zk_harness::peers::{Participant, Peer};
-use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::ZooKeeper;
 use zookeeper_mt_recipes::shared::SharedCount;
+use zookeeper_testing::peers::{Participant, Peer};
+use zookeeper_testing::{Hosts, HOSTS_ENV};
 
 const THREADS: usize = 4;
 const EACH: u32 = 100;

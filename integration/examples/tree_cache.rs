@@ -9,9 +9,9 @@
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-use zk_harness::{Hosts, HOSTS_ENV};
 use zookeeper_mt::{Acl, CreateMode, Op, ZooKeeper};
 use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
+use zookeeper_testing::{Hosts, HOSTS_ENV};
 
 fn create(zk: &ZooKeeper, path: &str, data: &str) -> zookeeper_mt::Result<()> {
     zk.create(path, data.as_bytes(), CreateMode::Persistent)

@@ -2,8 +2,8 @@
 
 use std::error::Error;
 use std::time::{Duration, Instant};
-use zk_harness::FaultProxy;
 use zookeeper_mt::ZooKeeper;
+use zookeeper_testing::FaultProxy;
 
 /// How long the client may take to notice it was cut off.
 const NOTICE: Duration = Duration::from_secs(30);

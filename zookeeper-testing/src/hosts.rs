@@ -26,7 +26,7 @@ impl Hosts {
     /// If the environment variable `var` is set and not empty, uses it as the connect
     /// string; otherwise starts a server with [`ServerOptions::default`].
     ///
-    /// Examples use `Hosts::from_env_or_start(zk_harness::HOSTS_ENV)` (`ZK_HOSTS`).
+    /// Examples use `Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)` (`ZK_HOSTS`).
     pub fn from_env_or_start(var: &str) -> Result<Hosts> {
         Self::from_env_or_start_with(var, &ServerOptions::default())
     }

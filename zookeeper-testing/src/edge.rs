@@ -78,14 +78,14 @@ impl CraftedNode {
 /// created, so crafted children do not bump a crafted parent's `cversion`.
 ///
 /// ```no_run
-/// use zk_harness::{Crafted, Server};
+/// use zookeeper_testing::{Crafted, Server};
 ///
 /// let server = Server::start_crafted(
 ///     &Crafted::new()
 ///         .dir("/edge/lock", i32::MAX - 20) // the next sequential child: ...2147483627
 ///         .node("/edge/ids", b"41", -5),   // data version -5: three sets reach -1
 /// )?;
-/// # Ok::<(), zk_harness::HarnessError>(())
+/// # Ok::<(), zookeeper_testing::HarnessError>(())
 /// ```
 ///
 /// Paths are checked when the snapshot is written: absolute, no empty, `.` or `..`

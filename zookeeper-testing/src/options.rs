@@ -9,7 +9,7 @@ use crate::security::{ServerSasl, ServerTls};
 /// Fields are public; the same-named methods set them in a builder style:
 ///
 /// ```
-/// let opts = zk_harness::ServerOptions::default()
+/// let opts = zookeeper_testing::ServerOptions::default()
 ///     .extended_types(true)
 ///     .force_sync(false)
 ///     .tick_time_ms(200);

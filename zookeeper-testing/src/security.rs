@@ -3,7 +3,7 @@
 //! ([`ServerTls`], [`ServerSasl`]) that [`ServerOptions`](crate::ServerOptions) takes.
 //!
 //! ```no_run
-//! use zk_harness::{Server, ServerOptions, ServerSasl, TlsMaterial};
+//! use zookeeper_testing::{Server, ServerOptions, ServerSasl, TlsMaterial};
 //!
 //! let tls = TlsMaterial::generate()?;
 //! let server = Server::start_with(
@@ -12,7 +12,7 @@
 //!         .sasl(ServerSasl::digest_users([("alice", "secret")])),
 //! )?;
 //! println!("TLS port {:?}, CA {}", server.secure_port(), tls.ca_cert().display());
-//! # Ok::<(), zk_harness::HarnessError>(())
+//! # Ok::<(), zookeeper_testing::HarnessError>(())
 //! ```
 
 use std::fmt::Write as _;

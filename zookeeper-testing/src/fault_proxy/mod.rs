@@ -272,9 +272,9 @@ pub(crate) enum Protocol {
 /// protocol points (see the [module docs](self)).
 ///
 /// ```no_run
-/// use zk_harness::{FaultProxy, OpCode};
+/// use zookeeper_testing::{FaultProxy, OpCode};
 ///
-/// let server = zk_harness::shared_server();
+/// let server = zookeeper_testing::shared_server();
 /// let proxy = FaultProxy::start(server.connect_string())?;
 /// // Connect a client to `proxy.connect_string()`, then:
 /// let mark = proxy.mark();
@@ -282,7 +282,7 @@ pub(crate) enum Protocol {
 /// let sent = proxy.requests_since(mark);
 /// println!("the operation sends {} requests: {sent:?}", sent.len());
 /// proxy.cut_after(2); // the 2nd request from now is applied but its reply is lost
-/// # Ok::<(), zk_harness::HarnessError>(())
+/// # Ok::<(), zookeeper_testing::HarnessError>(())
 /// ```
 ///
 /// All methods take `&self`; a proxy can be shared between threads.

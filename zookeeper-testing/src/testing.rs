@@ -4,14 +4,14 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zk_harness::testing::{unique_path, wait_until, Seed};
+//! use zookeeper_testing::testing::{unique_path, wait_until, Seed};
 //!
 //! let path = unique_path("lock"); // "/lock-<pid>-<n>-<stamp>"
 //! let seed = Seed::from_env_or_random("ZK_FAULT_SEED")?; // prints "seed=..."
 //! let mut rng = seed.rng();
 //! let k = 1 + rng.below(5);
 //! wait_until("the node to appear", Duration::from_secs(10), || true);
-//! # Ok::<(), zk_harness::HarnessError>(())
+//! # Ok::<(), zookeeper_testing::HarnessError>(())
 //! ```
 
 use std::fmt;

@@ -229,7 +229,7 @@ pub(crate) fn find_java() -> Result<PathBuf> {
 const JAVA_DIR: &str = "/usr/share/java";
 
 /// The server class path after the per-server config dir: `$ZK_HARNESS_CLASSPATH`, else
-/// Debian's jars.
+/// `$ZOOKEEPER_HOME/lib/*` (an Apache release tarball's layout), else Debian's jars.
 ///
 /// Debian's `zookeeper.jar` lists its dependencies in its manifest `Class-Path`, but no
 /// SLF4J binding. A `/usr/share/java/*` wildcard must not be used: that directory holds
@@ -242,6 +242,26 @@ pub(crate) fn server_classpath() -> Result<String> {
         .filter(|v| !v.is_empty())
     {
         return Ok(cp);
+    }
+    if let Some(home) = std::env::var_os("ZOOKEEPER_HOME").filter(|v| !v.is_empty()) {
+        let lib = Path::new(&home).join("lib");
+        let has_server_jar = fs::read_dir(&lib)
+            .map(|dir| {
+                dir.flatten().any(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with("zookeeper-") && name.ends_with(".jar")
+                })
+            })
+            .unwrap_or(false);
+        if !has_server_jar {
+            return Err(HarnessError::ZooKeeperNotInstalled {
+                jar: lib.join("zookeeper-*.jar"),
+            });
+        }
+        // The JVM expands `dir/*` to the jars in it; a release's lib/ holds one logging
+        // binding only, unlike /usr/share/java.
+        return Ok(format!("{}/*", lib.display()));
     }
     let jar = Path::new(JAVA_DIR).join("zookeeper.jar");
     if !jar.is_file() {

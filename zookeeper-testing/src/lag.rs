@@ -47,7 +47,7 @@ const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 /// [module docs](self)), with a [`FaultProxy`] in front of every member's client port.
 ///
 /// ```no_run
-/// use zk_harness::{LaggingEnsemble, ServerOptions};
+/// use zookeeper_testing::{LaggingEnsemble, ServerOptions};
 ///
 /// let ens = LaggingEnsemble::start(&ServerOptions::for_tests())?;
 /// let lagging = ens.followers()[0];
@@ -55,7 +55,7 @@ const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 /// // Writes through other members are not seen by reads on `lagging` ...
 /// ens.resume_member(lagging);
 /// // ... until now; `sync` on it waits for the resume.
-/// # Ok::<(), zk_harness::HarnessError>(())
+/// # Ok::<(), zookeeper_testing::HarnessError>(())
 /// ```
 ///
 /// Dropping it kills every member, then closes every proxy.

@@ -79,8 +79,9 @@ impl HarnessError {
 }
 
 const SETUP_HINT: &str =
-    "run the project's set-up script `./setup.sh` (it installs the Debian package `zookeeper`, \
-     which brings a Java runtime and /usr/share/java/zookeeper.jar)";
+    "install the Debian package `zookeeper` (`apt-get install zookeeper`: it brings a Java \
+     runtime and /usr/share/java/zookeeper.jar; this project's `./setup.sh` does it), or set \
+     ZOOKEEPER_HOME to an unpacked Apache ZooKeeper release";
 
 impl fmt::Display for HarnessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

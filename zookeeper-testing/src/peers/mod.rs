@@ -32,9 +32,9 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use zk_harness::peers::{max_overlap, Participant, Peer};
+//! use zookeeper_testing::peers::{max_overlap, Participant, Peer};
 //!
-//! let server = zk_harness::Server::start()?;
+//! let server = zookeeper_testing::Server::start()?;
 //! let mut curator = Peer::start(Participant::CuratorMutex, &server.connect_string(), "/lock")?;
 //! let mut kazoo = Peer::start(Participant::KazooLock, &server.connect_string(), "/lock")?;
 //! curator.send_run(20, Duration::from_millis(1))?;

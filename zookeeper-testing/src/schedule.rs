@@ -148,7 +148,7 @@ impl Default for ScheduleShape {
 ///
 /// ```
 /// use std::time::Duration;
-/// use zk_harness::{FaultKind, FaultSchedule};
+/// use zookeeper_testing::{FaultKind, FaultSchedule};
 ///
 /// let a = FaultSchedule::generate(42, Duration::from_secs(20), &FaultKind::ALL);
 /// let b = FaultSchedule::generate(42, Duration::from_secs(20), &FaultKind::ALL);
