@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks the minimum supported Rust version (MSRV) of the three published crates
-# (zookeeper-mt-sys, zookeeper-mt, zookeeper-mt-recipes): see docs/msrv.md.
+# Checks the minimum supported Rust version (MSRV) of the four published crates
+# (zookeeper-mt-sys, zookeeper-mt, zookeeper-mt-recipes, zookeeper-testing): see docs/msrv.md.
 #
 #   scripts/msrv.sh
 #
@@ -30,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-crates=(-p zookeeper-mt-sys -p zookeeper-mt -p zookeeper-mt-recipes)
+crates=(-p zookeeper-mt-sys -p zookeeper-mt -p zookeeper-mt-recipes -p zookeeper-testing)
 
 # rust-version of [workspace.package] in the root manifest.
 msrv=$(awk '
