@@ -175,11 +175,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Round trips through the big cache, then through a cache of that one node: write,
     // then wait for its event (each wake-up of a cache thread looks at all its watches).
     round_trips(&writer, &cache, &format!("{big}/b7/l7"))?;
-    drop(cache);
+    cache.close(); // waits for the task's end (a drop would let it end on the driver)
     let one = TreeCache::new(&zk, &format!("{big}/b7/l7"))?;
     one.wait_initialized(Duration::from_secs(10))?;
     round_trips(&writer, &one, &format!("{big}/b7/l7"))?;
-    drop(one);
+    one.close();
     println!(
         "after close: {} contexts left on the handle",
         zk.live_contexts()
