@@ -72,7 +72,13 @@ fn a_dropped_connect_leaves_nothing_behind() {
     poll_until("the C threads to end", WAIT, || thread_count() == baseline);
     proxy.resume();
     println!("longest drop of a connect future: {longest_drop:?}");
-    assert!(longest_drop < Duration::from_millis(50), "{longest_drop:?}");
+    // Generous (memcheck runs it some 50 times slower): the drop hands the close over.
+    let bound = if zk_harness::testing::under_valgrind() {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_millis(50)
+    };
+    assert!(longest_drop < bound, "{longest_drop:?}");
     poll_until("contexts freed", WAIT, || {
         ZooKeeper::live_contexts_in_process() == contexts
     });
