@@ -363,11 +363,18 @@ fn recipes_keep_their_guarantees_under_a_seeded_fault_schedule() {
     // Drain what is left, as one more consumer each.
     let mut tail = HistoryWriter::append_to(&history).expect("history");
     let queue = Queue::new(&zk, &paths.queue()).expect("queue");
-    while let Some(data) = queue
-        .take(Duration::from_secs(2))
-        .optional()
-        .expect("drain")
-    {
+    let drain_deadline = Instant::now() + WAIT;
+    // A take may still fail with a retryable error while the ensemble settles (its
+    // claim, if applied, is put back in the background): take again, as a consumer does.
+    let take = || loop {
+        match queue.take(Duration::from_secs(2)).optional() {
+            Err(error) if error.is_retryable() && Instant::now() < drain_deadline => {
+                println!("drain: {error}, taking again");
+            }
+            other => break other.expect("drain"),
+        }
+    };
+    while let Some(data) = take() {
         tail.record(&Take {
             item: String::from_utf8(data).expect("utf-8"),
             consumer: "drain".into(),
