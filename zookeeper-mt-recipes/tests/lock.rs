@@ -105,8 +105,14 @@ fn try_and_timed_acquire() {
     assert_eq!(zk.get_children(&path).unwrap().len(), 1);
 
     let first = guard.sequence();
-    drop(guard); // RAII release
-    let guard = other.try_acquire().unwrap().expect("released on drop");
+    // RAII release: the drop sends the delete without waiting for it, so the other
+    // session waits for the node to go.
+    drop(guard);
+    let guard = other
+        .acquire(Duration::from_secs(10))
+        .optional()
+        .unwrap()
+        .expect("released on drop");
     assert!(
         guard.sequence() > first,
         "sequence is a growing fencing token"

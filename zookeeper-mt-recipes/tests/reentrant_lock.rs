@@ -31,18 +31,20 @@ fn owner_reenters_and_last_hold_releases() {
     assert_eq!(inner.fencing_token(), outer.fencing_token());
     // One node however often it is held.
     assert_eq!(zk.get_children(&path).unwrap().len(), 1);
-    drop(third);
+    third.release().unwrap();
     drop(inner);
     assert_eq!(lock.hold_count(), 1);
     assert!(plain.try_acquire().unwrap().is_none(), "still held");
-    drop(outer);
+    // `release` waits for the delete (a drop only sends it), so the other session
+    // finds the lock free at once.
+    outer.release().unwrap();
     assert_eq!(lock.hold_count(), 0);
     let theirs = plain
         .try_acquire()
         .unwrap()
         .expect("released by the last hold");
     assert!(lock.try_acquire().unwrap().is_none());
-    drop(theirs);
+    theirs.release().unwrap();
     assert!(zk.get_children(&path).unwrap().is_empty());
 }
 

@@ -234,21 +234,37 @@ impl ReentrantGuard<'_> {
     }
 }
 
+impl ReentrantGuard<'_> {
+    /// Gives up this hold. The last hold releases the lock and waits for the delete, as
+    /// [`LockGuard::release`] does (a drop sends the delete without waiting for it);
+    /// an earlier hold only counts down and returns `Ok(())`.
+    pub fn release(mut self) -> Result<()> {
+        let last = self.take_hold();
+        std::mem::forget(self);
+        match last {
+            Some(held) => held.guard.release(),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts this hold down; the owner's entry once this was its last hold.
+    fn take_hold(&mut self) -> Option<Held> {
+        let mut held = self.lock.held.lock();
+        let index = held.iter().position(|held| held.owner == self.owner);
+        match index {
+            Some(index) if held[index].count > 1 => {
+                held[index].count -= 1;
+                None
+            }
+            Some(index) => Some(held.swap_remove(index)),
+            None => None,
+        }
+    }
+}
+
 impl Drop for ReentrantGuard<'_> {
     fn drop(&mut self) {
-        let last = {
-            let mut held = self.lock.held.lock();
-            let index = held.iter().position(|held| held.owner == self.owner);
-            match index {
-                Some(index) if held[index].count > 1 => {
-                    held[index].count -= 1;
-                    None
-                }
-                Some(index) => Some(held.swap_remove(index)),
-                None => None,
-            }
-        };
-        // Outside the mutex: the release waits for the server.
-        drop(last);
+        // Outside the mutex: the release sends the delete.
+        drop(self.take_hold());
     }
 }
