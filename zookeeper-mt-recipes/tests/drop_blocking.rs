@@ -36,7 +36,7 @@ type Held = Box<dyn Any + Send>;
 /// Drops `value` on a fresh thread marked as an executor thread; how long it took.
 fn drop_on_marked_thread(value: Held) -> Duration {
     thread::spawn(move || {
-        zookeeper_mt::mark_executor_thread();
+        zookeeper_mt::refuse_waits_on_this_thread();
         let started = Instant::now();
         drop(value);
         started.elapsed()

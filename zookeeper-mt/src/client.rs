@@ -506,8 +506,8 @@ impl ZooKeeper {
     /// session's ephemeral nodes go. Waits for calls running on other threads to
     /// return first. Later calls on any clone fail with `Closed`. Idempotent.
     ///
-    /// On a thread where the client never waits (the C completion thread, an executor
-    /// thread marked with [`mark_executor_thread`](crate::mark_executor_thread)) the
+    /// On a thread where the client never waits (the C completion thread, the recipes'
+    /// driver thread) the
     /// close is finished by the client's closer thread and this returns at once; calls
     /// made after it fail with `Closed` all the same.
     ///

@@ -144,7 +144,9 @@ pub use liveness::SessionClock;
 pub use logging::set_c_log_level;
 pub use managed::{ManagedSession, ManagedZooKeeper};
 pub use multi::{Op, OpResult};
-pub use no_wait::{mark_executor_thread, waiting_refused_here};
+#[allow(deprecated)]
+pub use no_wait::mark_executor_thread;
+pub use no_wait::{refuse_waits_on_this_thread, waiting_refused_here};
 pub use path::{validate_path, MAX_DATA_LEN};
 pub use reply::ZkFuture;
 #[cfg(feature = "sasl")]

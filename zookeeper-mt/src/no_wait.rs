@@ -1,7 +1,7 @@
 //! Threads on which the client never waits: the C completion thread (only it completes
-//! requests and delivers events), the final sweep of a close, and the threads an
-//! application marks as executor threads ([`mark_executor_thread`]), whose stall would
-//! stall every task they run.
+//! requests and delivers events), the final sweep of a close, and the threads a layer
+//! above marks with [`refuse_waits_on_this_thread`] (the recipes' driver), whose stall
+//! would stall every task they run.
 
 use std::cell::Cell;
 
@@ -9,14 +9,26 @@ thread_local! {
     static EXECUTOR: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks the calling thread as an async executor's thread: from now on the client never
-/// waits on it. (A request made on a full handle needs no mark: on every thread it is
-/// queued, not waited for, see the crate docs' "Backpressure".) A blocking wait (`ZkFuture::wait`, `Watch::wait`,
-/// `SessionEvents::recv`, `wait_connected`) fails at once with `InvalidArgument` unless
-/// its result is there; closing a handle there hands the close to the client's closer
-/// thread. Await the futures instead. For a runtime's worker threads (tokio's
-/// `on_thread_start`, for instance); the recipes mark their own driver thread.
-pub fn mark_executor_thread() {
+/// Formerly marked the calling thread as an async executor's thread; now does nothing.
+///
+/// No thread needs marking: on every thread a request made on a full handle is queued,
+/// not waited for (see the crate docs' "Backpressure"), the drops of futures, watches,
+/// followers and guards hand unfinished work to the background and return, and
+/// [`ZooKeeper::close_async`](crate::ZooKeeper::close_async) closes without waiting.
+/// Blocking calls (`wait`, `recv`, `close`) block the calling thread on every thread the
+/// application owns, as blocking calls do; in async code, await the futures instead.
+#[deprecated(
+    since = "0.1.0",
+    note = "no longer needed: async paths never block on any thread; await the futures"
+)]
+pub fn mark_executor_thread() {}
+
+/// Makes the client refuse to wait on the calling thread, for good: a blocking wait
+/// whose result is not there fails at once with `InvalidArgument`, and a close there is
+/// handed to the closer thread. For threads that run other work's progress (the recipes'
+/// driver thread), where a wait would stall everything they run; not for applications.
+#[doc(hidden)]
+pub fn refuse_waits_on_this_thread() {
     EXECUTOR.with(|mark| mark.set(true));
 }
 
@@ -26,7 +38,7 @@ pub(crate) fn here() -> bool {
 }
 
 /// Whether the client refuses to wait on this thread (the C completion thread, inside
-/// a close's final sweep, a thread marked with [`mark_executor_thread`]): its blocking
+/// a close's final sweep, the recipes' driver thread): its blocking
 /// waits fail there at once with `InvalidArgument`. For layers above the client (the
 /// recipes) whose own blocking calls must refuse in the same places.
 pub fn waiting_refused_here() -> bool {

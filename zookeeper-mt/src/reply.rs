@@ -185,10 +185,10 @@ impl Drop for Fulfiller {
 }
 
 /// Blocking on the C completion thread (reachable only from a waker) would wait for a
-/// completion or event that only this thread can deliver; on a marked executor thread
-/// it would stall every task of the executor.
+/// completion or event that only this thread can deliver; on the recipes' driver it
+/// would stall every task the driver runs.
 pub(crate) const COMPLETION_THREAD_WAIT: Error = Error::InvalidArgument(
-    "blocking wait on the C completion thread or an executor thread would stall it",
+    "blocking wait on the C completion thread or the recipes' driver would stall it",
 );
 
 /// Turns a reply (and the watch the request armed) into the call's result. Most are

@@ -52,7 +52,7 @@ fn calls_after_a_handed_off_close_fail_with_closed_at_once() {
     inside.recv_timeout(WAIT).expect("the raw call started");
     let (a2, b2) = (a.clone(), b.clone());
     let closed = within("closes on a marked thread", WAIT, move || {
-        zookeeper_mt::mark_executor_thread();
+        zookeeper_mt::refuse_waits_on_this_thread();
         (a2.close(), b2.close())
     });
     assert_eq!(closed, (Ok(()), Ok(())));

@@ -150,7 +150,7 @@ fn close_async_completes_and_later_calls_fail_with_closed() {
 fn close_async_on_a_marked_thread_does_not_wait() {
     let zk = ZooKeeper::connect(&hosts(), Duration::from_secs(10)).unwrap();
     let closing = std::thread::spawn(move || {
-        zookeeper_mt::mark_executor_thread();
+        zookeeper_mt::refuse_waits_on_this_thread();
         let started = Instant::now();
         let closing = zk.close_async();
         let driven = drive(closing, WAIT);

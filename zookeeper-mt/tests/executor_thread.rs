@@ -1,5 +1,5 @@
-//! A thread marked as an executor's (`mark_executor_thread`): the client never waits on
-//! it. A blocking wait whose result is not there fails at once, one whose result is
+//! A thread that refuses waits (`refuse_waits_on_this_thread`, what the recipes' driver
+//! does): the client never waits on it. A blocking wait whose result is not there fails at once, one whose result is
 //! there returns it, and closing a handle there is handed to the closer thread.
 
 mod common;
@@ -13,7 +13,7 @@ fn an_executor_thread_never_waits_for_the_client() {
     let proxy = Proxy::start(&hosts());
     let zk = connect_to(&proxy.connect_string());
     let outcome = std::thread::spawn(move || {
-        zookeeper_mt::mark_executor_thread();
+        zookeeper_mt::refuse_waits_on_this_thread();
         // A reply that is there: returned as on any thread.
         let answered = zk.exists_async("/");
         poll_until("the reply", WAIT, || zk.requests_in_flight() == 0);
@@ -51,4 +51,28 @@ fn an_executor_thread_never_waits_for_the_client() {
         }
     };
     assert_eq!(end, Error::Closed, "the session events did not end");
+}
+
+/// `mark_executor_thread` is a deprecated no-op: after it, a blocking wait still waits
+/// for its reply (held back by a stalled link, then let through) instead of failing.
+#[test]
+#[allow(deprecated)]
+fn the_deprecated_mark_changes_nothing() {
+    let proxy = zk_harness::FaultProxy::start(hosts()).unwrap();
+    let zk = connect_to(&proxy.connect_string());
+    let (started, waiting) = std::sync::mpsc::channel();
+    proxy.stall();
+    let waiter = std::thread::spawn(move || {
+        zookeeper_mt::mark_executor_thread();
+        let reply = zk.exists_async("/");
+        started.send(()).unwrap();
+        reply.wait_timeout(Duration::from_secs(60))
+    });
+    waiting.recv_timeout(WAIT).unwrap();
+    // The wait is under way (not failed at once) while the link is stalled.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!waiter.is_finished(), "the wait was refused");
+    proxy.resume();
+    let answered = waiter.join().unwrap();
+    assert!(answered.is_ok(), "{answered:?}");
 }

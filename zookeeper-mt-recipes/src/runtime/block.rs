@@ -27,14 +27,14 @@ impl Wake for Parker {
 /// The error of a blocking recipe call made where it must not wait: the client's own
 /// refusal (`InvalidArgument`, as its refused blocking waits report).
 pub(crate) const REFUSED: zookeeper_mt::Error = zookeeper_mt::Error::InvalidArgument(
-    "blocking recipe call on the C completion thread, the recipes' driver, inside a \
-     close's sweep or on an executor thread would stall it",
+    "blocking recipe call on the C completion thread, the recipes' driver or inside a \
+     close's sweep would stall it",
 );
 
 /// Whether a blocking call must fail at once here: on the C completion thread (only it
-/// delivers the replies the call would wait for), inside a close's sweep, on a thread
-/// marked with `mark_executor_thread`, and on the recipes' driver (its tasks would stall,
-/// and the task the call waits for may be one of them).
+/// delivers the replies the call would wait for), inside a close's sweep, and on the
+/// recipes' driver (its tasks would stall, and the task the call waits for may be one of
+/// them).
 pub(crate) fn refused_here() -> bool {
     zookeeper_mt::waiting_refused_here() || super::driver::on_driver_thread()
 }
@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn refuses_on_a_marked_thread() {
         let refused = std::thread::spawn(|| {
-            zookeeper_mt::mark_executor_thread();
+            zookeeper_mt::refuse_waits_on_this_thread();
             let result: crate::Result<()> = block_on(std::future::pending());
             let counted: zookeeper_mt::Result<u8> = block_on(async { Ok(1) });
             (result, counted)

@@ -240,7 +240,7 @@ impl Task {
 
     /// Waits until the task has ended, for an explicit blocking close (never a drop).
     /// Where no blocking wait is allowed (the driver thread itself, the C completion
-    /// thread, a close's sweep, a marked executor thread) it returns at once: the
+    /// thread, a close's sweep) it returns at once: the
     /// stopped task ends on the driver all the same.
     pub(crate) fn join(&self) {
         if super::refused_here() {
@@ -278,7 +278,7 @@ fn run() {
     // The client never waits here either: a full handle fails a request at once (a
     // retryable error the tasks ride out), a blocking wait fails instead of stalling
     // every task, and a handle whose last clone a task drops is closed elsewhere.
-    zookeeper_mt::mark_executor_thread();
+    zookeeper_mt::refuse_waits_on_this_thread();
     let mut queue = QUEUE.lock();
     loop {
         if let Some(cell) = queue.runnable.pop_front() {

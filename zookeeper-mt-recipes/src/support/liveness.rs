@@ -244,8 +244,8 @@ fn still_needed(key: u64) -> bool {
 }
 
 /// The keep-alive task of one handle. Holds the handle weakly (never keeps it open;
-/// dropping a clone on the driver never blocks: the driver is marked as an executor
-/// thread, whose closes are handed off).
+/// dropping a clone on the driver never blocks: the driver refuses waits
+/// (`refuse_waits_on_this_thread`), so its closes are handed off).
 async fn run(key: u64, weak: WeakZooKeeper) {
     loop {
         if !still_needed(key) {
