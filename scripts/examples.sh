@@ -19,6 +19,10 @@ expectations() {
 async_minimal_executor	^task 1 released it$
 async_minimal_executor	^task 2 released it$
 async_minimal_executor	^leading: true$
+async_watchdog	^every request answered: true$
+async_watchdog	^released once the link was back: true$
+async_watchdog	^every request settled after close_async: true$
+async_watchdog	^longest poll or drop: 
 async_tokio	^9 jobs done by 3 workers, report says 9; 0 left in the queue$
 config_watch	in order: true, final version [0-9]+ seen: true$
 config_watch	^\[watcher\] config deleted, stopping$
