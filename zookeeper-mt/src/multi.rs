@@ -130,7 +130,7 @@ impl ZooKeeper {
         let ops_ptr = SendPtr(buffers.ops.as_ptr().cast_mut());
         let results_ptr = SendPtr(buffers.results.as_mut_ptr());
         self.request().keeping(buffers).send(
-            move |zh, _, request, _bytes| {
+            move |zh, _, request, _args| {
                 // SAFETY: live handle; `ops_ptr`/`results_ptr` point into the heap buffers
                 // of the `MultiBuffers` now owned by the request's registry entry, which
                 // lives until the completion has run (or close), as C requires.

@@ -45,33 +45,52 @@ fn check_path(path: &str, sequential: bool) -> std::result::Result<(), &'static 
         return Err("path must not end with /");
     }
     let bytes = path.as_bytes();
-    // Flags over every byte without early exit (the compiler vectorizes it): NUL, an
-    // ASCII control, or non-ASCII (decoded and checked below, rarely needed).
-    let (mut nul, mut control, mut non_ascii) = (false, false, false);
-    for &b in bytes {
+    // One pass over every byte without early exit (the compiler vectorizes it): NUL, an
+    // ASCII control, non-ASCII (decoded and checked below, rarely needed), and a `/`
+    // followed by `/` or `.`, without which no name is empty, `.` or `..`.
+    let (mut nul, mut control, mut non_ascii, mut suspect) = (false, false, false, false);
+    for (&before, &b) in bytes.iter().zip(&bytes[1..]) {
         nul |= b == 0;
         control |= b < 0x20 || b == 0x7f;
         non_ascii |= b >= 0x80;
+        suspect |= before == b'/' && (b == b'/' || b == b'.');
     }
     if nul {
         return Err("path contains a NUL character");
     }
-    let mut names = bytes[1..].split(|b| *b == b'/').peekable();
-    while let Some(name) = names.next() {
-        // The last name of a sequential create gets the sequence number appended.
-        if sequential && names.peek().is_none() {
-            break;
-        }
-        match name {
-            b"" => return Err("empty node name (//)"),
-            b"." | b".." => return Err("relative paths (. or ..) are not allowed"),
-            _ => {}
+    if suspect {
+        if let Some(fault) = first_name_fault(bytes, sequential) {
+            return Err(fault);
         }
     }
     if control || (non_ascii && path.chars().any(is_forbidden_char)) {
         return Err("path contains a character the server rejects");
     }
     Ok(())
+}
+
+/// The first name that is empty, `.` or `..` (the last one exempt for a sequential
+/// create: the server appends the sequence number to it).
+fn first_name_fault(bytes: &[u8], sequential: bool) -> Option<&'static str> {
+    let mut names = bytes[1..].split(|b| *b == b'/').peekable();
+    while let Some(name) = names.next() {
+        if sequential && names.peek().is_none() {
+            return None;
+        }
+        if let Some(fault) = name_fault(name) {
+            return Some(fault);
+        }
+    }
+    None
+}
+
+/// What is wrong with one node name, if anything.
+fn name_fault(name: &[u8]) -> Option<&'static str> {
+    match name {
+        b"" => Some("empty node name (//)"),
+        b"." | b".." => Some("relative paths (. or ..) are not allowed"),
+        _ => None,
+    }
 }
 
 /// The server's forbidden ranges: control characters, the C1 block, the private-use
@@ -91,44 +110,6 @@ pub(crate) fn c_path(path: &str, sequential: bool) -> Result<CString> {
     validate_path(path, sequential)?;
     // Cannot fail: validate_path rejected NUL.
     CString::new(path).map_err(|_| invalid(path, "path contains a NUL character"))
-}
-
-/// Longest path kept inline by [`CPath`] (NUL excluded); longer ones go to the heap.
-const INLINE_PATH: usize = 255;
-
-/// A checked path, NUL-terminated for one C call: inline (no allocation) up to
-/// [`INLINE_PATH`] bytes. Its pointer is valid while it is not moved, so take it inside
-/// the call that uses it; a pointer C keeps past the call needs [`c_path`]'s `CString`.
-pub(crate) struct CPath {
-    inline: [u8; INLINE_PATH + 1],
-    heap: Option<CString>,
-}
-
-impl CPath {
-    /// The NUL-terminated path for C.
-    pub(crate) fn as_ptr(&self) -> *const std::os::raw::c_char {
-        match &self.heap {
-            Some(path) => path.as_ptr(),
-            None => self.inline.as_ptr().cast(),
-        }
-    }
-}
-
-/// [`c_path`] for a single call, without allocating for paths up to [`INLINE_PATH`]
-/// bytes (the common case): C copies the path into the request before the call returns.
-pub(crate) fn c_path_for_call(path: &str, sequential: bool) -> Result<CPath> {
-    validate_path(path, sequential)?;
-    let bytes = path.as_bytes();
-    if bytes.len() > INLINE_PATH {
-        return c_path(path, sequential).map(|heap| CPath {
-            inline: [0; INLINE_PATH + 1],
-            heap: Some(heap),
-        });
-    }
-    let mut inline = [0; INLINE_PATH + 1];
-    // validate_path rejected NUL, so the terminator is the first NUL.
-    inline[..bytes.len()].copy_from_slice(bytes);
-    Ok(CPath { inline, heap: None })
 }
 
 /// Checks node data against [`MAX_DATA_LEN`].

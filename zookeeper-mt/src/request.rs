@@ -21,6 +21,7 @@ impl ZooKeeper {
     pub(crate) fn request(&self) -> Request<'_> {
         Request {
             zk: self,
+            path: None,
             watch: None,
             buffers: None,
             bytes: None,
@@ -30,9 +31,11 @@ impl ZooKeeper {
     /// Submits one asynchronous C call, now if there is room in flight, else queued
     /// (never waiting here; see `in_flight.rs`). `call` gets the handle, the watch
     /// context (NULL unless `watch` is a watching read), the request context and the
-    /// request's bytes, and returns the C return code.
+    /// request's path and bytes, and returns the C return code.
+    #[allow(clippy::too_many_arguments)]
     fn submit<T: 'static, C>(
         &self,
+        path: Option<&str>,
         watch: Option<WatchRequest<'_>>,
         multi: Option<Box<context::MultiBuffers>>,
         bytes: Option<&[u8]>,
@@ -40,12 +43,15 @@ impl ZooKeeper {
         convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T>
     where
-        C: FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, Bytes) -> c_int + Send + 'static,
+        C: FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, CallArgs) -> c_int
+            + Send
+            + 'static,
     {
         let in_flight = self.in_flight();
         if let Some(permit) = in_flight.try_acquire() {
             let slot = ReplySlot::new();
-            return match self.send_now(permit, &slot, watch, None, multi, Bytes::of(bytes), call) {
+            let sent = self.send_now(permit, &slot, path, watch, None, multi, bytes, call);
+            return match sent {
                 Ok(watch) => ZkFuture::pending(slot, watch, convert),
                 Err(error) => ZkFuture::failed(error),
             };
@@ -61,6 +67,7 @@ impl ZooKeeper {
         let armed = watch.is_some().then(|| Arc::new(Mutex::new(None::<Watch>)));
         let watch = watch.map(OwnedWatchRequest::of);
         let bytes = bytes.map(<[u8]>::to_vec);
+        let path = path.map(str::to_owned);
         let zk = self.downgrade();
         let (unsent, job_armed) = (Unsent(Some(Arc::clone(&slot))), armed.clone());
         in_flight.enqueue(Box::new(move |permit| {
@@ -73,14 +80,14 @@ impl ZooKeeper {
                 return;
             };
             let watch = watch.as_ref().map(OwnedWatchRequest::borrowed);
-            let bytes = Bytes::of(bytes.as_deref());
             let sent = zk.send_now(
                 permit,
                 &job_slot,
+                path.as_deref(),
                 watch,
                 job_armed.as_deref(),
                 multi,
-                bytes,
+                bytes.as_deref(),
                 call,
             );
             if let Err(error) = sent {
@@ -101,11 +108,12 @@ impl ZooKeeper {
         &self,
         permit: Permit,
         slot: &Arc<ReplySlot>,
+        path: Option<&str>,
         watch: Option<WatchRequest<'_>>,
         armed: Option<&Mutex<Option<Watch>>>,
         multi: Option<Box<context::MultiBuffers>>,
-        bytes: Bytes,
-        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, Bytes) -> c_int,
+        bytes: Option<&[u8]>,
+        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, CallArgs) -> c_int,
     ) -> Result<Option<Watch>> {
         let client = self.client_key();
         let is_multi = multi.is_some();
@@ -137,10 +145,16 @@ impl ZooKeeper {
                     multi,
                 },
             );
-            let rc = terminal_code(
-                zh,
-                call(zh, prepared.context, context::id_to_ptr(request_id), bytes),
-            );
+            // The path is made NUL-terminated here, in this frame, for the one C call
+            // (C copies it into the request before returning): nothing moves it.
+            let rc = with_c_path(path, |path| {
+                let (data, len) = crate::ops::data_ptr(bytes.unwrap_or_default());
+                let args = CallArgs { path, data, len };
+                terminal_code(
+                    zh,
+                    call(zh, prepared.context, context::id_to_ptr(request_id), args),
+                )
+            });
             if rc == sys::ZMARSHALLINGERROR && is_multi {
                 // The session ended during the call: that is the error (the slot keeps
                 // the first result); the buffers are still kept below, as C may hold them.
@@ -176,20 +190,40 @@ impl Drop for Unsent {
     }
 }
 
-/// The bytes a request sends (a value, credentials), as C takes them: valid for the C
-/// call they are given to.
+/// What a request hands C, as C takes it, valid for the C call it is given to: the
+/// node path (NUL-terminated; NULL for a request without one) and the bytes it sends
+/// (a value, credentials; an empty buffer if none).
 #[derive(Clone, Copy)]
-pub(crate) struct Bytes {
-    pub(crate) ptr: *const c_char,
+pub(crate) struct CallArgs {
+    pub(crate) path: *const c_char,
+    pub(crate) data: *const c_char,
     pub(crate) len: c_int,
 }
 
-impl Bytes {
-    fn of(bytes: Option<&[u8]>) -> Bytes {
-        let (ptr, len) = crate::ops::data_ptr(bytes.unwrap_or_default());
-        Bytes { ptr, len }
+/// Runs `f` with `path` NUL-terminated (NULL for `None`). The path was checked when the
+/// request was made (no NUL inside). Up to [`INLINE_PATH`] bytes it is copied to a
+/// buffer in this frame, longer ones to the heap.
+fn with_c_path<R>(path: Option<&str>, f: impl FnOnce(*const c_char) -> R) -> R {
+    let Some(path) = path else {
+        return f(std::ptr::null());
+    };
+    let bytes = path.as_bytes();
+    if bytes.len() > INLINE_PATH {
+        let mut owned = Vec::with_capacity(bytes.len() + 1);
+        owned.extend_from_slice(bytes);
+        owned.push(0);
+        return f(owned.as_ptr().cast());
     }
+    let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); INLINE_PATH + 1];
+    for (to, from) in buffer.iter_mut().zip(bytes) {
+        to.write(*from);
+    }
+    buffer[bytes.len()].write(0);
+    f(buffer.as_ptr().cast())
 }
+
+/// Longest path copied to the stack for its C call (NUL excluded).
+const INLINE_PATH: usize = 255;
 
 /// A queued request's watch, owned until the request is sent.
 enum OwnedWatchRequest {
@@ -247,13 +281,22 @@ fn terminal_error(zh: *mut sys::zhandle_t) -> Option<Error> {
 /// the contexts, the ended-session checks and the failure paths are written once.
 pub(crate) struct Request<'a> {
     zk: &'a ZooKeeper,
+    path: Option<&'a str>,
     watch: Option<WatchRequest<'a>>,
     buffers: Option<Box<context::MultiBuffers>>,
     bytes: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {
-    /// Sends `bytes` (a value or credentials): the call gets them as [`Bytes`], valid
+    /// The node path, already checked ([`validate_path`](crate::validate_path)): the
+    /// call gets it NUL-terminated as [`CallArgs::path`] (copied only if the request is
+    /// queued).
+    pub(crate) fn at(mut self, path: &'a str) -> Self {
+        self.path = Some(path);
+        self
+    }
+
+    /// Sends `bytes` (a value or credentials): the call gets them in [`CallArgs`], valid
     /// for the call (copied only if the request is queued).
     pub(crate) fn sending(mut self, bytes: &'a [u8]) -> Self {
         self.bytes = Some(bytes);
@@ -273,17 +316,23 @@ impl<'a> Request<'a> {
     }
 
     /// Submits with `call` (given the handle, the watcher context, the request context
-    /// and the bytes) and converts the reply with `convert` (given the armed watch).
+    /// and the [`CallArgs`]) and converts the reply with `convert` (given the armed watch).
     /// `call` owns what it uses: a request made when the handle is full runs it later,
     /// on another thread.
     pub(crate) fn send<T: 'static>(
         self,
-        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, Bytes) -> c_int
+        call: impl FnOnce(*mut sys::zhandle_t, *mut c_void, *const c_void, CallArgs) -> c_int
             + Send
             + 'static,
         convert: impl FnOnce(Reply, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        self.zk
-            .submit(self.watch, self.buffers, self.bytes, call, convert)
+        self.zk.submit(
+            self.path,
+            self.watch,
+            self.buffers,
+            self.bytes,
+            call,
+            convert,
+        )
     }
 }

@@ -19,7 +19,7 @@ fn poll_bound() -> Duration {
     if zk_harness::testing::under_valgrind() {
         Duration::from_secs(2)
     } else {
-        Duration::from_millis(50)
+        Duration::from_millis(500)
     }
 }
 

@@ -5,7 +5,7 @@ use crate::acl::CAcl;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::{Error, Result};
-use crate::path::{c_path_for_call, c_string};
+use crate::path::{c_string, validate_path};
 use crate::reply::{Payload, ZkFuture};
 use crate::timeout::Version;
 use crate::types::{Acl, Stat};
@@ -19,13 +19,11 @@ impl ZooKeeper {
 
     /// Async [`get_acl`](Self::get_acl).
     pub fn get_acl_async(&self, path: &str) -> ZkFuture<(Vec<Acl>, Stat)> {
-        let path = checked!(c_path_for_call(path, false));
-        self.request().send(
-            move |zh, _, request, _bytes| {
+        checked!(validate_path(path, false));
+        self.request().at(path).send(
+            move |zh, _, request, args| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.
-                unsafe {
-                    sys::zoo_aget_acl(zh, path.as_ptr(), Some(context::acl_completion), request)
-                }
+                unsafe { sys::zoo_aget_acl(zh, args.path, Some(context::acl_completion), request) }
             },
             |reply, _| match payload(reply)? {
                 Payload::Acl(acl, stat) => Ok((acl, stat_of(stat)?)),
@@ -50,17 +48,17 @@ impl ZooKeeper {
         if acl.is_empty() {
             return ZkFuture::failed(Error::InvalidAcl);
         }
-        let (path, mut acl) =
-            checked!(c_path_for_call(path, false).and_then(|p| Ok((p, CAcl::new(acl)?))));
-        self.request().send(
-            move |zh, _, request, _bytes| {
+        checked!(validate_path(path, false));
+        let mut acl = checked!(CAcl::new(acl));
+        self.request().at(path).send(
+            move |zh, _, request, args| {
                 let mut vector = acl.as_vector();
                 // SAFETY: live handle; path and ACL valid for the call and serialized by C
                 // before it returns; ours is the completion.
                 unsafe {
                     sys::zoo_aset_acl(
                         zh,
-                        path.as_ptr(),
+                        args.path,
                         version_of(version),
                         &mut vector,
                         Some(context::void_completion),
@@ -107,7 +105,7 @@ impl ZooKeeper {
         // no user code.
         let scheme_text = scheme.to_string_lossy().into_owned();
         let mut auth = self.request().sending(credentials).send(
-            move |zh, _, request, bytes| {
+            move |zh, _, request, args| {
                 // SAFETY: live handle; scheme and credentials are copied by C before it
                 // returns (it keeps them to resend on reconnect), `len` is their true
                 // length (bounded above, so no `int` truncation); ours is the completion.
@@ -115,8 +113,8 @@ impl ZooKeeper {
                     sys::zoo_add_auth(
                         zh,
                         scheme.as_ptr(),
-                        bytes.ptr,
-                        bytes.len,
+                        args.data,
+                        args.len,
                         Some(context::auth_completion),
                         request,
                     )
@@ -140,7 +138,7 @@ impl ZooKeeper {
         // C queues the credentials in front of every request not yet sent, and the server
         // answers in order: this reply comes after the auth's, on the completion thread.
         self.request().send(
-            move |zh, _, request, _bytes| {
+            move |zh, _, request, _args| {
                 // SAFETY: live handle; the path is a static NUL-terminated string; no
                 // watch; ours is the completion.
                 unsafe {

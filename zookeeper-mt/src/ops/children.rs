@@ -4,7 +4,7 @@ use super::*;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::Result;
-use crate::path::c_path_for_call;
+use crate::path::validate_path;
 use crate::reply::{Payload, ZkFuture};
 use crate::types::Stat;
 use crate::watch::Watch;
@@ -65,17 +65,18 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Vec<String>, Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = checked!(c_path_for_call(path_str, false));
+        checked!(validate_path(path_str, false));
         self.request()
+            .at(path_str)
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Children, path_str)))
             .send(
-                move |zh, watch_context, request, _bytes| {
+                move |zh, watch_context, request, args| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: as in `exists_impl`.
                     unsafe {
                         sys::zoo_awget_children2(
                             zh,
-                            path.as_ptr(),
+                            args.path,
                             watcher,
                             watch_context,
                             Some(context::strings_stat_completion),

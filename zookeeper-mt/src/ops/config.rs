@@ -4,7 +4,7 @@ use super::*;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::{Error, Result};
-use crate::path::{c_path_for_call, c_string};
+use crate::path::{c_string, validate_path};
 use crate::reply::{Payload, ZkFuture};
 use crate::types::Stat;
 use crate::watch::Watch;
@@ -23,13 +23,11 @@ impl ZooKeeper {
 
     /// Async [`sync`](Self::sync).
     pub fn sync_async(&self, path: &str) -> ZkFuture<String> {
-        let path = checked!(c_path_for_call(path, false));
-        self.request().send(
-            move |zh, _, request, _bytes| {
+        checked!(validate_path(path, false));
+        self.request().at(path).send(
+            move |zh, _, request, args| {
                 // SAFETY: live handle; path valid for the call; ours is the completion.
-                unsafe {
-                    sys::zoo_async(zh, path.as_ptr(), Some(context::string_completion), request)
-                }
+                unsafe { sys::zoo_async(zh, args.path, Some(context::string_completion), request) }
             },
             |reply, _| match payload(reply)? {
                 Payload::Path(path, _) => Ok(path),
@@ -67,7 +65,7 @@ impl ZooKeeper {
         self.request()
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Config, "/zookeeper/config")))
             .send(
-                move |zh, watch_context, request, _bytes| {
+                move |zh, watch_context, request, _args| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: live handle; the watcher context is a registry id or NULL;
                     // ours is the completion.
@@ -130,7 +128,7 @@ impl ZooKeeper {
         }
         let as_ptr = |value: &Option<CString>| value.as_ref().map_or(ptr::null(), |v| v.as_ptr());
         self.request().send(
-            move |zh, _, request, _bytes| {
+            move |zh, _, request, _args| {
                 // SAFETY: live handle; strings NULL or valid for the call; ours is the completion.
                 unsafe {
                     sys::zoo_areconfig(

@@ -5,7 +5,7 @@ use crate::acl::CAcl;
 use crate::client::ZooKeeper;
 use crate::context;
 use crate::error::{Error, Result};
-use crate::path::{c_path, c_path_for_call, check_data};
+use crate::path::{c_path, check_data, validate_path};
 use crate::reply::{Payload, ZkFuture};
 use crate::timeout::Version;
 use crate::types::{Acl, CreateMode, Stat};
@@ -16,31 +16,47 @@ use std::ffi::CString;
 use std::os::raw::c_int;
 use zookeeper_mt_sys as sys;
 
-/// Everything a create needs, checked before it reaches C (shared with the create
-/// operation of a multi).
+/// A multi's create operation, checked before it reaches C.
 pub(crate) struct CreateArgs {
     pub(crate) path: CString,
     pub(crate) acl: CAcl,
     pub(crate) mode: c_int,
-    pub(crate) ttl: i64,
 }
 
+/// A create's arguments for a multi operation (which C builds from pointers it keeps
+/// until the multi is sent: the path is owned here). TTL modes are refused by the
+/// multi before this.
 pub(crate) fn create_args(
     path: &str,
     data: &[u8],
     acl: &[Acl],
     mode: CreateMode,
 ) -> Result<CreateArgs> {
-    let c_path = c_path(path, mode.is_sequential())?;
+    let checked = check_create(path, data, acl, mode)?;
+    Ok(CreateArgs {
+        path: c_path(path, mode.is_sequential())?,
+        acl: checked.acl,
+        mode: checked.mode,
+    })
+}
+
+/// A create's checked arguments, the path left as it is (a single create hands it to C
+/// through [`CallArgs`](crate::request::CallArgs)).
+pub(crate) struct CheckedCreate {
+    acl: CAcl,
+    mode: c_int,
+    ttl: i64,
+}
+
+fn check_create(path: &str, data: &[u8], acl: &[Acl], mode: CreateMode) -> Result<CheckedCreate> {
+    validate_path(path, mode.is_sequential())?;
     check_data(data)?;
     if acl.is_empty() {
         return Err(Error::InvalidAcl);
     }
     check_request_len(request_len(path, data, acl))?;
-    let path = c_path;
     let (mode, ttl) = mode.to_c()?;
-    Ok(CreateArgs {
-        path,
+    Ok(CheckedCreate {
         acl: CAcl::new(acl)?,
         mode,
         ttl,
@@ -100,10 +116,10 @@ impl ZooKeeper {
         with_stat: bool,
         finish: impl FnOnce(String, Option<Stat>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let mut args = checked!(create_args(path, data, options.acl, options.mode));
-        self.request().sending(data).send(
-            move |zh, _, request, bytes| {
-                let acl = args.acl.as_vector();
+        let mut create = checked!(check_create(path, data, options.acl, options.mode));
+        self.request().at(path).sending(data).send(
+            move |zh, _, request, args| {
+                let acl = create.acl.as_vector();
                 // SAFETY: live handle; path, value and ACL are valid for the call and
                 // serialized by C before it returns; the completion is ours and its
                 // context is a registry id.
@@ -111,24 +127,24 @@ impl ZooKeeper {
                     if with_stat {
                         sys::zoo_acreate2_ttl(
                             zh,
-                            args.path.as_ptr(),
-                            bytes.ptr,
-                            bytes.len,
+                            args.path,
+                            args.data,
+                            args.len,
                             &acl,
-                            args.mode,
-                            args.ttl,
+                            create.mode,
+                            create.ttl,
                             Some(context::string_stat_completion),
                             request,
                         )
                     } else {
                         sys::zoo_acreate_ttl(
                             zh,
-                            args.path.as_ptr(),
-                            bytes.ptr,
-                            bytes.len,
+                            args.path,
+                            args.data,
+                            args.len,
                             &acl,
-                            args.mode,
-                            args.ttl,
+                            create.mode,
+                            create.ttl,
                             Some(context::string_completion),
                             request,
                         )
@@ -150,14 +166,14 @@ impl ZooKeeper {
     /// Async [`delete`](Self::delete).
     pub fn delete_async(&self, path: &str, version: impl Into<Version>) -> ZkFuture<()> {
         let version = version.into();
-        let path = checked!(c_path_for_call(path, false));
-        self.request().send(
-            move |zh, _, request, _bytes| {
+        checked!(validate_path(path, false));
+        self.request().at(path).send(
+            move |zh, _, request, args| {
                 // SAFETY: live handle; the path is valid for the call; ours is the completion.
                 unsafe {
                     sys::zoo_adelete(
                         zh,
-                        path.as_ptr(),
+                        args.path,
                         version_of(version),
                         Some(context::void_completion),
                         request,
@@ -195,18 +211,19 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Option<Stat>, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = checked!(c_path_for_call(path_str, false));
+        checked!(validate_path(path_str, false));
         self.request()
+            .at(path_str)
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Exists, path_str)))
             .send(
-                move |zh, watch_context, request, _bytes| {
+                move |zh, watch_context, request, args| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: live handle; path valid for the call; the watcher context is a
                     // registry id (or NULL with no watcher); ours is the completion.
                     unsafe {
                         sys::zoo_awexists(
                             zh,
-                            path.as_ptr(),
+                            args.path,
                             watcher,
                             watch_context,
                             Some(context::stat_completion),
@@ -254,17 +271,18 @@ impl ZooKeeper {
         watch: bool,
         finish: impl FnOnce(Vec<u8>, Stat, Option<Watch>) -> Result<T> + Send + 'static,
     ) -> ZkFuture<T> {
-        let path = checked!(c_path_for_call(path_str, false));
+        checked!(validate_path(path_str, false));
         self.request()
+            .at(path_str)
             .watching(watch.then_some(WatchRequest::Read(WatchKind::Data, path_str)))
             .send(
-                move |zh, watch_context, request, _bytes| {
+                move |zh, watch_context, request, args| {
                     let watcher = context::path_watcher_if(watch);
                     // SAFETY: as in `exists_impl`.
                     unsafe {
                         sys::zoo_awget(
                             zh,
-                            path.as_ptr(),
+                            args.path,
                             watcher,
                             watch_context,
                             Some(context::data_completion),
@@ -292,21 +310,20 @@ impl ZooKeeper {
         version: impl Into<Version>,
     ) -> ZkFuture<Stat> {
         let version = version.into();
-        let path = checked!(c_path_for_call(path, false).and_then(|c| {
+        checked!(validate_path(path, false).and_then(|()| {
             check_data(data)?;
-            check_request_len(request_len(path, data, &[]))?;
-            Ok(c)
+            check_request_len(request_len(path, data, &[]))
         }));
-        self.request().sending(data).send(
-            move |zh, _, request, bytes| {
+        self.request().at(path).sending(data).send(
+            move |zh, _, request, args| {
                 // SAFETY: live handle; path and data valid for the call and serialized by
                 // C before it returns; ours is the completion.
                 unsafe {
                     sys::zoo_aset(
                         zh,
-                        path.as_ptr(),
-                        bytes.ptr,
-                        bytes.len,
+                        args.path,
+                        args.data,
+                        args.len,
                         version_of(version),
                         Some(context::stat_completion),
                         request,

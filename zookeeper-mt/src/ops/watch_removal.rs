@@ -29,7 +29,7 @@ impl ZooKeeper {
                 .request()
                 .watching(Some(WatchRequest::Remove(path, which)))
                 .send(
-                    move |zh, _, request, _bytes| {
+                    move |zh, _, request, _args| {
                         // The header declares `void_completion_t *completion`, but C
                         // stores and later calls that pointer as the completion function
                         // itself (`c.void_result = (void_completion_t)dc`): pass the
