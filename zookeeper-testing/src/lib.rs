@@ -64,6 +64,7 @@ pub mod peers;
 mod schedule;
 mod security;
 mod server;
+mod session;
 mod spawner;
 pub mod testing;
 pub mod txn_log;
@@ -83,6 +84,7 @@ pub use options::ServerOptions;
 pub use schedule::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, TimedAction};
 pub use security::{ServerSasl, ServerTls, TlsMaterial};
 pub use server::Server;
+pub use session::{expire_session, WireSession};
 pub use spawner::process_alive;
 /// Alias of [`Server`], the name `curator-test` users know.
 pub type TestingServer = Server;
