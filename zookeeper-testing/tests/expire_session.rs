@@ -7,8 +7,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_testing::{
-    expire_session, free_port, shared_test_connect_string, Ensemble, HarnessError,
-    ServerOptions, WireSession,
+    expire_session, free_port, shared_test_connect_string, Ensemble, HarnessError, ServerOptions,
+    WireSession,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -131,9 +131,7 @@ fn race(label: &str, rounds: usize, holder_connect: &str, expire_connect: &str) 
         thread::spawn(move || {
             let _ = done_tx.send(hold(session, connect, ready_tx));
         });
-        ready
-            .recv_timeout(WAIT)
-            .expect("the holder never pinged");
+        ready.recv_timeout(WAIT).expect("the holder never pinged");
         let started = Instant::now();
         expire_session(expire_connect, id, &password, WAIT)
             .unwrap_or_else(|e| panic!("{label} round {round}: {e}"));

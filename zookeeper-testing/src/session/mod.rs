@@ -82,7 +82,9 @@ pub fn expire_session(
                 attempt.unreachable += 1;
                 failed_in_a_row += 1;
                 if failed_in_a_row % members.len() == 0 {
-                    std::thread::sleep(BACKOFF.min(deadline.saturating_duration_since(Instant::now())));
+                    std::thread::sleep(
+                        BACKOFF.min(deadline.saturating_duration_since(Instant::now())),
+                    );
                 }
             }
         }

@@ -243,7 +243,10 @@ pub(crate) fn attach(
         Some((timeout, id, passwd))
     })();
     let Some((timeout, id, passwd)) = parsed else {
-        return Err(HarnessError::io(ctx(), invalid("a malformed ConnectResponse")));
+        return Err(HarnessError::io(
+            ctx(),
+            invalid("a malformed ConnectResponse"),
+        ));
     };
     if timeout <= 0 || id == 0 {
         return Ok(Attach::Refused);
