@@ -2,8 +2,10 @@
 //!
 //! The Rust counterpart of Curator's `curator-test` and `kazoo.testing`: [`TestingServer`]
 //! (= [`Server`]), [`TestingCluster`] (= [`Ensemble`]) with kill/restart/pause and leader
-//! lookup, a per-client [`FaultProxy`], and history recording with checkers ([`history`]). It depends on
-//! no C code and on no particular client.
+//! lookup, a per-client [`FaultProxy`], a session's forced expiry from its id and
+//! password ([`expire_session`], Curator's `KillSession`, on the crate's own wire client
+//! [`WireSession`]), and history recording with checkers ([`history`]). It depends on no
+//! C code and on no particular client.
 //!
 //! Starts the Java server of Debian's `zookeeper` package (`QuorumPeerMain` from
 //! `/usr/share/java/zookeeper.jar`) on free loopback ports, each in its own temp dir, and
