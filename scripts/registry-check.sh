@@ -249,7 +249,7 @@ run() { # run <label> <expect: system|vendored> <cargo feature args...>
 run "system libzookeeper_mt (default features)" system
 run "vendored C client with TLS (features vendored,tls)" vendored --features vendored,tls
 
-# 4. A user's own test suite on zookeeper-testing alone.
+# 4. A user's own test suite on zookeeper-testing alone (servers, proxy, expire_session).
 tapp="$tmp/testing-app"
 mkdir -p "$tapp/src" "$tapp/tests" "$tapp/.cargo"
 cp "$app/.cargo/config.toml" "$tapp/.cargo/config.toml"
@@ -267,9 +267,13 @@ zookeeper-testing = "$(version_of zookeeper-testing)"
 EOF
 touch "$tapp/src/lib.rs"
 cat >"$tapp/tests/servers.rs" <<'EOF'
-//! A server, an ensemble and a proxy from the published zookeeper-testing alone.
+//! A server, an ensemble, a proxy and a session's expiry from the published
+//! zookeeper-testing alone.
 use std::time::Duration;
-use zookeeper_testing::{four_letter, FaultProxy, ServerOptions, TestingCluster, TestingServer};
+use zookeeper_testing::{
+    expire_session, four_letter, FaultProxy, HarnessError, ServerOptions, TestingCluster,
+    TestingServer, WireSession,
+};
 
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -293,6 +297,12 @@ fn server_ensemble_and_proxy() -> zookeeper_testing::Result<()> {
     assert_ne!(leader, next, "a killed member cannot lead");
     cluster.restart(leader)?;
     cluster.wait_for_all_serving(Duration::from_secs(60))?;
+
+    let connect = cluster.connect_string();
+    let session = WireSession::connect(&connect, BOUND, BOUND)?;
+    expire_session(&connect, session.session_id(), session.password(), BOUND)?;
+    let resumed = WireSession::resume(&connect, session.session_id(), session.password(), BOUND);
+    assert!(matches!(resumed, Err(HarnessError::SessionExpired { .. })), "{resumed:?}");
     Ok(())
 }
 EOF

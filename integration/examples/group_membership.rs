@@ -17,7 +17,7 @@ use zookeeper_mt_recipes::events::EventStream;
 use zookeeper_mt_recipes::lifecycle::ManagedZooKeeper;
 use zookeeper_mt_recipes::nodes::{Group, GroupEvent, GroupLayout, GroupMember};
 use zookeeper_testing::peers::{Participant, Peer};
-use zookeeper_testing::{FaultProxy, Hosts, HOSTS_ENV};
+use zookeeper_testing::{Hosts, HOSTS_ENV};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -33,12 +33,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     observer.wait_initialized(WAIT)?;
     let events = observer.events();
 
-    // web-0 reaches the server through a proxy, so its session can be expired for sure.
-    let first_server = connect.split(',').next().unwrap_or(&connect);
-    let proxy = FaultProxy::start(first_server)?;
-    let via_proxy = proxy.connect_string();
+    let web0 = connect.clone();
     let mut clients = vec![ManagedZooKeeper::with_connector(move || {
-        ZooKeeper::builder(&via_proxy)
+        ZooKeeper::builder(&web0)
             .session_timeout(Duration::from_secs(6))
             .connect()
     })?];
@@ -73,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
 
     // web-0's session expires; its member node is created again in the new session.
-    support::expire_session(&clients[0].current(), &proxy, &connect)?;
+    support::expire_session(&clients[0].current(), &connect)?;
     until(events, "web-0 back in a new session", || {
         clients[0].generation() == 2
             && members[0].node().creations() == 2

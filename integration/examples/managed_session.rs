@@ -4,9 +4,8 @@
 //! (standing in for a lock or leadership) reports its loss and is not taken again behind
 //! the application's back.
 //!
-//! The expiry is forced the way ZooKeeper's own tests do it: another handle takes the
-//! session over with its id and password, and closes it, while the service, which reaches
-//! the server through a loopback proxy, is cut off (`support::expire_session` says why).
+//! The expiry is forced from the session's id and password by the testing crate's
+//! `expire_session` (`support::expire_session`), while the service stays connected.
 //! The example checks that the session's ephemeral node is gone before it says the
 //! session expired.
 //!
@@ -18,7 +17,7 @@ use std::time::Duration;
 use zookeeper_mt::{CreateMode, ZooKeeper};
 use zookeeper_mt_recipes::caches::{CacheEvent, NodeCache};
 use zookeeper_mt_recipes::lifecycle::{ConnectionState, ConnectionStates, ManagedZooKeeper};
-use zookeeper_testing::{FaultProxy, Hosts, HOSTS_ENV};
+use zookeeper_testing::{Hosts, HOSTS_ENV};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = Hosts::from_env_or_start(HOSTS_ENV)?;
@@ -30,13 +29,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = format!("{base}/config");
     admin.create(&config, b"threads=4", CreateMode::Persistent)?;
 
-    // The service's connections go through a proxy to the first server, so the example
-    // can cut the service off while the server keeps running.
-    let first_server = connect.split(',').next().unwrap_or(&connect);
-    let proxy = FaultProxy::start(first_server)?;
-    let via_proxy = proxy.connect_string();
+    let service_hosts = connect.clone();
     let client = ManagedZooKeeper::with_connector(move || {
-        ZooKeeper::builder(&via_proxy)
+        ZooKeeper::builder(&service_hosts)
             .session_timeout(Duration::from_secs(6))
             .connect()
     })?;
@@ -56,9 +51,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lease_generation = session.generation;
     println!("lease taken on session generation {lease_generation}");
 
-    // Cut the service off, expire its session, let it reach the server again.
-    let session_id = support::expire_session(&session.zk, &proxy, &connect)?;
-    admin.sync(&base)?; // an ensemble member may lag behind the one the takeover used
+    // Expire the service's session while it is connected.
+    let session_id = support::expire_session(&session.zk, &connect)?;
+    admin.sync(&base)?; // an ensemble member may lag behind the one the expiry used
     if admin.exists(&lease)?.is_some() {
         return Err("the expired session's lease is still there".into());
     }

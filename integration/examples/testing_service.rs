@@ -3,8 +3,9 @@
 //! expiry, and the recorded critical sections pass the mutex checker (no overlap,
 //! fencing tokens increasing in section order).
 //!
-//! Worker 0 reaches one follower only through a [`FaultProxy`], so its session can be
-//! expired for sure (`support::expire_session`).
+//! Worker 0's session is expired while it works, from its id and password, by
+//! `zookeeper_testing::expire_session` (`support::expire_session`): no proxy, no
+//! race with the worker retaking its session.
 //!
 //! ```text
 //! cargo run --example testing_service
@@ -19,7 +20,7 @@ use std::time::Duration;
 use zookeeper_mt::{Timeout, ZooKeeper};
 use zookeeper_mt_recipes::locks::Lock;
 use zookeeper_testing::history::{check_lock, monotonic_nanos, CriticalSection};
-use zookeeper_testing::{FaultProxy, ServerOptions, TestingCluster};
+use zookeeper_testing::{ServerOptions, TestingCluster};
 
 const WORKERS: usize = 3;
 const SESSION: Duration = Duration::from_secs(6);
@@ -70,19 +71,13 @@ fn worker(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cluster = TestingCluster::start(3, &ServerOptions::for_tests())?;
     let leader = cluster.wait_for_leader(BOUND)?;
-    let follower = (leader + 1) % cluster.len();
-    let proxy = FaultProxy::start(cluster.member(follower).connect_string())?;
     let resource = format!("/job-lock-{}", std::process::id());
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let handles: Vec<_> = (0..WORKERS).map(|_| Arc::new(Mutex::new(None))).collect();
     let threads: Vec<_> = (0..WORKERS)
         .map(|i| {
-            let hosts = if i == 0 {
-                proxy.connect_string()
-            } else {
-                cluster.connect_string()
-            };
+            let hosts = cluster.connect_string();
             let (resource, handle) = (resource.clone(), Arc::clone(&handles[i]));
             let (stop, tx) = (Arc::clone(&stop), tx.clone());
             thread::spawn(move || worker(format!("worker-{i}"), hosts, resource, handle, stop, tx))
@@ -107,7 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap()
         .clone()
         .ok_or("worker-0 has no session")?;
-    let id = support::expire_session(&zk0, &proxy, &cluster.connect_string())?;
+    let id = support::expire_session(&zk0, &cluster.connect_string())?;
     println!("worker-0's session {id:#x} expired");
     cluster.restart(leader)?;
     collect(10)?;

@@ -65,6 +65,12 @@ pub enum HarnessError {
         /// The underlying error.
         source: io::Error,
     },
+    /// A server refused to resume a session: it expired or was closed (a wrong password
+    /// gets the same answer).
+    SessionExpired {
+        /// The session that was refused.
+        session_id: i64,
+    },
     /// An argument was out of range (empty ensemble, bad four-letter word, ...).
     InvalidArgument(String),
 }
@@ -120,6 +126,9 @@ impl fmt::Display for HarnessError {
             HarnessError::NotRunning { what } => write!(f, "{what}"),
             HarnessError::FourLetter { addr, cmd, source } => {
                 write!(f, "four-letter word `{cmd}` to {addr} failed: {source}")
+            }
+            HarnessError::SessionExpired { session_id } => {
+                write!(f, "session {session_id:#x} is expired (the server refused it)")
             }
             HarnessError::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
         }

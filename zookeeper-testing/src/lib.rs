@@ -2,8 +2,10 @@
 //!
 //! The Rust counterpart of Curator's `curator-test` and `kazoo.testing`: [`TestingServer`]
 //! (= [`Server`]), [`TestingCluster`] (= [`Ensemble`]) with kill/restart/pause and leader
-//! lookup, a per-client [`FaultProxy`], and history recording with checkers ([`history`]). It depends on
-//! no C code and on no particular client.
+//! lookup, a per-client [`FaultProxy`], a session's forced expiry from its id and
+//! password ([`expire_session`], Curator's `KillSession`, on the crate's own wire client
+//! [`WireSession`]), and history recording with checkers ([`history`]). It depends on no
+//! C code and on no particular client.
 //!
 //! Starts the Java server of Debian's `zookeeper` package (`QuorumPeerMain` from
 //! `/usr/share/java/zookeeper.jar`) on free loopback ports, each in its own temp dir, and
@@ -64,6 +66,7 @@ pub mod peers;
 mod schedule;
 mod security;
 mod server;
+mod session;
 mod spawner;
 pub mod testing;
 pub mod txn_log;
@@ -83,6 +86,7 @@ pub use options::ServerOptions;
 pub use schedule::{FaultAction, FaultKind, FaultSchedule, ScheduleShape, TimedAction};
 pub use security::{ServerSasl, ServerTls, TlsMaterial};
 pub use server::Server;
+pub use session::{expire_session, WireSession};
 pub use spawner::process_alive;
 /// Alias of [`Server`], the name `curator-test` users know.
 pub type TestingServer = Server;

@@ -1,0 +1,181 @@
+//! `expire_session` against real servers: a session held by the crate's own wire client
+//! is ended and a resume is refused, whether its holder is idle, gone, or live and
+//! retaking the session as fast as it can (the race a takeover-and-close must survive),
+//! on a standalone server and on an ensemble.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+use zookeeper_testing::{
+    expire_session, free_port, shared_test_connect_string, Ensemble, HarnessError, ServerOptions,
+    WireSession,
+};
+
+const WAIT: Duration = Duration::from_secs(30);
+const SESSION: Duration = Duration::from_secs(10);
+const ROUNDS: usize = 20;
+
+fn assert_refused(connect: &str, id: i64, password: &[u8]) {
+    match WireSession::resume(connect, id, password, WAIT) {
+        Err(HarnessError::SessionExpired { session_id }) => assert_eq!(session_id, id),
+        Ok(s) => panic!("session {id:#x} resumed on {} after its expiry", s.server()),
+        Err(e) => panic!("resuming {id:#x}: {e}"),
+    }
+}
+
+#[test]
+fn an_idle_or_gone_holder_is_expired_and_a_second_call_is_ok() {
+    let connect = shared_test_connect_string();
+    // Idle: connected, never pinging.
+    let idle = WireSession::connect(&connect, SESSION, WAIT).unwrap();
+    assert_ne!(idle.session_id(), 0);
+    assert_eq!(idle.password().len(), 16);
+    expire_session(&connect, idle.session_id(), idle.password(), WAIT).unwrap();
+    assert_refused(&connect, idle.session_id(), idle.password());
+    // Already gone: confirmed at once.
+    expire_session(&connect, idle.session_id(), idle.password(), WAIT).unwrap();
+
+    // Gone: its connection dropped, the session lingers on the server until it times out.
+    let gone = WireSession::connect(&connect, SESSION, WAIT).unwrap();
+    let (id, password) = (gone.session_id(), gone.password().to_vec());
+    drop(gone);
+    let started = Instant::now();
+    expire_session(&connect, id, &password, WAIT).unwrap();
+    assert!(
+        started.elapsed() < SESSION,
+        "waited for the timeout instead of closing"
+    );
+    assert_refused(&connect, id, &password);
+}
+
+#[test]
+fn bad_arguments_and_unreachable_servers_are_typed_errors() {
+    assert!(matches!(
+        expire_session("/chroot", 1, &[0; 16], WAIT),
+        Err(HarnessError::InvalidArgument(_))
+    ));
+    let nobody = format!("127.0.0.1:{}", free_port().unwrap());
+    let started = Instant::now();
+    match expire_session(&nobody, 1, &[0; 16], Duration::from_millis(300)) {
+        Err(HarnessError::Timeout { details, .. }) => assert!(details.contains("handshakes")),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// What a holder saw in one round.
+struct Holder {
+    pings: u32,
+    retakes: u32,
+    failed_resumes: u32,
+}
+
+/// Holds `session` like a live client: pings back to back and, whenever its connection
+/// is closed, resumes the session at once, until a resume is refused. `ready` gets one
+/// message after its first ping.
+fn hold(
+    mut session: WireSession,
+    connect: String,
+    ready: mpsc::Sender<()>,
+) -> Result<Holder, String> {
+    let (id, password) = (session.session_id(), session.password().to_vec());
+    let mut seen = Holder {
+        pings: 0,
+        retakes: 0,
+        failed_resumes: 0,
+    };
+    let mut lost_since: Option<Instant> = None;
+    loop {
+        match session.ping(WAIT) {
+            Ok(()) => {
+                if seen.pings == 0 {
+                    let _ = ready.send(());
+                }
+                seen.pings += 1;
+            }
+            Err(_) => loop {
+                match WireSession::resume(&connect, id, &password, WAIT) {
+                    Ok(s) => {
+                        seen.retakes += 1;
+                        session = s;
+                        lost_since = None;
+                        break;
+                    }
+                    Err(HarnessError::SessionExpired { .. }) => return Ok(seen),
+                    // Closed before an answer (the server was ending or moving the
+                    // session): a client retries, as here, within its session timeout.
+                    Err(e) => {
+                        let since = *lost_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > WAIT {
+                            return Err(format!("holder of {id:#x}: {e}"));
+                        }
+                        seen.failed_resumes += 1;
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// `rounds` expiries of live, retaking holders connected through `holder_connect`,
+/// expired through `expire_connect`; prints the figures.
+fn race(label: &str, rounds: usize, holder_connect: &str, expire_connect: &str) {
+    let mut millis = Vec::new();
+    let (mut retakes, mut pings, mut failed) = (0, 0, 0);
+    for round in 0..rounds {
+        let session = WireSession::connect(holder_connect, SESSION, WAIT).unwrap();
+        let (id, password) = (session.session_id(), session.password().to_vec());
+        let (ready_tx, ready) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel();
+        let connect = holder_connect.to_owned();
+        thread::spawn(move || {
+            let _ = done_tx.send(hold(session, connect, ready_tx));
+        });
+        ready.recv_timeout(WAIT).expect("the holder never pinged");
+        let started = Instant::now();
+        expire_session(expire_connect, id, &password, WAIT)
+            .unwrap_or_else(|e| panic!("{label} round {round}: {e}"));
+        millis.push(started.elapsed().as_secs_f64() * 1e3);
+        let seen = done
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("{label} round {round}: the holder still holds {id:#x}"))
+            .unwrap_or_else(|e| panic!("{label} round {round}: {e}"));
+        assert_refused(expire_connect, id, &password);
+        retakes += seen.retakes;
+        pings += seen.pings;
+        failed += seen.failed_resumes;
+    }
+    millis.sort_by(f64::total_cmp);
+    println!(
+        "{label}: {rounds} live sessions expired; holders retook them {retakes} times during \
+         the expiries ({failed} resumes closed unanswered, {pings} pings); expire_session took min {:.1} / median {:.1} / max {:.1} ms",
+        millis[0],
+        millis[millis.len() / 2],
+        millis[millis.len() - 1]
+    );
+}
+
+#[test]
+fn live_retaking_holders_are_expired_on_a_standalone_server() {
+    let connect = shared_test_connect_string();
+    race("standalone", ROUNDS, &connect, &connect);
+}
+
+#[test]
+fn live_holders_are_expired_on_an_ensemble_from_any_member() {
+    let ensemble = Ensemble::start(3, &ServerOptions::for_tests()).unwrap();
+    ensemble.wait_for_quorum(Duration::from_secs(60)).unwrap();
+    let member = |i: usize| ensemble.member(i).connect_string();
+    // The holder on member 0; the expiry enters at member 1 (and at member 0 itself).
+    let other_first = format!("{},{},{}", member(1), member(2), member(0));
+    race("ensemble, other member", 5, &member(0), &other_first);
+    race("ensemble, same member", 5, &member(0), &member(0));
+
+    // A member down: the expiry goes through the others.
+    ensemble.kill(1);
+    let holder = WireSession::connect(&member(2), SESSION, WAIT).unwrap();
+    expire_session(&other_first, holder.session_id(), holder.password(), WAIT).unwrap();
+    for i in [0, 2] {
+        assert_refused(&member(i), holder.session_id(), holder.password());
+    }
+}
