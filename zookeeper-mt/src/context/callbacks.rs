@@ -311,7 +311,7 @@ pub(crate) unsafe fn log_callback_for(slot: Option<usize>, message: *const c_cha
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parking_lot::Condvar;
+    use parking_lot::{Condvar, Mutex};
     use std::time::{Duration, Instant};
 
     #[test]

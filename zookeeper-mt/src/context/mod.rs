@@ -26,6 +26,7 @@
 
 mod callbacks;
 mod copy;
+mod registry;
 
 pub(crate) use callbacks::*;
 pub(crate) use copy::copy_acl;
@@ -34,11 +35,8 @@ use crate::error::Error;
 use crate::reply::Fulfiller;
 use crate::types::SessionState;
 use crate::watch_table::{WatchHook, WatchTable};
-use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use parking_lot::RwLock;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use zookeeper_mt_sys as sys;
 
@@ -79,98 +77,15 @@ struct Entry {
     kind: Kind,
 }
 
-const SHARDS: usize = 16;
-
-/// Hashes a registry id with one multiplication (Fibonacci hashing: the table uses the
-/// top bits, which the multiplication fills from every bit of the id). Ids are ours and
-/// sequential, not chosen by anyone, so the DoS resistance of the default SipHash buys
-/// nothing here and it costs more than the rest of a lookup.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*byte)).wrapping_mul(FIBONACCI);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(FIBONACCI);
-    }
-}
-
-const FIBONACCI: u64 = 0x9e37_79b9_7f4a_7c15;
-
-type Table = HashMap<u64, Entry, BuildHasherDefault<IdHasher>>;
-
-/// Sharded so that many clients and threads rarely contend on one lock.
-static REGISTRY: [Mutex<Option<Table>>; SHARDS] = [const { Mutex::new(None) }; SHARDS];
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-fn shard(id: u64) -> &'static Mutex<Option<Table>> {
-    &REGISTRY[(id as usize) % SHARDS]
-}
-
+/// Registers `kind` for `client`; its id (0, which no entry has, if the registry is
+/// full: the request then fails as C answers an unknown context).
 fn insert(client: u64, kind: Kind) -> u64 {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    put(id, Entry { client, kind });
-    id
-}
-
-/// Stores `entry` under `id` (a new one, or one taken out and put back).
-fn put(id: u64, entry: Entry) {
-    shard(id)
-        .lock()
-        .get_or_insert_with(Table::default)
-        .insert(id, entry);
-}
-
-/// Keeps multi buffers C may still write into under their request's id, until that
-/// completion arrives or the handle closes.
-fn retain(id: u64, client: u64, buffers: Box<MultiBuffers>) {
-    put(
-        id,
-        Entry {
-            client,
-            kind: Kind::Retained(Some(buffers)),
-        },
-    );
-}
-
-fn remove(id: u64) -> Option<Entry> {
-    let mut guard = shard(id).lock();
-    let entry = guard.as_mut()?.remove(&id);
-    shrink(&mut guard);
-    entry
-}
-
-/// Entries a shard always keeps room for: the few requests usually in flight then cost
-/// no allocation and free per request.
-const KEEP: usize = 32;
-
-/// Gives a shard's memory back after a peak: freed when empty, halved (with room to
-/// grow again) when under a quarter full, so a burst of requests in flight does not
-/// keep its table for the life of the process.
-fn shrink(map: &mut Option<Table>) {
-    let Some(table) = map else { return };
-    if table.capacity() <= KEEP {
-        return;
-    }
-    if table.is_empty() {
-        *map = None;
-    } else if table.len() < table.capacity() / 4 {
-        table.shrink_to(table.len() * 2);
-    }
+    registry::insert(Entry { client, kind }).unwrap_or(0)
 }
 
 /// Removes entry `id` for its completion.
 fn take_request(id: u64) -> Option<Entry> {
-    remove(id)
+    registry::remove(id)
 }
 
 /// The `void*` C gets for an id.
@@ -292,17 +207,30 @@ pub(crate) fn register_request(client: u64, request: RequestEntry) -> u64 {
 /// completion may still be queued (out of memory after queueing), so buffers C may write
 /// are retained until that completion or close.
 pub(crate) fn submission_failed(id: u64, rc: c_int) {
-    let Some(entry) = remove(id) else { return };
-    let Kind::Request(request) = entry.kind else {
-        return;
-    };
+    // Buffers C may still write into stay under the id (as `Retained`); the request is
+    // answered after the registry's lock.
+    let taken = registry::update(id, |entry| match entry.kind {
+        Kind::Request(mut request) => {
+            let kept = (rc == sys::ZMARSHALLINGERROR)
+                .then(|| request.multi.take())
+                .flatten()
+                .map(|buffers| Entry {
+                    client: entry.client,
+                    kind: Kind::Retained(Some(buffers)),
+                });
+            (kept, Some(request))
+        }
+        retained => (
+            Some(Entry {
+                kind: retained,
+                ..entry
+            }),
+            None,
+        ),
+    });
+    let Some(Some(request)) = taken else { return };
     if let Some(hook) = request.watch {
         hook.on_reply(rc);
-    }
-    if rc == sys::ZMARSHALLINGERROR {
-        if let Some(buffers) = request.multi {
-            retain(id, entry.client, buffers);
-        }
     }
     request
         .fulfiller
@@ -321,40 +249,35 @@ pub(crate) enum SweepReason {
 /// Frees every context of `client`. Requests fail (`SessionExpired`/`AuthFailed`, or
 /// `Closed`); watches get a final session event (terminal case) and end.
 pub(crate) fn sweep(client: u64, reason: SweepReason) {
-    let mut swept = Vec::new();
-    for shard in &REGISTRY {
-        let mut guard = shard.lock();
-        if let Some(map) = guard.as_mut() {
-            let ids: Vec<u64> = map
-                .iter()
-                .filter(|(_, e)| e.client == client)
-                .filter(|(_, e)| {
-                    // Buffers C may still write stay until close.
-                    matches!(reason, SweepReason::Closed) || !matches!(e.kind, Kind::Retained(_))
-                })
-                .map(|(id, _)| *id)
-                .collect();
-            for id in ids {
-                if let Some(entry) = map.remove(&id) {
-                    swept.push((id, entry));
-                }
+    let terminal = match reason {
+        SweepReason::Terminal(state) => Some(state),
+        SweepReason::Closed => None,
+    };
+    // Buffers C may still write stay until close: a terminal sweep leaves retained
+    // entries, and keeps a request's multi buffers under its id (the completion may
+    // still come and write into them). Everything else is answered after the locks.
+    let swept = registry::update_all(
+        client,
+        |entry| terminal.is_none() || !matches!(entry.kind, Kind::Retained(_)),
+        |entry| match (entry.kind, terminal) {
+            (Kind::Request(mut request), Some(_)) => {
+                let kept = request.multi.take().map(|buffers| Entry {
+                    client,
+                    kind: Kind::Retained(Some(buffers)),
+                });
+                (kept, Some(Kind::Request(request)))
             }
-        }
-        shrink(&mut guard);
-    }
-    // Deliver outside the registry locks.
-    for (id, entry) in swept {
-        match (entry.kind, reason) {
-            (Kind::Request(request), SweepReason::Terminal(state)) => {
+            (kind, _) => (None, Some(kind)),
+        },
+    );
+    for (_, kind) in swept {
+        match (kind, terminal) {
+            (Some(Kind::Request(request)), Some(state)) => {
                 let error = if state == SessionState::AuthFailed {
                     Error::AuthFailed
                 } else {
                     Error::SessionExpired
                 };
-                if let Some(buffers) = request.multi {
-                    // The completion may still come and write into these.
-                    retain(id, client, buffers);
-                }
                 request.fulfiller.fulfill(Err(error));
             }
             // Closed: dropping fails requests with `Closed`.
@@ -374,25 +297,14 @@ pub(crate) fn sweep(client: u64, reason: SweepReason) {
 /// Contexts of `client` still registered (pending requests, armed watches, retained
 /// buffers). Reads 0 after close.
 pub(crate) fn live_contexts(client: u64) -> usize {
-    let requests: usize = REGISTRY
-        .iter()
-        .map(|shard| {
-            shard
-                .lock()
-                .as_ref()
-                .map_or(0, |map| map.values().filter(|e| e.client == client).count())
-        })
-        .sum();
+    let requests = registry::count(Some(client));
     let watches: usize = tables_of(client).iter().map(|t| t.live()).sum();
     requests + watches
 }
 
 /// Contexts of every client in this process.
 pub(crate) fn live_contexts_total() -> usize {
-    let requests: usize = REGISTRY
-        .iter()
-        .map(|shard| shard.lock().as_ref().map_or(0, HashMap::len))
-        .sum();
+    let requests = registry::count(None);
     let tables: Vec<Arc<WatchTable>> = TABLES
         .read()
         .iter()
