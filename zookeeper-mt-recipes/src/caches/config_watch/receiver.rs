@@ -153,6 +153,17 @@ impl Source<ConfigEvent> for Receiver {
         };
         Some(fork)
     }
+
+    /// A receiver of its own, as a clone is.
+    fn subscribe(&self) -> Arc<dyn Source<ConfigEvent>> {
+        self.fork().expect("a receiver always forks")
+    }
+
+    fn subscribers(&self) -> usize {
+        self.hub
+            .upgrade()
+            .map_or(0, |hub| hub.state.lock().receivers.len())
+    }
 }
 
 #[cfg(test)]
