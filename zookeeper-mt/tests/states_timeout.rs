@@ -70,3 +70,47 @@ fn recv_timeout_takes_a_timeout_and_never_waits_for_the_end() {
     );
     assert_eq!(states.subscribers(), 0);
 }
+
+#[test]
+fn a_managed_clients_subscriber_sees_every_state() {
+    let managed = zookeeper_mt::ManagedZooKeeper::new(connect());
+    let states = managed.states();
+    // Made before the first state is read: it starts level, with `Connected` unread.
+    let subscriber = states.subscribe();
+    let clone = states.clone();
+    for reader in [&states, &subscriber] {
+        assert_eq!(
+            reader.recv_timeout(WAIT).unwrap().state,
+            ConnectionState::Connected
+        );
+    }
+    assert_eq!(
+        clone.try_recv(),
+        Err(TryRecvError::Empty),
+        "taken by its clone"
+    );
+    // The stream that made the subscriber goes: the subscriber is still fed.
+    drop(states);
+    drop(clone);
+    managed.close();
+    let subscriber = bounded(move || {
+        let lost = subscriber.recv_timeout(Timeout::Never);
+        assert_eq!(lost.map(|e| e.state), Ok(ConnectionState::Lost));
+        subscriber
+    });
+    assert_eq!(
+        subscriber.recv_timeout(Timeout::Never),
+        Err(RecvTimeoutError::Disconnected)
+    );
+}
+
+#[test]
+fn a_plain_streams_subscriber_keeps_it_fed() {
+    let zk = connect();
+    let states = connection_states(&zk);
+    let subscriber = states.subscribe();
+    drop(states);
+    zk.close().unwrap();
+    let states: Vec<_> = bounded(move || subscriber.iter().map(|e| e.state).collect());
+    assert_eq!(states, [ConnectionState::Connected, ConnectionState::Lost]);
+}
