@@ -5,11 +5,11 @@
 mod common;
 
 use common::{connect, unique_path};
-use crossbeam_channel::RecvTimeoutError;
 use std::thread;
 use std::time::Duration;
 use zookeeper_mt::{CreateMode, Error, ZooKeeper};
 use zookeeper_mt_recipes::caches::{ConfigEvent, ConfigWatch};
+use zookeeper_mt_recipes::events::RecvTimeoutError;
 use zookeeper_mt_recipes::lifecycle::{ConnectionState, ManagedZooKeeper};
 use zookeeper_mt_recipes::RecipeError;
 

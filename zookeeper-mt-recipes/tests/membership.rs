@@ -251,7 +251,7 @@ fn curator_layout_group_members_see_each_other() {
     let events = observer.group().events();
     while !matches!(
         events.try_recv(),
-        Err(crossbeam_channel::TryRecvError::Empty)
+        Err(zookeeper_mt_recipes::events::TryRecvError::Empty)
     ) {}
     members[1].set_data(b"moved").unwrap();
     match events.recv_timeout(T).unwrap() {

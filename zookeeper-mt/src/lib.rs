@@ -127,6 +127,7 @@ mod security;
 mod servers;
 mod session;
 mod states;
+pub mod stream;
 mod timeout;
 mod timer;
 mod types;
@@ -166,9 +167,6 @@ pub use types::{
     WatchRemoval, WatchedEvent, WatcherType, MAX_TTL,
 };
 pub use watch::Watch;
-
-/// Re-exported for `select!` over watches and session events.
-pub use crossbeam_channel;
 
 /// The README's examples, compiled as doc tests so they cannot drift from the API.
 #[cfg(doctest)]

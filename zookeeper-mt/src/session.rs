@@ -1,8 +1,9 @@
 //! Session state shared between the global watcher (C completion thread) and users:
 //! a condition variable to wait on, and a stream of events for any number of receivers.
 
+use crate::stream::TryRecvError;
 use crate::types::{ClientId, SessionState, WatchedEvent};
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -359,9 +360,8 @@ pub(crate) unsafe extern "C" fn global_watcher(
 }
 
 /// Session events from [`ZooKeeper::session_events`](crate::ZooKeeper::session_events):
-/// a blocking receiver ([`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout); it
-/// also derefs to a [`crossbeam_channel::Receiver`] for `try_recv` and `select!`) and an
-/// async stream ([`futures_core::Stream`], or
+/// a blocking receiver ([`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout),
+/// [`try_recv`](Self::try_recv), [`try_iter`](Self::try_iter)) and an async stream ([`futures_core::Stream`], or
 /// [`next_event`](Self::next_event) on any executor). The stream ends when the handle closes.
 ///
 /// ```no_run
@@ -378,14 +378,28 @@ pub struct SessionEvents {
 }
 
 impl SessionEvents {
-    /// The blocking receiver (also reachable through `Deref`).
-    pub fn receiver(&self) -> &Receiver<WatchedEvent> {
-        &self.receiver
+    /// The next event if one is queued: `Empty` if none is yet, `Disconnected` once the
+    /// handle has closed and every event was received.
+    pub fn try_recv(&self) -> Result<WatchedEvent, TryRecvError> {
+        self.receiver.try_recv().map_err(|error| match error {
+            crossbeam_channel::TryRecvError::Empty => TryRecvError::Empty,
+            crossbeam_channel::TryRecvError::Disconnected => TryRecvError::Disconnected,
+        })
     }
 
-    /// The blocking receiver alone, for code that only ever blocks or selects on it.
-    pub fn into_receiver(self) -> Receiver<WatchedEvent> {
-        self.receiver
+    /// The events queued now, without waiting.
+    pub fn try_iter(&self) -> impl Iterator<Item = WatchedEvent> + '_ {
+        self.receiver.try_iter()
+    }
+
+    /// Events queued and not yet received.
+    pub fn len(&self) -> usize {
+        self.receiver.len()
+    }
+
+    /// Whether no event is queued.
+    pub fn is_empty(&self) -> bool {
+        self.receiver.is_empty()
     }
 
     /// Blocks until the next event; `Err(Closed)` once the handle has closed and every
@@ -402,7 +416,7 @@ impl SessionEvents {
     pub fn recv_timeout(&self, timeout: impl Into<crate::Timeout>) -> crate::Result<WatchedEvent> {
         use crossbeam_channel::RecvTimeoutError;
         if crate::no_wait::here() {
-            return match self.receiver.try_recv() {
+            return match self.try_recv() {
                 Ok(event) => Ok(event),
                 Err(TryRecvError::Disconnected) => Err(crate::Error::Closed),
                 Err(TryRecvError::Empty) => Err(crate::reply::COMPLETION_THREAD_WAIT),
@@ -441,7 +455,7 @@ impl SessionEvents {
     }
 
     fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Option<WatchedEvent>> {
-        match self.receiver.try_recv() {
+        match self.try_recv() {
             Ok(event) => return Poll::Ready(Some(event)),
             Err(TryRecvError::Disconnected) => return Poll::Ready(None),
             Err(TryRecvError::Empty) => {}
@@ -449,19 +463,11 @@ impl SessionEvents {
         *self.waker.lock() = Some(cx.waker().clone());
         // An event published between the first look and storing the waker found no
         // waker to wake: look again.
-        match self.receiver.try_recv() {
+        match self.try_recv() {
             Ok(event) => Poll::Ready(Some(event)),
             Err(TryRecvError::Disconnected) => Poll::Ready(None),
             Err(TryRecvError::Empty) => Poll::Pending,
         }
-    }
-}
-
-impl std::ops::Deref for SessionEvents {
-    type Target = Receiver<WatchedEvent>;
-
-    fn deref(&self) -> &Receiver<WatchedEvent> {
-        &self.receiver
     }
 }
 

@@ -476,9 +476,9 @@ impl Watch {
         }
     }
 
-    /// The underlying channel, e.g. for `crossbeam_channel::select!` over many watches.
-    /// Created by the first call (an outcome that came before is in it).
-    pub fn receiver(&self) -> &Receiver<WatchedEvent> {
+    /// The channel a blocking wait reads once the outcome is in it. Created by the first
+    /// call (an outcome that came before is in it).
+    fn receiver(&self) -> &Receiver<WatchedEvent> {
         self.receiver.get_or_init(|| {
             let (sender, receiver) = crossbeam_channel::bounded(1);
             let mut state = self.reg.state.lock();

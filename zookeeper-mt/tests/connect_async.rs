@@ -133,7 +133,7 @@ fn close_async_completes_and_later_calls_fail_with_closed() {
     loop {
         match events.try_recv() {
             Ok(_) => continue,
-            Err(zookeeper_mt::crossbeam_channel::TryRecvError::Disconnected) => break,
+            Err(zookeeper_mt::stream::TryRecvError::Disconnected) => break,
             Err(_) => assert!(Instant::now() < deadline, "stream never ended"),
         }
         std::thread::yield_now();

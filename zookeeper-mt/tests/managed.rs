@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use zk_harness::executor::block_on;
 use zk_harness::{Server, ServerOptions};
-use zookeeper_mt::crossbeam_channel::RecvTimeoutError;
+use zookeeper_mt::stream::RecvTimeoutError;
 use zookeeper_mt::{
     connection_states, Acl, ConnectionEvent, ConnectionState, ConnectionStates, CreateMode,
     CreateOptions, Error, ManagedZooKeeper, Perms, SessionState, ZooKeeper,
@@ -395,8 +395,8 @@ fn close_waits_for_a_connection_attempt_in_progress() {
     let _serial = serial();
     let proxy = Proxy::start(&hosts());
     let via_proxy = proxy.connect_string();
-    let (started, attempt_started) = zookeeper_mt::crossbeam_channel::unbounded::<()>();
-    let (release, released) = zookeeper_mt::crossbeam_channel::unbounded::<()>();
+    let (started, attempt_started) = crossbeam_channel::unbounded::<()>();
+    let (release, released) = crossbeam_channel::unbounded::<()>();
     let made = Arc::new(std::sync::Mutex::new(Vec::<ZooKeeper>::new()));
     let kept = Arc::clone(&made);
     let calls = AtomicUsize::new(0);

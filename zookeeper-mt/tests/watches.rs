@@ -284,25 +284,38 @@ fn close_ends_pending_watches() {
     assert_eq!(zk.live_contexts(), 0);
 }
 
+/// The index and event of the first of `watches` to fire (polled together, as a
+/// `select!` over their futures would).
+fn first_to_fire(watches: &mut [Watch]) -> Option<(usize, zookeeper_mt::Result<WatchedEvent>)> {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    common::block_on_timeout(
+        std::future::poll_fn(|cx| {
+            for (index, watch) in watches.iter_mut().enumerate() {
+                if let Poll::Ready(event) = Pin::new(watch).poll(cx) {
+                    return Poll::Ready((index, event));
+                }
+            }
+            Poll::Pending
+        }),
+        WAIT,
+    )
+}
+
 #[test]
 fn select_over_several_watches() {
-    use zookeeper_mt::crossbeam_channel::Select;
     let zk = connect();
     let base = unique("w-select");
     create(&zk, &base, b"");
     let paths: Vec<String> = (0..3).map(|i| format!("{base}/{i}")).collect();
-    let watches: Vec<Watch> = paths
+    let mut watches: Vec<Watch> = paths
         .iter()
         .map(|p| zk.exists_watch(p).unwrap().1)
         .collect();
     create(&zk, &paths[1], b"");
-    let mut select = Select::new();
-    for watch in &watches {
-        select.recv(watch.receiver());
-    }
-    let op = select.select_timeout(WAIT).expect("one watch fires");
-    let index = op.index();
-    let event = op.recv(watches[index].receiver()).unwrap();
+    let (index, event) = first_to_fire(&mut watches).expect("one watch fires");
+    let event = event.unwrap();
     assert_eq!(index, 1);
     assert_eq!(event.path, paths[1]);
     assert_eq!(event.event_type, EventType::NodeCreated);
@@ -310,57 +323,47 @@ fn select_over_several_watches() {
 }
 
 #[test]
-fn an_event_delivered_before_receiver_is_asked_for_is_in_it() {
+fn an_event_delivered_before_it_is_asked_for_is_kept() {
     let zk = connect();
-    let path = unique("w-late-receiver");
+    let path = unique("w-late-look");
     let (_, late) = zk.exists_watch(&path).unwrap();
     let (_, witness) = zk.exists_watch(&path).unwrap();
     create(&zk, &path, b"");
     // Both share one registration, and one event fires both at once: once the witness
-    // has it, `late` has it too, before its channel exists.
+    // has it, `late` has it too, before anyone looked.
     assert_eq!(fired(&witness).event_type, EventType::NodeCreated);
-    let event = late.receiver().recv_timeout(WAIT).unwrap();
+    let event = late.try_get().unwrap().expect("the event is there");
     assert_eq!(
         (event.event_type, event.path.as_str()),
         (EventType::NodeCreated, path.as_str())
     );
-    // One-shot: the channel has ended, and so has the watch.
-    assert!(late.receiver().try_recv().unwrap_err().is_disconnected());
+    // One-shot: the watch has ended.
     assert_eq!(late.wait_timeout(WAIT), Err(Error::Closed));
-
-    // An outcome already taken leaves an ended channel.
-    let (_, taken) = zk.exists_watch(&path).unwrap();
-    zk.delete(&path, None).unwrap();
-    assert_eq!(fired(&taken).event_type, EventType::NodeDeleted);
-    assert!(taken.receiver().recv_timeout(WAIT).is_err());
 }
 
 #[test]
-fn receivers_work_with_the_select_macro() {
-    use zookeeper_mt::crossbeam_channel::select;
+fn a_select_loop_keeps_the_quiet_watch() {
     let zk = connect();
-    let base = unique("w-select-macro");
+    let base = unique("w-select-loop");
     create(&zk, &base, b"");
     let (quiet, loud) = (format!("{base}/quiet"), format!("{base}/loud"));
     let (_, on_quiet) = zk.exists_watch(&quiet).unwrap();
     let (_, on_loud) = zk.exists_watch(&loud).unwrap();
-    // One receiver asked for before the event, one after it.
-    let quiet_events = on_quiet.receiver();
+    let mut watches = vec![on_quiet, on_loud];
     create(&zk, &loud, b"");
-    select! {
-        recv(quiet_events) -> event => panic!("the quiet watch fired: {event:?}"),
-        recv(on_loud.receiver()) -> event => {
-            let event = event.unwrap();
-            assert_eq!((event.event_type, event.path), (EventType::NodeCreated, loud.clone()));
-        }
-        default(WAIT) => panic!("no watch fired"),
-    }
-    // The quiet one still fires, through the same receiver.
+    let (index, event) = first_to_fire(&mut watches).expect("a watch fires");
+    assert_eq!(index, 1, "the quiet watch fired: {event:?}");
+    assert_eq!(
+        (event.unwrap().event_type, watches[1].path()),
+        (EventType::NodeCreated, loud.as_str())
+    );
+    // The quiet one, polled and left pending, still fires.
     create(&zk, &quiet, b"");
-    select! {
-        recv(quiet_events) -> event => assert_eq!(event.unwrap().event_type, EventType::NodeCreated),
-        default(WAIT) => panic!("the quiet watch did not fire"),
-    }
+    let (index, event) = first_to_fire(&mut watches[..1]).expect("the quiet watch fires");
+    assert_eq!(
+        (index, event.unwrap().event_type),
+        (0, EventType::NodeCreated)
+    );
 }
 
 #[test]

@@ -32,8 +32,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use zk_harness::{Ensemble, Mode, ServerOptions};
-use zookeeper_mt::crossbeam_channel::Receiver;
-use zookeeper_mt::{CreateMode, Error, EventType, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper_mt::{
+    CreateMode, Error, EventType, SessionEvents, SessionState, WatchedEvent, ZooKeeper,
+};
 use zookeeper_mt_recipes::locks::{Lock, LockGuard};
 use zookeeper_mt_recipes::queues::WorkQueue;
 use zookeeper_mt_recipes::shared::{IdGenerator, IdStats};
@@ -117,7 +118,7 @@ fn connected_member(zk: &ZooKeeper, ensemble: &Ensemble) -> usize {
 
 /// Receives session events until one has `state`; returns them all.
 fn wait_for_state(
-    events: &Receiver<WatchedEvent>,
+    events: &SessionEvents,
     state: SessionState,
     timeout: Duration,
 ) -> Vec<WatchedEvent> {

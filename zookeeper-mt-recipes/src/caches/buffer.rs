@@ -17,14 +17,14 @@ use std::sync::Arc;
 /// `Initialized`, `Lost` and `NewSession` are never dropped).
 const MAX_SIGNALS: usize = 32;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Slot {
     /// A path's turn; stale unless `pending[path].seq` equals the number.
     Path(String, u64),
     Signal(CacheEvent),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Pending {
     seq: u64,
     /// What the reader knows: the state it last received (`None`: absent).
@@ -34,7 +34,7 @@ struct Pending {
 }
 
 /// See the [module docs](self).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct CacheBuffer {
     order: VecDeque<Slot>,
     pending: HashMap<String, Pending>,

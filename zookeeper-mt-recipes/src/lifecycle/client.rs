@@ -120,7 +120,7 @@ impl StateFeed {
     /// Every event available now, without blocking; the flag says whether the feed
     /// has ended (nothing more will come).
     pub(crate) fn drain(&mut self) -> (Vec<ConnectionEvent>, bool) {
-        use zookeeper_mt::crossbeam_channel::TryRecvError;
+        use zookeeper_mt::stream::TryRecvError;
         while !self.ended {
             match self.states.try_recv() {
                 Ok(event) => self.pending.push_back(event),

@@ -424,8 +424,8 @@ impl HoldingInner {
                 },
                 None => match state.events.try_recv() {
                     Ok(event) => Some(event),
-                    Err(crossbeam_channel::TryRecvError::Empty) => break,
-                    Err(crossbeam_channel::TryRecvError::Disconnected) => None,
+                    Err(zookeeper_mt::stream::TryRecvError::Empty) => break,
+                    Err(zookeeper_mt::stream::TryRecvError::Disconnected) => None,
                 },
             };
             state.lost = match next.map(|event| event.state) {

@@ -228,7 +228,7 @@ fn events_report_terms_blocking_and_async() {
     );
     assert_eq!(
         events.recv_timeout(T),
-        Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        Err(zookeeper_mt_recipes::events::RecvTimeoutError::Disconnected)
     );
     assert_no_leftover_contexts(&zk);
 }

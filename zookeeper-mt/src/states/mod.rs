@@ -7,8 +7,8 @@
 
 use crate::client::ZooKeeper;
 use crate::session::SessionEvents;
+use crate::stream::{RecvError, RecvTimeoutError, TryRecvError};
 use crate::types::{EventType, SessionState};
-use crossbeam_channel::{RecvError, RecvTimeoutError, TryRecvError};
 use futures_core::stream::{FusedStream, Stream};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod follower;
 mod stream;
@@ -166,7 +166,7 @@ impl Translator {
 pub(crate) const STATE_CAPACITY: usize = 64;
 
 /// Queued connection events, bounded: see [`ConnectionStates`].
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct StateBuffer {
     queue: VecDeque<ConnectionEvent>,
 }
@@ -245,25 +245,71 @@ fn waiter_id() -> u64 {
 
 /// One stream's queue: fed by a [`Follower`] (plain handle) or a managed client, read by
 /// any number of threads or tasks (each event goes to one of them).
+///
+/// A queue the producer feeds directly also feeds its subscribers' queues
+/// ([`ConnectionStates::subscribe`]): each a queue of its own, bounded alike. The lock
+/// order is `subscribers`, then a queue's `state`; a reader takes only its own `state`.
 pub(crate) struct StateQueue {
     state: Mutex<QueueState>,
     ready: Condvar,
+    /// This queue's place in its feeder's `subscribers` (never reused).
+    id: u64,
+    /// The queue the producer pushes to: this one itself, or (a subscriber's) the one
+    /// whose `subscribers` hold it.
+    feed: Weak<StateQueue>,
+    /// The subscribers' queues (always empty on a subscriber's own queue).
+    subscribers: Mutex<Vec<(u64, Weak<StateQueue>)>>,
 }
 
 impl StateQueue {
     pub(crate) fn new() -> Arc<StateQueue> {
-        Arc::new(StateQueue {
+        Arc::new_cyclic(|me| StateQueue::with(StateBuffer::default(), false, me.clone()))
+    }
+
+    fn with(buffer: StateBuffer, ended: bool, feed: Weak<StateQueue>) -> StateQueue {
+        StateQueue {
             state: Mutex::new(QueueState {
-                buffer: StateBuffer::default(),
-                ended: false,
+                buffer,
+                ended,
                 wakers: HashMap::new(),
             }),
             ready: Condvar::new(),
-        })
+            id: waiter_id(),
+            feed,
+            subscribers: Mutex::new(Vec::new()),
+        }
     }
 
-    /// Queues `event` (nothing once ended); readers' wakers go to `after`.
+    /// Queues `event` here and in every subscriber's queue (nothing once ended);
+    /// readers' wakers go to `after`.
     pub(crate) fn push(&self, event: ConnectionEvent, after: &mut After) {
+        self.each(after, |queue, after| queue.push_one(event, after));
+    }
+
+    /// Ends the stream and its subscribers': readers get what is queued, then the end.
+    pub(crate) fn end(&self, after: &mut After) {
+        self.each(after, |queue, after| queue.end_one(after));
+    }
+
+    /// Runs `step` on each live subscriber's queue, then on this one, under the
+    /// subscribers' lock (so a subscription falls wholly before or after it).
+    fn each(&self, after: &mut After, step: impl Fn(&StateQueue, &mut After)) {
+        let subscribers = self.subscribers.lock();
+        let live: Vec<Arc<StateQueue>> = subscribers
+            .iter()
+            .filter_map(|(_, queue)| queue.upgrade())
+            .collect();
+        for queue in &live {
+            step(queue, after);
+        }
+        step(self, after);
+        drop(subscribers);
+        // The last reference to a subscriber's queue may be one of these: its drop takes
+        // the subscribers' lock, and the caller may hold others (a follower's): later.
+        after.then(move || drop(live));
+    }
+
+    fn push_one(&self, event: ConnectionEvent, after: &mut After) {
         let mut state = self.state.lock();
         if state.ended {
             return;
@@ -275,14 +321,42 @@ impl StateQueue {
         self.ready.notify_all();
     }
 
-    /// Ends the stream: readers get what is queued, then the end.
-    pub(crate) fn end(&self, after: &mut After) {
+    fn end_one(&self, after: &mut After) {
         let mut state = self.state.lock();
         state.ended = true;
         after
             .wakers
             .extend(state.wakers.drain().map(|(_, waker)| waker));
         self.ready.notify_all();
+    }
+
+    /// A new subscriber's queue holding a copy of what this one holds unread, fed from
+    /// now on as this one is (ended already if this one has ended, or its feeder is
+    /// gone).
+    fn subscribe(&self) -> Arc<StateQueue> {
+        let copy = || {
+            let state = self.state.lock();
+            (state.buffer.clone(), state.ended)
+        };
+        let Some(feeder) = self.feed.upgrade() else {
+            let (buffer, _) = copy();
+            return Arc::new(StateQueue::with(buffer, true, Weak::new()));
+        };
+        let mut subscribers = feeder.subscribers.lock();
+        let (buffer, ended) = copy();
+        let queue = Arc::new(StateQueue::with(buffer, ended, Arc::downgrade(&feeder)));
+        if !ended {
+            subscribers.push((queue.id, Arc::downgrade(&queue)));
+        }
+        drop(subscribers);
+        queue
+    }
+
+    /// Subscribers' queues the feeder of this one keeps now.
+    fn subscribers(&self) -> usize {
+        self.feed
+            .upgrade()
+            .map_or(0, |feeder| feeder.subscribers.lock().len())
     }
 
     fn try_recv(&self) -> Result<ConnectionEvent, TryRecvError> {
@@ -366,9 +440,35 @@ impl StateQueue {
     }
 }
 
+impl Drop for StateQueue {
+    fn drop(&mut self) {
+        // A subscriber's queue leaves its feeder's list (a feeder's own `feed` cannot be
+        // upgraded any more: it is this queue).
+        if let Some(feeder) = self.feed.upgrade() {
+            let id = self.id;
+            feeder.subscribers.lock().retain(|(other, _)| *other != id);
+        }
+        // A feeder that goes ends its subscribers' streams: nothing will feed them.
+        let mut after = After::default();
+        let live: Vec<Arc<StateQueue>> = self
+            .subscribers
+            .get_mut()
+            .drain(..)
+            .filter_map(|(_, queue)| queue.upgrade())
+            .collect();
+        for queue in &live {
+            queue.end_one(&mut after);
+        }
+        after.run();
+        drop(live);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Timeout;
+    use std::time::Duration;
 
     fn at(state: ConnectionState, generation: u64) -> ConnectionEvent {
         ConnectionEvent { state, generation }
@@ -445,6 +545,79 @@ mod tests {
         );
         assert!(FusedStream::is_terminated(&states));
         assert_eq!(states.iter().count(), 0);
+    }
+
+    #[test]
+    fn subscribers_see_every_event_and_clones_split_them() {
+        use ConnectionState::*;
+        let queue = StateQueue::new();
+        let states = ConnectionStates::reading(Arc::clone(&queue));
+        let mut after = After::default();
+        queue.push(at(Connected, 1), &mut after);
+        // The subscriber starts level with its source: the unread `Connected` too.
+        let subscriber = states.subscribe();
+        let clone = states.clone();
+        assert_eq!(states.subscribers(), 1);
+        for _ in 0..10 {
+            queue.push(at(Suspended, 1), &mut after);
+            queue.push(at(Reconnected, 1), &mut after);
+        }
+        queue.end(&mut after);
+        after.run();
+        let seen: Vec<_> = subscriber.iter().collect();
+        assert_eq!(seen.len(), 21);
+        assert_eq!(seen[0], at(Connected, 1));
+        // Clones share one queue: together they get each event once.
+        let (mut a, mut b) = (0, 0);
+        loop {
+            match (states.try_recv(), clone.try_recv()) {
+                (Err(_), Err(_)) => break,
+                (x, y) => {
+                    a += usize::from(x.is_ok());
+                    b += usize::from(y.is_ok());
+                }
+            }
+        }
+        assert_eq!(a + b, 21);
+        assert_eq!(
+            subscriber.recv_timeout(Timeout::Never),
+            Err(RecvTimeoutError::Disconnected)
+        );
+    }
+
+    #[test]
+    fn dropped_subscribers_leave_nothing_behind() {
+        use ConnectionState::*;
+        let queue = StateQueue::new();
+        let states = ConnectionStates::reading(Arc::clone(&queue));
+        for _ in 0..1000 {
+            let subscriber = states.subscribe();
+            let mut after = After::default();
+            queue.push(at(Suspended, 1), &mut after);
+            after.run();
+            assert_eq!(subscriber.try_recv(), Ok(at(Suspended, 1)));
+            assert_eq!(states.try_recv(), Ok(at(Suspended, 1)));
+        }
+        assert_eq!(states.subscribers(), 0);
+        // A subscriber of a subscriber is fed by the producer too (one flat list).
+        let first = states.subscribe();
+        let second = first.subscribe();
+        assert_eq!(states.subscribers(), 2);
+        drop(first);
+        let mut after = After::default();
+        queue.push(at(Reconnected, 1), &mut after);
+        after.run();
+        assert_eq!(
+            second.recv_timeout(Timeout::from(Duration::from_secs(1))),
+            Ok(at(Reconnected, 1))
+        );
+        drop(second);
+        assert_eq!(states.subscribers(), 0);
+        assert_eq!(states.try_recv(), Ok(at(Reconnected, 1)));
+        assert_eq!(
+            states.recv_timeout(Duration::from_millis(10)),
+            Err(RecvTimeoutError::Timeout)
+        );
     }
 
     #[test]

@@ -56,15 +56,20 @@ pub fn connection_states(zk: &ZooKeeper) -> ConnectionStates {
         reader: Arc::new(Reader {
             queue,
             follower: Some(follower),
+            origin: None,
         }),
         waiter: waiter_id(),
     }
 }
 
-/// Detaches a plain stream's follower once the last clone of the stream is gone.
+/// Detaches a plain stream's follower once the last clone of the stream, and of its
+/// subscribers, is gone.
 struct Reader {
     queue: Arc<StateQueue>,
     follower: Option<Arc<Follower<PlainTarget>>>,
+    /// A subscriber's: the reader of the queue that feeds it (kept alive, and so its
+    /// follower, as long as the subscriber lives).
+    origin: Option<Arc<Reader>>,
 }
 
 impl Drop for Reader {
@@ -79,8 +84,8 @@ impl Drop for Reader {
 /// [`ManagedZooKeeper::states`](crate::ManagedZooKeeper::states)): received blocking
 /// ([`recv`](Self::recv), [`recv_timeout`](Self::recv_timeout), [`iter`](Self::iter), a
 /// `for` loop), without waiting ([`try_recv`](Self::try_recv)), or asynchronously on any
-/// executor ([`next`](Self::next), [`futures_core::Stream`]). The errors are crossbeam's
-/// ([`crate::crossbeam_channel`]).
+/// executor ([`next`](Self::next), [`futures_core::Stream`]). The errors are
+/// [`crate::stream`]'s.
 ///
 /// - **Bounded**: at most 64 events are kept for a reader that does not read; beyond
 ///   that, the oldest `Suspended`/`Reconnected` pair is dropped (`Lost` and `NewSession`
@@ -89,7 +94,12 @@ impl Drop for Reader {
 ///   close on a managed client) every queued event is still received, then the end:
 ///   `recv` fails with `RecvError`, `recv_timeout` and `try_recv` with `Disconnected`,
 ///   `next().await` and the `Stream` yield `None`, the iterator stops.
-/// - **Clones** read the same queue: each event goes to one reader.
+/// - **Clones share the work**: a clone reads the same queue, so each event goes to one
+///   of the readers (for threads that split the handling).
+/// - **Subscribers see everything**: [`subscribe`](Self::subscribe) makes a second,
+///   independent reader that gets every event this one has not received yet and every
+///   later one, in its own queue bounded alike; dropping it (and its clones)
+///   unsubscribes.
 /// - **Wakers**: polled as a `Stream` (or with [`poll_recv`](Self::poll_recv)), a stream
 ///   value keeps one waker, the last given; each [`next`](Self::next) future keeps its
 ///   own until it completes or is dropped. Nothing a dropped reader gave stays.
@@ -103,7 +113,9 @@ pub struct ConnectionStates {
 }
 
 impl Clone for ConnectionStates {
-    /// A reader of the same queue, with its own place among the wakers.
+    /// A reader of the same queue, with its own place among the wakers: each event goes
+    /// to one of the clones (see [`subscribe`](ConnectionStates::subscribe) for a reader
+    /// that sees every event).
     fn clone(&self) -> ConnectionStates {
         ConnectionStates {
             reader: Arc::clone(&self.reader),
@@ -125,6 +137,7 @@ impl ConnectionStates {
             reader: Arc::new(Reader {
                 queue,
                 follower: None,
+                origin: None,
             }),
             waiter: waiter_id(),
         }
@@ -141,9 +154,43 @@ impl ConnectionStates {
     }
 
     /// Blocks until the next event, the end (`Disconnected`) or until `timeout` passes
-    /// (`Timeout`).
-    pub fn recv_timeout(&self, timeout: Duration) -> Result<ConnectionEvent, RecvTimeoutError> {
-        self.recv_until(Some(crate::reply::deadline_after(timeout)))
+    /// (`Timeout`); [`Timeout::Never`](crate::Timeout::Never) waits without a deadline (a
+    /// `Duration` converts).
+    pub fn recv_timeout(
+        &self,
+        timeout: impl Into<crate::Timeout>,
+    ) -> Result<ConnectionEvent, RecvTimeoutError> {
+        self.recv_until(timeout.into().deadline().instant())
+    }
+
+    /// A second, independent reader of this stream: it receives every event this stream
+    /// value has not received yet (what is queued for it now: the two start level, so
+    /// nothing falls between "queued before" and "pushed after"), then every later event,
+    /// in its own queue bounded as this one (64 events). Unlike a [`clone`](Clone), which
+    /// shares this queue (each event goes to one of the two), both see every event.
+    /// Dropping the subscriber (and its clones) unsubscribes; a subscriber keeps the
+    /// stream fed (a plain handle's follower stays while any reader lives).
+    pub fn subscribe(&self) -> ConnectionStates {
+        let origin = self
+            .reader
+            .origin
+            .clone()
+            .unwrap_or_else(|| Arc::clone(&self.reader));
+        ConnectionStates {
+            reader: Arc::new(Reader {
+                queue: self.queue().subscribe(),
+                follower: None,
+                origin: Some(origin),
+            }),
+            waiter: waiter_id(),
+        }
+    }
+
+    /// Subscribers the stream's producer feeds now, besides the stream it made.
+    // For tests: hidden from the docs, not covered by semver.
+    #[doc(hidden)]
+    pub fn subscribers(&self) -> usize {
+        self.queue().subscribers()
     }
 
     fn recv_until(&self, deadline: Option<Instant>) -> Result<ConnectionEvent, RecvTimeoutError> {

@@ -7,8 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use zookeeper_mt::crossbeam_channel::{Receiver, RecvTimeoutError};
-use zookeeper_mt::{CreateMode, SessionState, WatchedEvent, ZooKeeper};
+use zookeeper_mt::{CreateMode, Error, SessionEvents, SessionState, WatchedEvent, ZooKeeper};
 
 /// Upper bound for anything a test waits on (events, futures, threads). Generous: it is
 /// only reached when something is broken, and then the test fails instead of hanging.
@@ -58,7 +57,7 @@ pub use zk_harness::executor::{block_on, block_on_timeout, poll_once};
 /// Receives session events until one has `state`; returns every event seen (the last
 /// one has `state`). Panics after `timeout` or if the stream ends first.
 pub fn wait_for_state(
-    events: &Receiver<WatchedEvent>,
+    events: &SessionEvents,
     state: SessionState,
     timeout: Duration,
 ) -> Vec<WatchedEvent> {
@@ -74,31 +73,30 @@ pub fn wait_for_state(
                     return seen;
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {
+            Err(Error::Timeout) => {
                 panic!("no session event with state {state:?} within {timeout:?}; saw {seen:?}")
             }
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(Error::Closed) => {
                 panic!("session stream ended before state {state:?}; saw {seen:?}")
             }
+            Err(error) => panic!("waiting for state {state:?}: {error}; saw {seen:?}"),
         }
     }
 }
 
 /// Waits until the session event stream ends (the handle closed); returns the events seen.
-pub fn wait_for_stream_end(
-    events: &Receiver<WatchedEvent>,
-    timeout: Duration,
-) -> Vec<WatchedEvent> {
+pub fn wait_for_stream_end(events: &SessionEvents, timeout: Duration) -> Vec<WatchedEvent> {
     let deadline = Instant::now() + timeout;
     let mut seen = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match events.recv_timeout(left) {
             Ok(event) => seen.push(event),
-            Err(RecvTimeoutError::Disconnected) => return seen,
-            Err(RecvTimeoutError::Timeout) => {
+            Err(Error::Closed) => return seen,
+            Err(Error::Timeout) => {
                 panic!("session stream still open after {timeout:?}; saw {seen:?}")
             }
+            Err(error) => panic!("waiting for the stream's end: {error}; saw {seen:?}"),
         }
     }
 }

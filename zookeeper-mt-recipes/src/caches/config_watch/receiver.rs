@@ -153,6 +153,17 @@ impl Source<ConfigEvent> for Receiver {
         };
         Some(fork)
     }
+
+    /// A receiver of its own, as a clone is.
+    fn subscribe(&self) -> Arc<dyn Source<ConfigEvent>> {
+        self.fork().expect("a receiver always forks")
+    }
+
+    fn subscribers(&self) -> usize {
+        self.hub
+            .upgrade()
+            .map_or(0, |hub| hub.state.lock().receivers.len())
+    }
 }
 
 #[cfg(test)]
@@ -207,6 +218,11 @@ mod tests {
         assert_eq!(hub.state.lock().receivers.len(), 11);
         drop(clones);
         assert_eq!(hub.state.lock().receivers.len(), 1);
+        // A subscriber is a receiver of its own too.
+        let subscriber = kept.subscribe();
+        assert_eq!(kept.subscribers(), 2);
+        drop(subscriber);
+        assert_eq!(kept.subscribers(), 1);
         hub.publish(value(1));
         assert_eq!(kept.try_recv().map(version), Ok(1));
     }

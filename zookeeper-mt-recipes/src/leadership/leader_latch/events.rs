@@ -84,7 +84,7 @@ pub enum LeadershipEvent {
 pub(super) const EVENT_CAPACITY: usize = 64;
 
 /// Queued leadership events, bounded: see [`LeaderLatch::events`].
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct LeadershipBuffer {
     pub(super) queue: VecDeque<LeadershipEvent>,
 }

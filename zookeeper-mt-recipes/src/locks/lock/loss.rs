@@ -202,8 +202,8 @@ impl Shared {
                 Some(cx) => view.events.poll_recv(cx),
                 None => match view.events.try_recv() {
                     Ok(event) => Poll::Ready(Some(event)),
-                    Err(TryRecvError::Empty) => Poll::Pending,
-                    Err(TryRecvError::Disconnected) => Poll::Ready(None),
+                    Err(zookeeper_mt::stream::TryRecvError::Empty) => Poll::Pending,
+                    Err(zookeeper_mt::stream::TryRecvError::Disconnected) => Poll::Ready(None),
                 },
             };
             match next {

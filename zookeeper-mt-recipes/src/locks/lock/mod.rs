@@ -171,7 +171,7 @@ use crate::support::{
 };
 use crate::{NodeOptions, RetryPolicy};
 use crate::{RecipeError, Result};
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
