@@ -9,7 +9,8 @@
 //! (a watch notification counts), while the server's clock runs from the last *send*,
 //! and the C client's own pings are invisible here.
 //!
-//! Cost: one `Instant::now()` per submit, one atomic max per server reply.
+//! Cost: one read of the coarse monotonic clock per submit, one atomic max per server
+//! reply.
 
 use crate::client::ZooKeeper;
 use crate::in_flight::InFlight;
@@ -21,12 +22,68 @@ use std::time::{Duration, Instant};
 use zookeeper_mt_sys as sys;
 
 /// The process's time origin: instants are kept as nanoseconds after it.
-fn origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
+/// A submit instant: nanoseconds of the monotonic clock, read from its coarse variant
+/// (one tick, a few milliseconds, behind the precise clock, at a fraction of its cost).
+/// Reading early only moves the bound earlier: the safe direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Stamp(u64);
+
+/// The precise clock's `Instant` and the raw clock's reading together, to map stamps to
+/// instants. The raw reading is taken after the `Instant`, so a mapped stamp is never
+/// later than the instant it stands for.
+fn origin() -> (Instant, u64) {
+    static ORIGIN: OnceLock<(Instant, u64)> = OnceLock::new();
+    *ORIGIN.get_or_init(|| {
+        let instant = Instant::now();
+        (instant, raw_nanos(false))
+    })
 }
 
-/// Per handle: the latest submit instant of a request the server answered.
+#[cfg(target_os = "linux")]
+fn raw_nanos(coarse: bool) -> u64 {
+    let clock = if coarse {
+        libc::CLOCK_MONOTONIC_COARSE
+    } else {
+        libc::CLOCK_MONOTONIC
+    };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; both clocks exist on every Linux.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// Elsewhere: nanoseconds since a process-wide instant, from `Instant` (precise only).
+#[cfg(not(target_os = "linux"))]
+fn raw_nanos(_coarse: bool) -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Stamp {
+    /// The instant this stamp stands for (never later than the submit it was taken at).
+    fn to_instant(self) -> Instant {
+        let (instant, raw) = origin();
+        if self.0 >= raw {
+            instant + Duration::from_nanos(self.0 - raw)
+        } else {
+            instant
+                .checked_sub(Duration::from_nanos(raw - self.0))
+                .unwrap_or(instant)
+        }
+    }
+
+    #[cfg(test)]
+    fn later_by(self, by: Duration) -> Stamp {
+        Stamp(self.0 + u64::try_from(by.as_nanos()).unwrap())
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Liveness {
     /// Nanoseconds after [`origin`] plus one; 0: nothing answered yet.
@@ -35,19 +92,19 @@ pub(crate) struct Liveness {
 
 impl Liveness {
     /// Records that the server answered a request submitted at `sent` with `rc`.
-    pub(crate) fn heard(&self, sent: Instant, rc: i32) {
+    pub(crate) fn heard(&self, sent: Stamp, rc: i32) {
         if !answered_by_server(rc) {
             return;
         }
-        let nanos = sent.saturating_duration_since(origin()).as_nanos();
-        let stamp = u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1;
-        self.confirmed.fetch_max(stamp, Ordering::AcqRel);
+        // 0 stands for "never": a stamp is stored plus one.
+        self.confirmed
+            .fetch_max(sent.0.saturating_add(1), Ordering::AcqRel);
     }
 
     pub(crate) fn confirmed(&self) -> Option<Instant> {
         match self.confirmed.load(Ordering::Acquire) {
             0 => None,
-            stamp => Some(origin() + Duration::from_nanos(stamp - 1)),
+            stamp => Some(Stamp(stamp - 1).to_instant()),
         }
     }
 }
@@ -71,10 +128,9 @@ fn answered_by_server(rc: i32) -> bool {
 
 /// The instant a request is stamped with (before it is handed to C, so no later than
 /// its send).
-pub(crate) fn stamp() -> Instant {
-    let now = Instant::now();
-    let _ = origin(); // set before any stamp, so no stamp precedes it
-    now
+pub(crate) fn stamp() -> Stamp {
+    let _ = origin(); // taken before any stamp, so no stamp precedes it
+    Stamp(raw_nanos(true))
 }
 
 impl ZooKeeper {
@@ -158,13 +214,25 @@ mod tests {
         let liveness = Liveness::default();
         assert_eq!(liveness.confirmed(), None);
         let first = stamp();
-        let second = first + Duration::from_millis(5);
+        let second = first.later_by(Duration::from_millis(5));
         liveness.heard(second, sys::ZOK);
         liveness.heard(first, sys::ZNONODE);
-        assert_eq!(liveness.confirmed(), Some(second));
+        assert_eq!(liveness.confirmed(), Some(second.to_instant()));
         // Made up by the client: no news of the server.
-        liveness.heard(second + Duration::from_secs(1), sys::ZCONNECTIONLOSS);
-        liveness.heard(second + Duration::from_secs(1), sys::ZCLOSING);
-        assert_eq!(liveness.confirmed(), Some(second));
+        liveness.heard(
+            second.later_by(Duration::from_secs(1)),
+            sys::ZCONNECTIONLOSS,
+        );
+        liveness.heard(second.later_by(Duration::from_secs(1)), sys::ZCLOSING);
+        assert_eq!(liveness.confirmed(), Some(second.to_instant()));
+    }
+
+    #[test]
+    fn a_stamp_is_never_later_than_its_instant() {
+        for _ in 0..1_000 {
+            let stamp = stamp();
+            let after = Instant::now();
+            assert!(stamp.to_instant() <= after);
+        }
     }
 }

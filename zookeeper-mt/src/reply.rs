@@ -141,7 +141,7 @@ pub(crate) struct Fulfiller {
     slot: Arc<ReplySlot>,
     permit: Option<Permit>,
     /// When the request was submitted (see `liveness.rs`).
-    sent: std::time::Instant,
+    sent: crate::liveness::Stamp,
 }
 
 impl Fulfiller {
