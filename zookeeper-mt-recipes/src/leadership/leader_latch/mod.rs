@@ -155,7 +155,8 @@ use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::nodes::{guid, sequence_in_range, sequence_of};
 use crate::runtime::driver::on_driver_thread;
-use crate::runtime::{block_on, until, StopSignal, Task};
+use crate::asynchronous::owner::SharedTask;
+use crate::runtime::{block_on, until, StopSignal};
 use crate::support::{
     check_base_path, create_dir_async, delete_in_background, members, withdraw_tagged_in_background,
 };
@@ -278,12 +279,15 @@ impl LatchBuilder {
 }
 
 /// A participant in a leader election (see the [module docs](self)). Dropping it (or
-/// [`close`](Self::close)) leaves the election. `Send + Sync`.
+/// [`close`](Self::close)) leaves the election. `Send + Sync` and cheap to clone: clones
+/// are one participant (one node, one task, one event stream); dropping the last clone
+/// leaves the election, and `close` on any clone leaves it for all.
+#[derive(Clone)]
 pub struct LeaderLatch {
     shared: Arc<Shared>,
     events: EventStream<LeadershipEvent>,
     commands: Arc<Commands>,
-    task: Option<Task>,
+    task: SharedTask,
     config: Arc<Config>,
     client: Client,
 }
@@ -371,7 +375,7 @@ impl LeaderLatch {
             shared,
             events: EventStream::new(queue),
             commands,
-            task: Some(task),
+            task: SharedTask::new(task),
             config,
             client,
         })
@@ -562,18 +566,8 @@ impl LeaderLatch {
     /// `close` waits for the task's end (not where blocking is refused: there it returns
     /// at once); a drop asks the task to stop and returns at once, the task withdrawing
     /// the node on the driver.
-    pub fn close(mut self) {
-        if let Some(task) = self.task.take() {
-            task.stop_and_join();
-        }
-    }
-}
-
-impl Drop for LeaderLatch {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.cancel();
-        }
+    pub fn close(self) {
+        self.task.stop_and_join();
     }
 }
 
