@@ -25,11 +25,6 @@ impl SharedTask {
         SharedTask(Arc::new(CancelOnDrop(task)))
     }
 
-    /// The task, for its non-ending calls (`is_finished`, `stop`).
-    pub(crate) fn task(&self) -> &Task {
-        &self.0 .0
-    }
-
     /// Stops the task and waits for its end (see [`Task::join`]).
     pub(crate) fn stop_and_join(&self) {
         self.0 .0.stop_and_join();

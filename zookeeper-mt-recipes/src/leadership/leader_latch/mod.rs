@@ -139,6 +139,7 @@
 mod events;
 mod guard;
 mod layout;
+mod run;
 mod shared;
 mod worker;
 
@@ -259,22 +260,6 @@ impl LatchBuilder {
     /// node data limit.
     pub fn build(self, client: impl Into<Client>) -> Result<LeaderLatch> {
         LeaderLatch::start_with(client.into(), self)
-    }
-
-    /// Joins, waits up to `timeout` for leadership, runs `work` as leader, then leaves
-    /// the election (the next participant leads), like kazoo's `Election.run`. On a
-    /// timeout the latch leaves too (`Err(Timeout)`): nothing stays registered.
-    pub fn run_once<T>(
-        self,
-        client: impl Into<Client>,
-        timeout: Duration,
-        work: impl FnOnce(&LeadershipGuard) -> T,
-    ) -> Result<T> {
-        let latch = self.build(client)?;
-        let guard = latch.await_leadership(timeout);
-        let result = guard.map(|guard| work(&guard));
-        latch.close();
-        result
     }
 }
 
@@ -451,22 +436,6 @@ impl LeaderLatch {
         until(deadline, leading)
             .await
             .unwrap_or(Err(RecipeError::Timeout))
-    }
-
-    /// Waits up to `timeout` for leadership, runs `work` with the term's guard, then
-    /// relinquishes the term (if it still lasts): the next participant leads and this
-    /// latch joins again at the back. `work` should watch the guard
-    /// ([`is_lost`](LeadershipGuard::is_lost), [`lost`](LeadershipGuard::lost)) and stop
-    /// acting once leadership is lost; it is not interrupted.
-    pub fn run_while_leader<T>(
-        &self,
-        timeout: Duration,
-        work: impl FnOnce(&LeadershipGuard) -> T,
-    ) -> Result<T> {
-        let guard = self.await_leadership(timeout)?;
-        let result = work(&guard);
-        guard.relinquish()?;
-        Ok(result)
     }
 
     /// Ends the current term if the latch leads (see [`LeadershipGuard::relinquish`]);
