@@ -40,8 +40,12 @@ impl Wake for Flag {
 macro_rules! owned {
     ($recipe:expr, |$r:ident| $call:expr) => {{
         let $r = $recipe.clone();
-        Box::pin(async move { $call.await }) as Pin<Box<dyn Future<Output = _> + Send>>
+        boxed(async move { $call.await })
     }};
+}
+
+fn boxed<F: Future + Send + 'static>(future: F) -> Pin<Box<dyn Future<Output = F::Output> + Send>> {
+    Box::pin(future)
 }
 
 /// Polls `future` once: whether it was ready (its output dropped).
