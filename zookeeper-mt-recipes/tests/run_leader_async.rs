@@ -211,9 +211,8 @@ fn dropping_run_while_leader_async_relinquishes_the_term() {
     let path = unique_path("run-async-drop-while");
     let (zk, other_zk) = (connect(), connect());
     let latch = LeaderLatch::builder(&path).id("first").build(&zk).unwrap();
-    let guard = latch.await_leadership(T).unwrap();
-    guard.relinquish().unwrap();
-    // `latch` is in line again behind nobody: it leads again at once.
+    // `latch` leads before the other joins: its run gets this term at once.
+    latch.await_leadership(T).unwrap();
     let other = LeaderLatch::builder(&path).id("second").build(&other_zk).unwrap();
     let started = Arc::new(AtomicBool::new(false));
     let mut run: Run<()> = {
