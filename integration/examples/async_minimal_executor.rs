@@ -81,9 +81,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             join(hold(lock.clone(), "task 1"), hold(lock.clone(), "task 2")).await;
         first?;
         second?;
-        let election =
-            LeaderElection::new_async(&zk, &format!("{base}/election"), b"main").await?;
-        election.wait_until_leader_async(Duration::from_secs(30)).await?;
+        let election = LeaderElection::new_async(&zk, &format!("{base}/election"), b"main").await?;
+        election
+            .wait_until_leader_async(Duration::from_secs(30))
+            .await?;
         println!("leading: {}", election.is_leader_async().await?);
         election.resign_async().await?;
         Ok::<_, zookeeper_mt_recipes::RecipeError>(())

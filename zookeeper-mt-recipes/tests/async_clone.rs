@@ -14,9 +14,7 @@ use zookeeper_mt_recipes::locks::{
     LeaseSemaphore, Lock, MultiLock, ReadWriteLock, ReentrantLock, Semaphore,
 };
 use zookeeper_mt_recipes::nodes::{Group, GroupMember, PersistentNode};
-use zookeeper_mt_recipes::queues::{
-    BoundedQueue, DelayedQueue, PriorityQueue, Queue, WorkQueue,
-};
+use zookeeper_mt_recipes::queues::{BoundedQueue, DelayedQueue, PriorityQueue, Queue, WorkQueue};
 use zookeeper_mt_recipes::shared::{AtomicLong, IdGenerator, KazooCounter, SharedCount};
 
 fn recipe<R: Clone + Send + Sync + 'static>() {}

@@ -66,7 +66,10 @@ fn a_waiting_acquire_completes_on_release_on_one_executor_thread() {
         assert!(lock.try_acquire_async().await.unwrap().is_none());
         first.release_async().await.unwrap();
         let second = second.await.unwrap();
-        assert!(lock.holder_async().await.unwrap().is_some(), "held by the second");
+        assert!(
+            lock.holder_async().await.unwrap().is_some(),
+            "held by the second"
+        );
         second.release_async().await.unwrap();
     });
     assert!(zk.get_children(&path).unwrap().is_empty());
@@ -242,5 +245,8 @@ fn async_timeouts_accept_timeout_never() {
     let zk = connect();
     let queue = Queue::new(&zk, &unique_path("async-never")).unwrap();
     queue.put(b"x").unwrap();
-    assert_eq!(block_on(owned!(queue, |q| q.take_async(Timeout::Never))).unwrap(), b"x");
+    assert_eq!(
+        block_on(owned!(queue, |q| q.take_async(Timeout::Never))).unwrap(),
+        b"x"
+    );
 }

@@ -554,7 +554,10 @@ fn clone_owned_by_a_task() {
         async move {
             // Id 2 is from the batch the original reserved.
             assert_eq!(ids.next_id_async().await.unwrap(), 2);
-            assert_eq!(ids.reserve_async(3, Duration::from_secs(5)).await.unwrap(), 3..6);
+            assert_eq!(
+                ids.reserve_async(3, Duration::from_secs(5)).await.unwrap(),
+                3..6
+            );
             ids.current_async().await.unwrap()
         }
     };

@@ -128,8 +128,14 @@ fn the_job_is_dropped_when_leadership_is_lost() {
     let zk = connect();
     let latch = LeaderLatch::builder(&path).id("leader").build(&zk).unwrap();
     let other_zk = connect();
-    let other = LeaderLatch::builder(&path).id("next").build(&other_zk).unwrap();
-    let (started, dropped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let other = LeaderLatch::builder(&path)
+        .id("next")
+        .build(&other_zk)
+        .unwrap();
+    let (started, dropped) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let running = {
         let (latch, started, dropped) = (latch.clone(), started.clone(), dropped.clone());
         thread::spawn(move || {
@@ -158,11 +164,16 @@ fn the_job_is_dropped_when_leadership_is_lost() {
         .join()
         .unwrap()
         .expect("the run did not end after the loss");
-    assert!(dropped.load(Ordering::SeqCst), "the job's future was not dropped");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the job's future was not dropped"
+    );
     assert!(
         matches!(
             outcome,
-            Err(RecipeError::Lost(LossReason::Leadership(_) | LossReason::Closed))
+            Err(RecipeError::Lost(
+                LossReason::Leadership(_) | LossReason::Closed
+            ))
         ),
         "{outcome:?}"
     );
@@ -201,7 +212,10 @@ fn dropping_run_once_async_withdraws_the_candidate() {
         observer.get_children(&path).unwrap().is_empty()
     });
     // Someone else leads at once.
-    let next = LeaderLatch::builder(&path).id("next").build(&observer).unwrap();
+    let next = LeaderLatch::builder(&path)
+        .id("next")
+        .build(&observer)
+        .unwrap();
     next.await_leadership(T).unwrap();
     next.close();
 }
@@ -213,7 +227,10 @@ fn dropping_run_while_leader_async_relinquishes_the_term() {
     let latch = LeaderLatch::builder(&path).id("first").build(&zk).unwrap();
     // `latch` leads before the other joins: its run gets this term at once.
     latch.await_leadership(T).unwrap();
-    let other = LeaderLatch::builder(&path).id("second").build(&other_zk).unwrap();
+    let other = LeaderLatch::builder(&path)
+        .id("second")
+        .build(&other_zk)
+        .unwrap();
     let started = Arc::new(AtomicBool::new(false));
     let mut run: Run<()> = {
         let (latch, started) = (latch.clone(), started.clone());
@@ -237,5 +254,7 @@ fn dropping_run_while_leader_async_relinquishes_the_term() {
     assert!(!term.is_leader(), "the dropped run's term still lasts");
     assert!(next.is_leader());
     // The latch itself stays in the election (behind the new leader).
-    wait_until("the latch back in line", || latch.status() == LatchStatus::Waiting);
+    wait_until("the latch back in line", || {
+        latch.status() == LatchStatus::Waiting
+    });
 }

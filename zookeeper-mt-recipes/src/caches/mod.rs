@@ -112,9 +112,9 @@ pub use config_watch::{ConfigEvent, ConfigWatch};
 pub use node::NodeCache;
 pub use tree::{TreeCache, TreeCacheBuilder};
 
+use crate::asynchronous::owner::SharedTask;
 use crate::error::LossReason;
 use crate::events::{EventQueue, EventStream};
-use crate::asynchronous::owner::SharedTask;
 use crate::{RecipeError, Result};
 use buffer::CacheBuffer;
 use parking_lot::{Mutex, RwLock};

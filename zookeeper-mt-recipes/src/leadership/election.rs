@@ -75,8 +75,8 @@ use crate::support::{
 };
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_mt::{Error, Timeout, ZooKeeper};
 
@@ -383,5 +383,3 @@ impl LeaderElection {
         delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
     }
 }
-
-

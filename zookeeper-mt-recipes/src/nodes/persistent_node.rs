@@ -302,7 +302,6 @@ impl PersistentNode {
     }
 }
 
-
 pub(super) fn check_data(data: &[u8]) -> Result<()> {
     if data.len() > zookeeper_mt::MAX_DATA_LEN {
         return Err(RecipeError::InvalidArgument(

@@ -43,9 +43,7 @@ impl AnyQueue {
         match kind {
             Kind::Fifo => AnyQueue::Fifo(Queue::new(zk, path).unwrap()),
             Kind::Priority => AnyQueue::Priority(PriorityQueue::new(zk, path).unwrap()),
-            Kind::Bounded => {
-                AnyQueue::Bounded(BoundedQueue::new(zk, path, BOUND).unwrap())
-            }
+            Kind::Bounded => AnyQueue::Bounded(BoundedQueue::new(zk, path, BOUND).unwrap()),
             Kind::Delayed => AnyQueue::Delayed(DelayedQueue::new(zk, path).unwrap()),
         }
     }

@@ -150,13 +150,13 @@ pub use layout::*;
 use shared::*;
 use worker::*;
 
+use crate::asynchronous::owner::SharedTask;
 use crate::error::LossReason;
 use crate::events::{Buffer, EventQueue, EventStream};
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::nodes::{guid, sequence_in_range, sequence_of};
 use crate::runtime::driver::on_driver_thread;
-use crate::asynchronous::owner::SharedTask;
 use crate::runtime::{block_on, until, StopSignal};
 use crate::support::{
     check_base_path, create_dir_async, delete_in_background, members, withdraw_tagged_in_background,

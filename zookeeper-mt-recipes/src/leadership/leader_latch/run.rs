@@ -118,7 +118,9 @@ impl LeaderLatch {
                 guard.relinquish_async().await?;
                 Ok(value)
             }
-            None => guard.check().and(Err(RecipeError::Lost(LossReason::Closed))),
+            None => guard
+                .check()
+                .and(Err(RecipeError::Lost(LossReason::Closed))),
         }
     }
 }

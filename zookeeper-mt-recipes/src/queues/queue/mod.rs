@@ -141,8 +141,8 @@ use crate::support::{
 use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_mt::{
     CreateMode, Error, Op, OpResult, Timeout, Version, Watch, WatchedEvent, ZooKeeper,
