@@ -178,6 +178,7 @@ fn follower_futures_are_send(
     group: &Group,
     member: &GroupMember,
     node: &PersistentNode,
+    config: &ConfigWatch,
 ) {
     on_clone!(latch, |l| l.await_leadership_async(T));
     on_clone!(latch, |l| l.relinquish_async());
@@ -195,6 +196,7 @@ fn follower_futures_are_send(
     on_clone!(group, |g| g.wait_initialized_async(T));
     on_clone!(member.group(), |g| g.wait_initialized_async(T));
     on_clone!(node, |n| n.wait_created_async(T));
+    on_clone!(config, |c| c.next_async(T));
 }
 
 fn constructors_are_send(zk: &zookeeper_mt::ZooKeeper) {

@@ -124,8 +124,9 @@ impl ConfigEvent {
 pub struct ConfigWatch {
     path: String,
     hub: Arc<Hub>,
-    /// The watch's own receiver, behind `next` and `latest`.
-    own: EventStream<ConfigEvent>,
+    /// The watch's own receiver, behind `next` and `latest`: one for all clones (a
+    /// config receiver's clone would be a receiver of its own).
+    own: Arc<EventStream<ConfigEvent>>,
     task: Arc<Running>,
     end: Arc<Mutex<Option<RecipeError>>>,
 }
@@ -187,7 +188,7 @@ impl ConfigWatch {
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ConfigWatch {
             path: path.to_string(),
-            own: hub.subscribe(),
+            own: Arc::new(hub.subscribe()),
             task: Arc::new(Running {
                 task,
                 hub: Arc::clone(&hub),
@@ -238,6 +239,19 @@ impl ConfigWatch {
             Err(RecvTimeoutError::Disconnected) => Err(self
                 .end_reason()
                 .unwrap_or(RecipeError::Lost(LossReason::Closed))),
+        }
+    }
+
+    /// [`next`](Self::next), async: no thread waits for it, on any thread; dropped, it
+    /// takes no state (the next call gets it).
+    pub async fn next_async(&self, timeout: impl Into<Timeout>) -> Result<ConfigEvent> {
+        let deadline = timeout.into().deadline();
+        match crate::runtime::until(deadline, self.own.next()).await {
+            Some(Some(event)) => Ok(event),
+            Some(None) => Err(self
+                .end_reason()
+                .unwrap_or(RecipeError::Lost(LossReason::Closed))),
+            None => Err(RecipeError::Timeout),
         }
     }
 
