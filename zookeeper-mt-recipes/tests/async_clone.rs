@@ -169,6 +169,7 @@ fn coordination_futures_are_send(
     on_clone!(ids, |g| g.current_async());
 }
 
+#[allow(clippy::too_many_arguments)]
 fn follower_futures_are_send(
     latch: &LeaderLatch,
     election: &LeaderElection,

@@ -52,8 +52,10 @@
 //! took is put back at the tail (with its priority or due time for the priority and
 //! delayed queues), on a new session made like the old one if the taking session ended
 //! meanwhile. So `select!`-ing a take against a shutdown signal loses nothing.
-//! [`run_while_leader_async`](crate::leadership::leader_latch::LatchBuilder::run_while_leader_async)
-//! dropped relinquishes leadership and withdraws the candidate.
+//! A dropped [`run_while_leader_async`](crate::leadership::LeaderLatch::run_while_leader_async)
+//! drops its job and relinquishes the term; a dropped
+//! [`run_once_async`](crate::leadership::leader_latch::LatchBuilder::run_once_async) also
+//! withdraws the candidate.
 //!
 //! # Not covered
 //! [`ReentrantLock`](crate::locks::reentrant_lock::ReentrantLock) has no async form and

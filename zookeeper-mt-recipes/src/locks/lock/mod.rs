@@ -306,7 +306,7 @@ pub struct Lock {
     layout: LockLayout,
     /// What this value's guards know of their session (and its generation), made by the
     /// first acquisition on each session.
-    shared: Arc<Mutex<Option<(u64, Arc<Shared>)>>>,
+    shared: Arc<Mutex<Option<SessionShared>>>,
     wakeups: Arc<AtomicU64>,
     waiting: Arc<AtomicU64>,
 }
@@ -316,6 +316,9 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock").field("path", &self.dir).finish()
     }
 }
+
+/// What a value's guards share on one session: the session's generation and the state.
+type SessionShared = (u64, Arc<Shared>);
 
 /// How an acquisition waits.
 #[derive(Clone, Copy)]
