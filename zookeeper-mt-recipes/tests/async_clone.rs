@@ -210,3 +210,84 @@ fn constructors_are_send(zk: &zookeeper_mt::ZooKeeper) {
             .await;
     }));
 }
+
+mod served {
+    //! Against a real server: a clone is the same value, so dropping one clone stops
+    //! nothing; the last one's drop does what the value's drop did.
+
+    use super::T;
+    use std::time::Duration;
+    use zk_harness::testing::{unique_path, wait_until};
+    use zookeeper_mt::ZooKeeper;
+    use zookeeper_mt_recipes::barriers::DoubleBarrier;
+    use zookeeper_mt_recipes::caches::NodeCache;
+    use zookeeper_mt_recipes::leadership::LeaderElection;
+    use zookeeper_mt_recipes::nodes::PersistentNode;
+
+    fn connect() -> ZooKeeper {
+        let servers = zk_harness::shared_test_connect_string();
+        ZooKeeper::connect(&servers, Duration::from_secs(10)).expect("connect")
+    }
+
+    fn children(zk: &ZooKeeper, path: &str) -> usize {
+        zk.get_children(path).map_or(0, |c| c.len())
+    }
+
+    #[test]
+    fn the_last_clone_ends_what_the_value_holds() {
+        let (zk, observer) = (connect(), connect());
+        let wait = Duration::from_secs(60);
+
+        let node_path = unique_path("clone-node");
+        let node = PersistentNode::new(&zk, &node_path, b"x").unwrap();
+        node.wait_created(wait).unwrap();
+        let node_clone = node.clone();
+        drop(node);
+        assert!(observer.exists(&node_path).unwrap().is_some());
+        node_clone.wait_created(T).unwrap();
+        drop(node_clone);
+        wait_until("the node deleted by the last clone's drop", wait, || {
+            observer.exists(&node_path).unwrap().is_none()
+        });
+
+        let dir = unique_path("clone-election");
+        let election = LeaderElection::new(&zk, &dir, b"me").unwrap();
+        let election_clone = election.clone();
+        drop(election);
+        assert_eq!(children(&observer, &dir), 1, "a clone's drop resigned");
+        assert!(election_clone.is_leader().unwrap());
+        drop(election_clone);
+        wait_until("the candidate withdrawn by the last drop", wait, || {
+            children(&observer, &dir) == 0
+        });
+
+        let barrier_dir = unique_path("clone-double");
+        let alone = DoubleBarrier::new(&zk, &barrier_dir, 1).unwrap();
+        alone.enter(wait).unwrap();
+        // Its participant node and the round's ready node.
+        let entered = children(&observer, &barrier_dir);
+        let alone_clone = alone.clone();
+        drop(alone);
+        assert_eq!(
+            children(&observer, &barrier_dir),
+            entered,
+            "a clone's drop withdrew"
+        );
+        assert!(
+            alone_clone.node().is_some(),
+            "the clone is the entered participant"
+        );
+        drop(alone_clone);
+        wait_until("the participant withdrawn by the last drop", wait, || {
+            children(&observer, &barrier_dir) == entered - 1
+        });
+
+        let cache_path = unique_path("clone-cache");
+        let cache = NodeCache::new(&zk, &cache_path).unwrap();
+        cache.wait_initialized(wait).unwrap();
+        let cache_clone = cache.clone();
+        drop(cache);
+        assert!(cache_clone.is_running(), "a clone's drop stopped the cache");
+        drop(cache_clone);
+    }
+}
