@@ -258,3 +258,22 @@ fn dropping_run_while_leader_async_relinquishes_the_term() {
         latch.status() == LatchStatus::Waiting
     });
 }
+
+#[test]
+fn run_once_async_returns_the_jobs_output_and_leaves() {
+    let path = unique_path("run-async-once");
+    let (zk, observer) = (connect(), connect());
+    let run = LeaderLatch::builder(&path)
+        .id("once")
+        .run_once_async(zk, T, |guard| async move {
+            assert!(guard.is_leader());
+            guard.token()
+        });
+    let token = block_on_timeout(run, T)
+        .expect("the run did not end")
+        .unwrap();
+    assert!(token > 0);
+    wait_until("the candidate's node withdrawn", || {
+        observer.get_children(&path).unwrap().is_empty()
+    });
+}

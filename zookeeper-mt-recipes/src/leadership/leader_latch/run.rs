@@ -41,7 +41,9 @@ impl LatchBuilder {
         let timeout = timeout.into();
         // Dropped with this future (the only handle), the latch leaves the election.
         let latch = self.build(client)?;
-        let result = latch.run_leading(timeout, work).await;
+        // No relinquish after the job: the latch's drop ends the term and deletes the
+        // node (in the background), rather than a new node joining only to be deleted.
+        let result = latch.run_leading(timeout, work, false).await;
         drop(latch);
         result
     }
@@ -91,10 +93,12 @@ impl LeaderLatch {
         F: FnOnce(LeadershipGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        self.run_leading(timeout.into(), work).await
+        self.run_leading(timeout.into(), work, true).await
     }
 
-    async fn run_leading<T, F, Fut>(&self, timeout: Timeout, work: F) -> Result<T>
+    /// Awaits leadership, runs the job against the term's end, then relinquishes the
+    /// term if `relinquish` (else the caller leaves the election).
+    async fn run_leading<T, F, Fut>(&self, timeout: Timeout, work: F, relinquish: bool) -> Result<T>
     where
         F: FnOnce(LeadershipGuard) -> Fut,
         Fut: Future<Output = T>,
@@ -115,7 +119,9 @@ impl LeaderLatch {
         relinquish_on_drop.term = None;
         match outcome {
             Some(value) => {
-                guard.relinquish_async().await?;
+                if relinquish {
+                    guard.relinquish_async().await?;
+                }
                 Ok(value)
             }
             None => guard
