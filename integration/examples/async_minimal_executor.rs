@@ -14,7 +14,6 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 use zookeeper_mt::ZooKeeper;
-use zookeeper_mt_recipes::asynchronous::Async;
 use zookeeper_mt_recipes::leadership::LeaderElection;
 use zookeeper_mt_recipes::locks::Lock;
 
@@ -64,8 +63,8 @@ async fn join<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     .await
 }
 
-async fn hold(lock: Async<Lock>, who: &str) -> zookeeper_mt_recipes::Result<()> {
-    let guard = lock.acquire(Duration::from_secs(30)).await?;
+async fn hold(lock: Lock, who: &str) -> zookeeper_mt_recipes::Result<()> {
+    let guard = lock.acquire_async(Duration::from_secs(30)).await?;
     println!("{who} holds the lock ({})", guard.node());
     guard.release_async().await?;
     println!("{who} released it");
@@ -76,18 +75,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hosts = zookeeper_testing::Hosts::from_env_or_start(zookeeper_testing::HOSTS_ENV)?;
     let zk = ZooKeeper::connect(&hosts.connect_string(), Duration::from_secs(10))?;
     let base = format!("/async-minimal-{}", std::process::id());
-    let lock = Async::new(Lock::new(&zk, &format!("{base}/lock"))?);
+    let lock = Lock::new(&zk, &format!("{base}/lock"))?;
     block_on(async {
         let (first, second) =
             join(hold(lock.clone(), "task 1"), hold(lock.clone(), "task 2")).await;
         first?;
         second?;
-        let election =
-            Async::<LeaderElection>::new_async(&zk, &format!("{base}/election"), b"main".to_vec())
-                .await?;
-        election.wait_until_leader(Duration::from_secs(30)).await?;
-        println!("leading: {}", election.is_leader().await?);
-        election.resign().await?;
+        let election = LeaderElection::new_async(&zk, &format!("{base}/election"), b"main").await?;
+        election
+            .wait_until_leader_async(Duration::from_secs(30))
+            .await?;
+        println!("leading: {}", election.is_leader_async().await?);
+        election.resign_async().await?;
         Ok::<_, zookeeper_mt_recipes::RecipeError>(())
     })?;
     Ok(())

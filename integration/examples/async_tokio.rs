@@ -10,7 +10,6 @@
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use zookeeper_mt::{Timeout, ZooKeeper};
-use zookeeper_mt_recipes::asynchronous::Async;
 use zookeeper_mt_recipes::locks::Lock;
 use zookeeper_mt_recipes::queues::Queue;
 
@@ -25,8 +24,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     zk.create_async(&base, b"0", zookeeper_mt::CreateMode::Persistent)
         .await?;
 
-    let jobs = Async::new(Queue::new(&zk, &format!("{base}/jobs"))?);
-    let report = Async::new(Lock::new(&zk, &format!("{base}/report-lock"))?);
+    let jobs = Queue::new(&zk, &format!("{base}/jobs"))?;
+    let report = Lock::new(&zk, &format!("{base}/report-lock"))?;
     let (shutdown, stopping) = watch::channel(false);
     let (finished, mut finishing) = mpsc::unbounded_channel();
 
@@ -40,10 +39,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 loop {
                     // A take dropped by `select!` puts an item it got back: none is lost.
                     let job = tokio::select! {
-                        job = jobs.take(Timeout::Never) => job?,
+                        job = jobs.take_async(Timeout::Never) => job?,
                         _ = stopping.changed() => return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(done),
                     };
-                    let guard = report.acquire(Duration::from_secs(30)).await?;
+                    let guard = report.acquire_async(Duration::from_secs(30)).await?;
                     // Read-modify-write of the report, protected by the lock.
                     let (count, _) = zk.get_async(&base).await?;
                     let count: u64 = String::from_utf8_lossy(&count).parse()?;
@@ -58,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
 
     for i in 0..JOBS {
-        jobs.put(format!("job {i}")).await?;
+        jobs.put_async(format!("job {i}").as_bytes()).await?;
     }
     // Once every job is done, stop the workers (idle in `take`).
     for _ in 0..JOBS {
@@ -73,7 +72,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{total} jobs done by {WORKERS} workers, report says {}; {} left in the queue",
         String::from_utf8_lossy(&count),
-        jobs.len().await?
+        jobs.len_async().await?
     );
     assert_eq!(total, JOBS);
     assert_eq!(String::from_utf8_lossy(&count), JOBS.to_string());

@@ -102,6 +102,7 @@ use crate::support::{
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_mt::{Error, Timeout, ZooKeeper};
 
@@ -291,14 +292,32 @@ impl Drop for Busy<'_> {
 
 /// A double barrier for `count` participants (see the [module docs](self)). One value
 /// is one participant; it may be used from any thread, one `enter` or `leave` at a
-/// time: a call made while another is in progress fails with `InvalidArgument`.
-#[derive(Debug)]
+/// time: a call made while another is in progress fails with `InvalidArgument`. Cheap
+/// to clone: clones are that one participant (as threads sharing a `&DoubleBarrier`
+/// are); the last one's drop withdraws its node if entered.
+#[derive(Debug, Clone)]
 pub struct DoubleBarrier {
     client: Client,
     dir: String,
     count: usize,
     nodes: NodeOptions,
+    state: Arc<SharedParticipant>,
+}
+
+/// The participant of a value and its clones.
+#[derive(Debug)]
+struct SharedParticipant {
     state: Mutex<Participant>,
+    client: Client,
+    dir: String,
+}
+
+impl std::ops::Deref for SharedParticipant {
+    type Target = Mutex<Participant>;
+
+    fn deref(&self) -> &Mutex<Participant> {
+        &self.state
+    }
 }
 
 impl DoubleBarrier {
@@ -320,12 +339,17 @@ impl DoubleBarrier {
             ));
         }
         check_base_path(path)?;
+        let client = client.into();
         Ok(DoubleBarrier {
-            client: client.into(),
+            client: client.clone(),
             dir: path.to_string(),
             count,
             nodes: NodeOptions::default(),
-            state: Mutex::new(Participant::default()),
+            state: Arc::new(SharedParticipant {
+                state: Mutex::new(Participant::default()),
+                client,
+                dir: path.to_string(),
+            }),
         })
     }
 
@@ -631,12 +655,13 @@ impl DoubleBarrier {
     }
 }
 
-impl Drop for DoubleBarrier {
+impl Drop for SharedParticipant {
     /// A participant dropped while entered withdraws its node: the delete is sent and
     /// settled in the background; the drop never waits for it.
     fn drop(&mut self) {
         if let Some(entered) = self.state.get_mut().entered.take() {
-            delete_on_drop(&self.zk(), &self.child(&entered.name));
+            let path = format!("{}/{}", self.dir, entered.name);
+            delete_on_drop(&self.client.session().zk, &path);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Coordination recipes built only on the safe client (`zookeeper-mt`), never on the
 //! raw bindings: blocking APIs with timeouts, thread-safe, typed errors, and an async
-//! form of every blocking call for any executor (`*_async` methods on the recipe types,
-//! and the `Async` wrapper).
+//! form of every blocking call for any executor (`*_async` methods on the recipe types;
+//! every recipe type is cheap to clone, so a task owns a clone: see [`asynchronous`]).
 //!
 //! | recipe | types | from |
 //! |---|---|---|
@@ -94,7 +94,6 @@ pub(crate) mod runtime;
 pub mod shared;
 pub(crate) mod support;
 
-pub use asynchronous::{Async, RecipeFuture};
 pub use barriers::{Barrier, DoubleBarrier};
 pub use caches::{ChildrenCache, ConfigWatch, NodeCache, TreeCache};
 pub use error::{LossReason, OptionalExtension, RecipeError, Result};

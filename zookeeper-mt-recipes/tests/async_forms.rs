@@ -1,15 +1,16 @@
 //! The async forms of the recipes against a real server, driven by a minimal executor
-//! (no runtime): waiting calls occupy no executor thread, a dropped take puts its item
-//! back, a dropped acquire releases what it acquired.
+//! (no runtime), each pending call on a clone its `'static` future owns: waiting calls
+//! occupy no executor thread, a dropped take puts its item back, a dropped acquire
+//! withdraws its request.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 use zk_harness::executor::block_on;
 use zk_harness::testing::{unique_path, wait_until};
 use zookeeper_mt::{Timeout, ZooKeeper};
-use zookeeper_mt_recipes::asynchronous::{unblock, Async};
 use zookeeper_mt_recipes::leadership::LeaderElection;
 use zookeeper_mt_recipes::locks::Lock;
 use zookeeper_mt_recipes::queues::PriorityQueue;
@@ -34,6 +35,19 @@ impl Wake for Flag {
     }
 }
 
+/// `$call` on a clone of `$recipe` that the returned `Send + 'static` future owns (the
+/// way a spawned task uses a recipe).
+macro_rules! owned {
+    ($recipe:expr, |$r:ident| $call:expr) => {{
+        let $r = $recipe.clone();
+        boxed(async move { $call.await })
+    }};
+}
+
+fn boxed<F: Future + Send + 'static>(future: F) -> Pin<Box<dyn Future<Output = F::Output> + Send>> {
+    Box::pin(future)
+}
+
 /// Polls `future` once: whether it was ready (its output dropped).
 fn poll_once<F: Future + Unpin>(future: &mut F) -> bool {
     zk_harness::executor::poll_once(future).is_ready()
@@ -43,16 +57,19 @@ fn poll_once<F: Future + Unpin>(future: &mut F) -> bool {
 fn a_waiting_acquire_completes_on_release_on_one_executor_thread() {
     let zk = connect();
     let path = unique_path("async-lock");
-    let lock = Async::new(Lock::new(&zk, &path).unwrap());
+    let lock = Lock::new(&zk, &path).unwrap();
     block_on(async {
-        let first = lock.acquire(T).await.unwrap();
+        let first = lock.acquire_async(T).await.unwrap();
         // The second acquire waits on a worker: polling it does not block this thread.
-        let mut second = lock.acquire(T);
+        let mut second = owned!(lock, |l| l.acquire_async(T));
         assert!(!poll_once(&mut second), "the lock is held");
-        assert!(lock.try_acquire().await.unwrap().is_none());
+        assert!(lock.try_acquire_async().await.unwrap().is_none());
         first.release_async().await.unwrap();
         let second = second.await.unwrap();
-        assert!(lock.holder().await.unwrap().is_some(), "held by the second");
+        assert!(
+            lock.holder_async().await.unwrap().is_some(),
+            "held by the second"
+        );
         second.release_async().await.unwrap();
     });
     assert!(zk.get_children(&path).unwrap().is_empty());
@@ -62,12 +79,12 @@ fn a_waiting_acquire_completes_on_release_on_one_executor_thread() {
 fn a_timed_out_wait_is_a_timeout_error() {
     let zk = connect();
     let path = unique_path("async-timeout");
-    let lock = Async::new(Lock::new(&zk, &path).unwrap());
+    let lock = Lock::new(&zk, &path).unwrap();
     let holder = Lock::new(&zk, &path).unwrap().acquire(T).unwrap();
-    let waited = block_on(lock.acquire(Duration::from_millis(200)));
+    let waited = block_on(owned!(lock, |l| l.acquire_async(Duration::from_millis(200))));
     assert!(matches!(waited, Err(RecipeError::Timeout)), "{waited:?}");
-    let queue = Async::new(Queue::new(&zk, &unique_path("async-empty")).unwrap());
-    let taken = block_on(queue.take(Duration::from_millis(200)));
+    let queue = Queue::new(&zk, &unique_path("async-empty")).unwrap();
+    let taken = block_on(owned!(queue, |q| q.take_async(Duration::from_millis(200))));
     assert!(matches!(taken, Err(RecipeError::Timeout)), "{taken:?}");
     holder.release().unwrap();
 }
@@ -76,9 +93,9 @@ fn a_timed_out_wait_is_a_timeout_error() {
 fn a_dropped_acquire_releases_the_lock_it_got() {
     let zk = connect();
     let path = unique_path("async-dropped-acquire");
-    let lock = Async::new(Lock::new(&zk, &path).unwrap());
+    let lock = Lock::new(&zk, &path).unwrap();
     let holder = Lock::new(&zk, &path).unwrap().acquire(T).unwrap();
-    let mut waiting = lock.acquire(T);
+    let mut waiting = owned!(lock, |l| l.acquire_async(T));
     assert!(!poll_once(&mut waiting));
     drop(waiting);
     // The acquire goes on without its future, gets the lock once it is released, and
@@ -96,8 +113,8 @@ fn a_dropped_acquire_releases_the_lock_it_got() {
 fn an_item_taken_for_a_dropped_take_is_put_back() {
     let zk = connect();
     let path = unique_path("async-dropped-take");
-    let queue = Async::new(Queue::new(&zk, &path).unwrap());
-    let mut waiting = queue.take(T);
+    let queue = Queue::new(&zk, &path).unwrap();
+    let mut waiting = owned!(queue, |q| q.take_async(T));
     assert!(!poll_once(&mut waiting), "the queue is empty");
     drop(waiting);
     // The abandoned take gets this item and must put it back, not lose it.
@@ -112,9 +129,9 @@ fn an_item_taken_for_a_dropped_take_is_put_back() {
 fn a_completed_take_never_received_is_put_back_with_its_priority() {
     let zk = connect();
     let path = unique_path("async-unreceived-take");
-    let queue = Async::new(PriorityQueue::new(&zk, &path).unwrap());
-    queue.get_ref().put(b"urgent", 1).unwrap();
-    let mut taking = queue.take(T);
+    let queue = PriorityQueue::new(&zk, &path).unwrap();
+    queue.put(b"urgent", 1).unwrap();
+    let mut taking = owned!(queue, |q| q.take_async(T));
     // Let the take complete (its waker fires), then drop its future without receiving
     // the item.
     let woken = Arc::new(Flag::default());
@@ -125,7 +142,7 @@ fn a_completed_take_never_received_is_put_back_with_its_priority() {
         woken.0.load(std::sync::atomic::Ordering::SeqCst)
     });
     drop(taking);
-    queue.get_ref().put(b"later", 5).unwrap();
+    queue.put(b"later", 5).unwrap();
     let consumer = PriorityQueue::new(connect(), &path).unwrap();
     let first = consumer.take(T).unwrap();
     assert_eq!(
@@ -140,42 +157,42 @@ fn a_completed_take_never_received_is_put_back_with_its_priority() {
 fn work_items_complete_asynchronously() {
     let zk = connect();
     let path = unique_path("async-work");
-    let work = Async::new(WorkQueue::new(&zk, &path).unwrap());
+    let work = WorkQueue::new(&zk, &path).unwrap();
     block_on(async {
-        work.put(b"job".to_vec()).await.unwrap();
-        let item = work.take(T).await.unwrap();
+        work.put_async(b"job").await.unwrap();
+        let item = work.take_async(T).await.unwrap();
         assert_eq!(item.data(), b"job");
-        assert_eq!(work.in_progress().await.unwrap(), 1);
+        assert_eq!(work.in_progress_async().await.unwrap(), 1);
         item.complete_async().await.unwrap();
-        assert!(work.is_empty().await.unwrap());
-        assert_eq!(work.in_progress().await.unwrap(), 0);
+        assert!(work.is_empty_async().await.unwrap());
+        assert_eq!(work.in_progress_async().await.unwrap(), 0);
     });
 }
 
 #[test]
 fn a_batch_is_put_asynchronously_in_order() {
     let zk = connect();
-    let queue = Async::new(Queue::new(&zk, &unique_path("async-batch")).unwrap());
-    let work = Async::new(WorkQueue::new(&zk, &unique_path("async-batch-work")).unwrap());
-    let urgent = Async::new(PriorityQueue::new(&zk, &unique_path("async-batch-prio")).unwrap());
+    let queue = Queue::new(&zk, &unique_path("async-batch")).unwrap();
+    let work = WorkQueue::new(&zk, &unique_path("async-batch-work")).unwrap();
+    let urgent = PriorityQueue::new(&zk, &unique_path("async-batch-prio")).unwrap();
     block_on(async {
-        urgent.put_all(["later"], 9).await.unwrap();
-        urgent.put_all(["now", "next"], 0).await.unwrap();
+        urgent.put_all_async(["later"], 9).await.unwrap();
+        urgent.put_all_async(["now", "next"], 0).await.unwrap();
         for expected in ["now", "next", "later"] {
-            assert_eq!(urgent.take(T).await.unwrap(), expected.as_bytes());
+            assert_eq!(urgent.take_async(T).await.unwrap(), expected.as_bytes());
         }
-        queue.put_all(["a", "b", "c"]).await.unwrap();
-        work.put_all([b"x".to_vec(), b"y".to_vec()]).await.unwrap();
+        queue.put_all_async(["a", "b", "c"]).await.unwrap();
+        work.put_all_async([b"x", b"y"]).await.unwrap();
         for expected in ["a", "b", "c"] {
-            assert_eq!(queue.take(T).await.unwrap(), expected.as_bytes());
+            assert_eq!(queue.take_async(T).await.unwrap(), expected.as_bytes());
         }
         for expected in ["x", "y"] {
-            let item = work.take(T).await.unwrap();
+            let item = work.take_async(T).await.unwrap();
             assert_eq!(item.data(), expected.as_bytes());
             item.complete_async().await.unwrap();
         }
-        assert!(queue.is_empty().await.unwrap());
-        assert!(work.is_empty().await.unwrap());
+        assert!(queue.is_empty_async().await.unwrap());
+        assert!(work.is_empty_async().await.unwrap());
     });
 }
 
@@ -183,9 +200,9 @@ fn a_batch_is_put_asynchronously_in_order() {
 fn many_waits_share_one_executor_thread() {
     let zk = connect();
     let path = unique_path("async-many");
-    let queue = Async::new(Queue::new(&zk, &path).unwrap());
+    let queue = Queue::new(&zk, &path).unwrap();
     const N: usize = 8;
-    let takes: Vec<_> = (0..N).map(|_| queue.take(T)).collect();
+    let takes: Vec<_> = (0..N).map(|_| owned!(queue, |q| q.take_async(T))).collect();
     let producer = Queue::new(connect(), &path).unwrap();
     for i in 0..N {
         producer.put(format!("item {i}").as_bytes()).unwrap();
@@ -204,33 +221,21 @@ fn many_waits_share_one_executor_thread() {
 }
 
 #[test]
-fn a_panic_in_an_unblocked_call_reaches_the_awaiting_task() {
-    let caught = std::panic::catch_unwind(|| block_on(unblock(|| panic!("inside the call"))));
-    assert!(caught.is_err());
-    // The pool survives it.
-    assert_eq!(block_on(unblock(|| 7)), 7);
-}
-
-#[test]
 fn an_election_can_be_joined_and_resigned_asynchronously() {
     let zk = connect();
     let path = unique_path("async-election");
     block_on(async {
-        let election = Async::<LeaderElection>::new_async(&zk, &path, b"me".to_vec())
-            .await
-            .unwrap();
-        election.wait_until_leader(T).await.unwrap();
+        let election = LeaderElection::new_async(&zk, &path, b"me").await.unwrap();
+        election.wait_until_leader_async(T).await.unwrap();
         assert_eq!(
-            election.leader_data().await.unwrap().as_deref(),
+            election.leader_data_async().await.unwrap().as_deref(),
             Some(&b"me"[..])
         );
+        // A clone is the same candidate: resigning on it resigns for both, and the
+        // original's resign then finds nothing left to do.
         let other = election.clone();
-        let refused = election.resign().await;
-        assert!(
-            matches!(refused, Err(RecipeError::InvalidArgument(_))),
-            "{refused:?}"
-        );
-        other.resign().await.unwrap();
+        owned!(other, |o| o.resign_async()).await.unwrap();
+        election.resign_async().await.unwrap();
     });
     assert!(zk.get_children(&path).unwrap().is_empty());
 }
@@ -238,7 +243,10 @@ fn an_election_can_be_joined_and_resigned_asynchronously() {
 #[test]
 fn async_timeouts_accept_timeout_never() {
     let zk = connect();
-    let queue = Async::new(Queue::new(&zk, &unique_path("async-never")).unwrap());
-    queue.get_ref().put(b"x").unwrap();
-    assert_eq!(block_on(queue.take(Timeout::Never)).unwrap(), b"x");
+    let queue = Queue::new(&zk, &unique_path("async-never")).unwrap();
+    queue.put(b"x").unwrap();
+    assert_eq!(
+        block_on(owned!(queue, |q| q.take_async(Timeout::Never))).unwrap(),
+        b"x"
+    );
 }

@@ -14,7 +14,6 @@ use std::time::Duration;
 use zk_harness::testing::process_threads as threads;
 use zk_harness::testing::under_valgrind;
 use zookeeper_mt::{Timeout, ZooKeeper};
-use zookeeper_mt_recipes::asynchronous::Async;
 use zookeeper_mt_recipes::locks::{Lock, LockGuard};
 use zookeeper_mt_recipes::Result;
 
@@ -105,7 +104,7 @@ fn a_thousand_pending_acquires_cost_no_thread_and_dropping_them_leaves_nothing()
     let path = unique_path("async-lock-many");
     let holder_lock = Lock::new(&admin, &path).unwrap();
     let held = holder_lock.acquire(Timeout::Never).unwrap();
-    let lock = Async::new(Lock::new(&zk, &path).unwrap());
+    let lock = Lock::new(&zk, &path).unwrap();
     let contexts_before = zk.live_contexts();
 
     let executor = Arc::new(Executor {
@@ -113,14 +112,19 @@ fn a_thousand_pending_acquires_cost_no_thread_and_dropping_them_leaves_nothing()
         wake: Condvar::new(),
         stop: AtomicBool::new(false),
     });
-    let tasks: Vec<Task> = (0..waiters).map(|_| lock.acquire(Timeout::Never)).collect();
+    let tasks: Vec<Task> = (0..waiters)
+        .map(|_| -> Task {
+            let lock = lock.clone();
+            Box::pin(async move { lock.acquire_async(Timeout::Never).await })
+        })
+        .collect();
     let before = threads();
     let running = {
         let executor = Arc::clone(&executor);
         thread::spawn(move || run(executor, tasks))
     };
     wait_until("every acquire waiting on its predecessor", || {
-        lock.get_ref().waiting() == waiters
+        lock.waiting() == waiters
     });
     // The executor's own thread is the test's; the recipes may add a fixed few.
     let added = threads().saturating_sub(before + 1);
@@ -145,7 +149,7 @@ fn a_thousand_pending_acquires_cost_no_thread_and_dropping_them_leaves_nothing()
     wait_until("their watches released", || {
         zk.live_contexts() == contexts_before
     });
-    assert_eq!(lock.get_ref().waiting(), 0);
+    assert_eq!(lock.waiting(), 0);
 
     // None of them takes the lock later: once released it is free at once.
     held.release().unwrap();

@@ -16,7 +16,6 @@ use zk_harness::testing::process_threads as threads;
 use zk_harness::testing::under_valgrind;
 use zk_harness::FaultProxy;
 use zookeeper_mt::{Timeout, ZooKeeper};
-use zookeeper_mt_recipes::asynchronous::Async;
 use zookeeper_mt_recipes::queues::Queue;
 use zookeeper_mt_recipes::Result;
 
@@ -50,13 +49,18 @@ fn pending_takes_cost_no_thread_and_dropped_ones_move_no_item() {
     let zk = connect();
     let admin = connect();
     let path = unique_path("async-queue-many");
-    let queue = Async::new(Queue::new(&zk, &path).unwrap());
+    let queue = Queue::new(&zk, &path).unwrap();
     let producer = Queue::new(&admin, &path).unwrap();
     producer.put(b"warm-up").unwrap();
     assert_eq!(producer.take(Timeout::Never).unwrap(), b"warm-up");
 
     let before = threads();
-    let mut takes: Vec<Take> = (0..takers).map(|_| queue.take(Timeout::Never)).collect();
+    let mut takes: Vec<Take> = (0..takers)
+        .map(|_| -> Take {
+            let queue = queue.clone();
+            Box::pin(async move { queue.take_async(Timeout::Never).await })
+        })
+        .collect();
     // Poll until every take waits on the shared child watch (the first poll of each
     // lists the empty queue).
     wait_until("every take waiting", || {
@@ -65,7 +69,7 @@ fn pending_takes_cost_no_thread_and_dropped_ones_move_no_item() {
             0,
             "a take completed on an empty queue"
         );
-        queue.get_ref().waiting() == takers
+        queue.waiting() == takers
     });
     let added = threads().saturating_sub(before);
     println!("{takers} pending async takes added {added} threads");
@@ -73,7 +77,7 @@ fn pending_takes_cost_no_thread_and_dropped_ones_move_no_item() {
 
     // Abandon them all, then put items: nobody takes them any more.
     drop(takes);
-    assert_eq!(queue.get_ref().waiting(), 0);
+    assert_eq!(queue.waiting(), 0);
     for i in 0..10 {
         producer.put(format!("item {i}").as_bytes()).unwrap();
     }

@@ -591,29 +591,40 @@ fn a_dropped_leave_can_be_resumed() {
     assert_no_leftover_contexts(&zk);
 }
 
-/// `Async<Barrier>` and `Async<DoubleBarrier>` return the recipes' own futures.
+/// Clones owned by `'static` futures: a barrier's wait and a double barrier's enter and
+/// leave, each on a clone moved into its future; a clone is the same participant.
 #[test]
-fn async_wrapper_forms() {
-    use zookeeper_mt_recipes::asynchronous::Async;
+fn clones_owned_by_tasks() {
     let zk = connect();
-    let gate = Async::new(Barrier::new(&zk, &unique_path("async-wrapper")));
-    let dir = unique_path("async-wrapper-double");
+    let gate = Barrier::new(&zk, &unique_path("async-clone"));
+    let dir = unique_path("async-clone-double");
     let pair = [
-        Async::new(DoubleBarrier::new(&zk, &dir, 2).unwrap()),
-        Async::new(DoubleBarrier::new(&zk, &dir, 2).unwrap()),
+        DoubleBarrier::new(&zk, &dir, 2).unwrap(),
+        DoubleBarrier::new(&zk, &dir, 2).unwrap(),
     ];
     zk_harness::executor::block_on(async {
-        gate.set().await.unwrap();
-        assert!(gate.is_set().await.unwrap());
-        let mut wait = gate.wait(WAIT);
+        gate.set_async().await.unwrap();
+        assert!(gate.is_set_async().await.unwrap());
+        let waiter = gate.clone();
+        let mut wait = Box::pin(async move { waiter.wait_async(WAIT).await });
         assert!(zk_harness::executor::poll_once(&mut wait).is_pending());
-        gate.remove().await.unwrap();
+        gate.remove_async().await.unwrap();
         wait.await.unwrap();
-        assert!(!gate.is_set().await.unwrap());
+        assert!(!gate.is_set_async().await.unwrap());
     });
-    let entered = join_all(vec![pair[0].enter(WAIT), pair[1].enter(WAIT)]);
+    let enter = |p: &DoubleBarrier| -> Boxed<'static, _> {
+        let p = p.clone();
+        Box::pin(async move { p.enter_async(WAIT).await })
+    };
+    let entered = join_all(vec![enter(&pair[0]), enter(&pair[1])]);
     assert!(entered.iter().all(Result::is_ok), "{entered:?}");
-    let left = join_all(vec![pair[0].leave(WAIT), pair[1].leave(WAIT)]);
+    // The clones entered as the originals: the originals know their nodes.
+    assert!(pair.iter().all(|p| p.node().is_some()));
+    let leave = |p: &DoubleBarrier| -> Boxed<'static, _> {
+        let p = p.clone();
+        Box::pin(async move { p.leave_async(WAIT).await })
+    };
+    let left = join_all(vec![leave(&pair[0]), leave(&pair[1])]);
     assert!(left.iter().all(Result::is_ok), "{left:?}");
     assert!(zk.get_children(&dir).unwrap().is_empty());
     drop(pair);

@@ -309,3 +309,25 @@ fn every_receiver_sees_the_final_value() {
         reader.join().expect("a receiver missed the final value");
     }
 }
+
+/// `next_async` on a clone owned by its future: the same watch (a state it takes is not
+/// seen again by the original), a timeout when nothing changes, and the next change.
+#[test]
+fn next_async_on_a_clone() {
+    let zk = connect();
+    let path = unique_path("next-async");
+    create(&zk, &path, b"0");
+    let watch = ConfigWatch::new(&zk, &path).unwrap();
+    let on_clone = |timeout: Duration| {
+        let watch = watch.clone();
+        async move { watch.next_async(timeout).await }
+    };
+    let first = zk_harness::executor::block_on(Box::pin(on_clone(WAIT))).unwrap();
+    assert_eq!(value_of(&first), ("0".to_string(), 0));
+    assert!(watch.latest().is_none(), "the clone took it for both");
+    let quiet = zk_harness::executor::block_on(on_clone(Duration::from_millis(200)));
+    assert!(matches!(quiet, Err(RecipeError::Timeout)), "{quiet:?}");
+    zk.set(&path, b"1", None).unwrap();
+    let changed = zk_harness::executor::block_on(on_clone(WAIT)).unwrap();
+    assert_eq!(value_of(&changed), ("1".to_string(), 1));
+}

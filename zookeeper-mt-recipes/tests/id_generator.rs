@@ -539,21 +539,29 @@ fn a_dropped_refill_hands_the_turn_on() {
     settle(&zk, contexts);
 }
 
-/// `Async<IdGenerator>` returns the generator's own futures.
+/// A clone owned by a `'static` future is the same generator: its `*_async` calls
+/// serve the batch the original reserved, and the original sees what the clone took.
 #[test]
-fn async_wrapper_forms() {
-    use zookeeper_mt_recipes::asynchronous::Async;
+fn clone_owned_by_a_task() {
     let zk = connect();
-    let path = counter(&zk, "async-wrapper");
-    let ids = Async::new(
-        IdGenerator::new(&zk, &path)
-            .and_then(|ids| ids.with_batch(2))
-            .unwrap(),
-    );
-    zk_harness::executor::block_on(async {
-        assert_eq!(ids.next_id().await.unwrap(), 1);
-        assert_eq!(ids.next_id().await.unwrap(), 2);
-        assert_eq!(ids.reserve(3, Duration::from_secs(5)).await.unwrap(), 3..6);
-        assert_eq!(ids.current().await.unwrap(), 5);
-    });
+    let path = counter(&zk, "async-clone");
+    let ids = IdGenerator::new(&zk, &path)
+        .and_then(|ids| ids.with_batch(2))
+        .unwrap();
+    assert_eq!(ids.next_id().unwrap(), 1);
+    let task = {
+        let ids = ids.clone();
+        async move {
+            // Id 2 is from the batch the original reserved.
+            assert_eq!(ids.next_id_async().await.unwrap(), 2);
+            assert_eq!(
+                ids.reserve_async(3, Duration::from_secs(5)).await.unwrap(),
+                3..6
+            );
+            ids.current_async().await.unwrap()
+        }
+    };
+    assert_eq!(zk_harness::executor::block_on(Box::pin(task)), 5);
+    // The same local batch: one refill (of 2) and one reserve (of 3) between them.
+    assert_eq!(ids.next_id().unwrap(), 6);
 }

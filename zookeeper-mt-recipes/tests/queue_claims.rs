@@ -17,7 +17,6 @@ use zk_harness::executor::block_on_timeout;
 use zk_harness::testing::under_valgrind;
 use zk_harness::{FaultProxy, OpCode};
 use zookeeper_mt::{Timeout, ZooKeeper};
-use zookeeper_mt_recipes::asynchronous::RecipeFuture;
 use zookeeper_mt_recipes::{RecipeError, Result};
 
 /// The tests of this binary one at a time: each waits for the recipes' background tasks
@@ -65,7 +64,7 @@ enum Meet {
 }
 
 /// A take of either kind: `Ok(None)` when it got nothing.
-type Take = RecipeFuture<Result<Option<Vec<u8>>>>;
+type Take = queue_support::Owned<Result<Option<Vec<u8>>>>;
 
 fn start_take(queue: &AnyQueue, meet: Meet) -> Take {
     match meet {

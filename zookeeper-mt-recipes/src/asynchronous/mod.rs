@@ -1,126 +1,70 @@
-//! Async forms of the blocking recipe calls, for any executor (no runtime dependency).
-//!
-//! Wrap a recipe value in [`Async`]: it is cheap to clone, and every blocking call of
-//! the recipe has an async form of the same name.
+//! Using the recipes from async code, on any executor (no runtime dependency).
 //!
 //! Every recipe's protocol is written once, as async code over the client's futures
-//! and watches; the blocking call drives that same future on the caller's thread. The
-//! recipe types carry the async forms themselves (`acquire_async`, `take_async`,
-//! `wait_until_leader_async`, `release_async` on the guards, ...), and the `Async<R>`
-//! forms here return them as [`RecipeFuture`]s: no thread waits for them, and dropping
-//! one withdraws what the call started. Only [`Async::run`] and [`unblock`], for any
-//! other blocking code, return an [`Unblock`] future: the call runs on a small pool of
-//! worker threads (grown on demand, idle threads exit after 10 s), so a waiting task
-//! occupies no executor thread.
+//! and watches; each blocking call has an async form of the same name ending in
+//! `_async` (`acquire_async`, `take_async`, `wait_until_leader_async`, `release_async`
+//! on the guards, ...), and the blocking call drives that same future on the caller's
+//! thread. No thread waits for an `*_async` future.
+//!
+//! # Owning a recipe in a task
+//! Every recipe type is cheap to clone (its state lives behind `Arc`s) and
+//! `Clone + Send + Sync + 'static`. A clone is the same value, not a new one: clones
+//! share everything the value keeps (a queue's cached listing and child watch, a
+//! generator's reserved ids, a latch's node and task, a lock's view of its session),
+//! exactly as threads sharing one `&R` or `Arc<R>` do. So the way to use a recipe from a
+//! spawned task is to move a clone into the task and call the `*_async` forms on it; the
+//! future is then `Send + 'static`:
 //!
 //! ```no_run
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn f(spawn: impl Fn(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>))
+//! # -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use zookeeper_mt::{Timeout, ZooKeeper};
-//! use zookeeper_mt_recipes::{asynchronous::Async, locks::Lock, queues::Queue};
+//! use zookeeper_mt_recipes::{locks::Lock, queues::Queue};
 //!
 //! let zk = ZooKeeper::connect("127.0.0.1:2181", Duration::from_secs(10))?;
-//! let lock = Async::new(Lock::new(&zk, "/locks/report")?);
-//! let guard = lock.acquire(Duration::from_secs(5)).await?;
+//! let lock = Lock::new(&zk, "/locks/report")?;
+//! let guard = lock.acquire_async(Duration::from_secs(5)).await?;
 //! // ... the critical section ...
 //! guard.release_async().await?;
 //!
-//! let jobs = Async::new(Queue::new(&zk, "/jobs")?);
-//! jobs.put(b"job 1".to_vec()).await?;
-//! let job = jobs.take(Timeout::Never).await?;
+//! let jobs = Queue::new(&zk, "/jobs")?;
+//! let worker = jobs.clone();
+//! spawn(Box::pin(async move {
+//!     while let Ok(job) = worker.take_async(Timeout::Never).await {
+//!         // ... handle `job` ...
+//! #       drop(job);
+//!     }
+//! }));
+//! jobs.put_async(b"job 1").await?;
 //! # Ok(()) }
 //! ```
 //!
-//! # Cancellation
-//! A [`RecipeFuture`] is cancelled by dropping it: what it started is withdrawn (a lock
-//! request's node and watch, an election candidate's node), and a queue take dropped
-//! with its claim in flight has the claim settled in the background: an item it took
-//! is put back at the tail (with its priority or due time for the priority and delayed
-//! queues), on a new session made like the old one if the taking session ended
-//! meanwhile. So `select!`-ing a take against a shutdown signal loses nothing.
+//! Values that run something in the background (caches, latches, persistent nodes,
+//! group members, config watches, election candidates, an entered double-barrier
+//! participant) stop it when their **last** clone is dropped; an explicit `close`
+//! (`stop`, `leave`, `resign`) on any clone stops it for all of them.
 //!
-//! An [`Unblock`] future ([`Async::run`], [`unblock`]) is not cancelled: dropping it
-//! does not stop its call, which runs until it returns, and its result is disposed of
-//! as dropping it would: a guard releases its lock, a work item goes back to its queue.
+//! # Cancellation
+//! An `*_async` future is cancelled by dropping it: what it started is withdrawn (a lock
+//! request's node and watch, an election candidate's node, a lease), and a queue take
+//! dropped with its claim in flight has the claim settled in the background: an item it
+//! took is put back at the tail (with its priority or due time for the priority and
+//! delayed queues), on a new session made like the old one if the taking session ended
+//! meanwhile. So `select!`-ing a take against a shutdown signal loses nothing.
+//! A dropped [`run_while_leader_async`](crate::leadership::LeaderLatch::run_while_leader_async)
+//! drops its job and relinquishes the term; a dropped
+//! [`run_once_async`](crate::leadership::leader_latch::LatchBuilder::run_once_async) also
+//! withdraws the candidate.
 //!
 //! # Not covered
-//! [`ReentrantLock`](crate::locks::reentrant_lock::ReentrantLock) has no async form: its
-//! owner is the calling thread, which an async task is not tied to. The event streams
-//! (cache, group, latch, connection, config and value events) need no async form: an
-//! [`EventStream`](crate::events::EventStream) is awaited directly (`next().await`, or
-//! as a `futures_core::Stream`).
+//! [`ReentrantLock`](crate::locks::reentrant_lock::ReentrantLock) has no async form and
+//! is not `Clone`: its owner is the calling thread, which an async task is not tied to.
+//! The event streams (cache, group, latch, connection, config and value events) need no
+//! async form: an [`EventStream`](crate::events::EventStream) is awaited directly
+//! (`next().await`, or as a `futures_core::Stream`).
 
-mod forms;
-mod unblock;
+pub(crate) mod owner;
+pub(crate) mod unblock;
 
-use std::sync::Arc;
-
-pub use unblock::{unblock, Unblock};
-
-/// The future of a recipe call written as async code (no thread waits for it; dropping
-/// it withdraws what the call started).
-pub type RecipeFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
-
-/// A recipe value usable from async code: every blocking call of `R` has an async form
-/// of the same name on `Async<R>` (see the [module docs](self)). Cloning shares the
-/// value (as an `Arc` does).
-pub struct Async<R> {
-    recipe: Arc<R>,
-}
-
-impl<R> Clone for Async<R> {
-    fn clone(&self) -> Self {
-        Async {
-            recipe: Arc::clone(&self.recipe),
-        }
-    }
-}
-
-impl<R: std::fmt::Debug> std::fmt::Debug for Async<R> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Async").field(&self.recipe).finish()
-    }
-}
-
-impl<R: Send + Sync + 'static> Async<R> {
-    /// Wraps `recipe` for async use.
-    pub fn new(recipe: R) -> Self {
-        Async {
-            recipe: Arc::new(recipe),
-        }
-    }
-
-    /// The wrapped value, for its calls that do not block (paths, counters, states).
-    pub fn get_ref(&self) -> &R {
-        &self.recipe
-    }
-
-    /// The wrapped value, if this is its only handle.
-    pub fn into_inner(self) -> Option<R> {
-        Arc::into_inner(self.recipe)
-    }
-
-    /// The shared value, for an async form that owns it.
-    pub(crate) fn shared(&self) -> Arc<R> {
-        Arc::clone(&self.recipe)
-    }
-
-    /// Runs any blocking `call` on the value on a worker thread.
-    pub fn run<T, F>(&self, call: F) -> Unblock<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&R) -> T + Send + 'static,
-    {
-        let recipe = Arc::clone(&self.recipe);
-        unblock(move || call(&recipe))
-    }
-}
-
-impl<R> From<R> for Async<R>
-where
-    R: Send + Sync + 'static,
-{
-    fn from(recipe: R) -> Self {
-        Async::new(recipe)
-    }
-}
+pub(crate) use unblock::unblock;

@@ -1,5 +1,7 @@
-//! Running a blocking recipe call off the caller's executor: a small pool of worker
-//! threads and the future ([`Unblock`]) that completes when the call returns.
+//! Running a blocking call off the driver: a small pool of worker threads and the future
+//! ([`Unblock`]) that completes when the call returns. Crate-private: only the queue's
+//! put-back of a stray item uses it, for the one client call with no async form
+//! (`ZooKeeper::new_session`).
 //!
 //! The pool grows on demand (one thread per call in flight beyond the idle ones, so a
 //! call waiting for a lock never delays another call) and a worker idle for
@@ -101,11 +103,9 @@ struct Shared<T> {
 ///
 /// **Dropping it does not stop the call**: the call runs to its end (its own timeout
 /// bounds it) and its result is then disposed of as its type's `Drop` does (a guard
-/// releases, a work item goes back to the queue). The recipes' own async forms do not
-/// use it: their futures are the recipe's protocol itself, and dropping them withdraws
-/// what they started.
+/// releases, a work item goes back to the queue).
 #[must_use = "futures do nothing unless awaited; the call runs anyway"]
-pub struct Unblock<T: Send + 'static> {
+pub(crate) struct Unblock<T: Send + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
 }
 
@@ -122,16 +122,8 @@ impl<T: Send + 'static> std::fmt::Debug for Unblock<T> {
 }
 
 /// Runs `call` on a worker thread; the returned future completes with its result.
-///
-/// The escape hatch for any blocking call without a named async form:
-/// ```no_run
-/// # async fn f(zk: zookeeper_mt::ZooKeeper) -> zookeeper_mt_recipes::Result<()> {
-/// use zookeeper_mt_recipes::{asynchronous::unblock, leadership::LeaderElection};
-/// let election = unblock(move || LeaderElection::new(&zk, "/election", b"me")).await?;
-/// # Ok(()) }
-/// ```
 /// A panic in `call` is resumed in the task that polls the future.
-pub fn unblock<T, F>(call: F) -> Unblock<T>
+pub(crate) fn unblock<T, F>(call: F) -> Unblock<T>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,

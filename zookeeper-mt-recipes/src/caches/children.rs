@@ -33,7 +33,9 @@ use std::sync::Arc;
 /// }
 /// # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 /// ```
-#[derive(Debug)]
+///
+/// Cheap to clone: clones are one cache (one view, one task, one event stream).
+#[derive(Debug, Clone)]
 pub struct ChildrenCache {
     core: Core,
 }

@@ -112,9 +112,9 @@ pub use config_watch::{ConfigEvent, ConfigWatch};
 pub use node::NodeCache;
 pub use tree::{TreeCache, TreeCacheBuilder};
 
+use crate::asynchronous::owner::SharedTask;
 use crate::error::LossReason;
 use crate::events::{EventQueue, EventStream};
-use crate::runtime::Task;
 use crate::{RecipeError, Result};
 use buffer::CacheBuffer;
 use parking_lot::{Mutex, RwLock};
@@ -226,11 +226,13 @@ impl Shared {
     }
 }
 
-/// What every cache is: its task, its view and its events.
+/// What every cache is: its task, its view and its events. Clones share all three (the
+/// last one's drop cancels the task).
+#[derive(Clone)]
 struct Core {
     shared: Arc<Shared>,
     events: EventStream<CacheEvent>,
-    task: Option<Task>,
+    task: SharedTask,
     root: String,
 }
 
@@ -266,7 +268,7 @@ impl Core {
         Ok(Core {
             shared,
             events: EventStream::new(queue),
-            task: Some(task),
+            task: SharedTask::new(task),
             root,
         })
     }
@@ -292,20 +294,8 @@ impl Core {
 
     /// For `close`: the task removes its watches and ends; waited for (not where
     /// blocking is refused: there it ends in the background).
-    fn shutdown(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.stop_and_join();
-        }
-    }
-}
-
-impl Drop for Core {
-    /// The task abandons what it awaits, removes its watches and ends on the driver: the
-    /// drop never waits for it (nor for a reply).
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.cancel();
-        }
+    fn shutdown(&self) {
+        self.task.stop_and_join();
     }
 }
 
@@ -370,8 +360,9 @@ macro_rules! cache_methods {
 
         /// Stops the cache: its task ends and every watch it armed is removed. Events
         /// already queued stay readable; the stream then ends. `close` waits for the
-        /// task's end; dropping the cache does the same without waiting.
-        pub fn close(mut self) {
+        /// task's end; dropping the cache's last clone does the same without waiting.
+        /// Closing any clone closes the cache for all of them.
+        pub fn close(self) {
             self.core.shutdown();
         }
     };

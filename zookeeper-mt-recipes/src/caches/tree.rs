@@ -29,7 +29,9 @@ use std::sync::Arc;
 /// }
 /// # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 /// ```
-#[derive(Debug)]
+///
+/// Cheap to clone: clones are one cache (one view, one task, one event stream).
+#[derive(Debug, Clone)]
 pub struct TreeCache {
     core: Core,
 }

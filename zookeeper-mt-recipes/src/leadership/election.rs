@@ -76,6 +76,7 @@ use crate::support::{
 use crate::NodeOptions;
 use crate::{RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_mt::{Error, Timeout, ZooKeeper};
 
@@ -83,8 +84,10 @@ use zookeeper_mt::{Error, Timeout, ZooKeeper};
 const CANDIDATE: &str = "candidate-";
 
 /// One candidate in a leader election (see the [module docs](crate::leadership::election)).
-/// Usable from any thread. Dropping it resigns (best effort).
-#[derive(Debug)]
+/// Usable from any thread. Dropping it resigns (best effort). Cheap to clone: clones are
+/// one candidate; dropping the last clone resigns, and [`resign`](Self::resign) on any
+/// clone resigns for all.
+#[derive(Debug, Clone)]
 pub struct LeaderElection {
     zk: ZooKeeper,
     dir: String,
@@ -93,10 +96,35 @@ pub struct LeaderElection {
     czxid: i64,
     /// The sequence limit of the election's nodes.
     limit: i32,
-    resigned: AtomicBool,
-    waiting: AtomicU64,
+    resigned: Arc<Candidacy>,
+    waiting: Arc<AtomicU64>,
     /// Set once this candidate was seen to lead: how it learns it may have lost that.
-    leading: parking_lot::Mutex<Option<Holding>>,
+    leading: Arc<parking_lot::Mutex<Option<Holding>>>,
+}
+
+/// Whether the candidate resigned, shared by its clones: the last one's drop resigns
+/// (best effort) if none did.
+#[derive(Debug)]
+struct Candidacy {
+    resigned: AtomicBool,
+    zk: ZooKeeper,
+    node: String,
+}
+
+impl std::ops::Deref for Candidacy {
+    type Target = AtomicBool;
+
+    fn deref(&self) -> &AtomicBool {
+        &self.resigned
+    }
+}
+
+impl Drop for Candidacy {
+    fn drop(&mut self) {
+        if !self.resigned.swap(true, Ordering::SeqCst) {
+            crate::support::delete_on_drop(&self.zk, &self.node);
+        }
+    }
 }
 
 impl LeaderElection {
@@ -157,13 +185,17 @@ impl LeaderElection {
         Ok(LeaderElection {
             zk: zk.clone(),
             dir: path.to_string(),
-            name: created.name,
+            name: created.name.clone(),
             seq: created.seq,
             czxid: created.czxid,
             limit: nodes.limit(),
-            resigned: AtomicBool::new(false),
-            waiting: AtomicU64::new(0),
-            leading: parking_lot::Mutex::new(None),
+            resigned: Arc::new(Candidacy {
+                resigned: AtomicBool::new(false),
+                zk: zk.clone(),
+                node: format!("{path}/{}", created.name),
+            }),
+            waiting: Arc::default(),
+            leading: Arc::default(),
         })
     }
 
@@ -349,15 +381,5 @@ impl LeaderElection {
         }
         let path = format!("{}/{}", self.dir, self.name);
         delete_eventually_async(&self.zk, &path, op_deadline(&self.zk).into()).await
-    }
-}
-
-impl Drop for LeaderElection {
-    fn drop(&mut self) {
-        if self.resigned.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let path = format!("{}/{}", self.dir, self.name);
-        crate::support::delete_on_drop(&self.zk, &path);
     }
 }

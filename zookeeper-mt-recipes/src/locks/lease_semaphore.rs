@@ -55,6 +55,7 @@ use crate::support::{
 };
 use crate::{NodeOptions, RecipeError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zookeeper_mt::{CreateMode, Error, Timeout, ZooKeeper};
 
@@ -68,8 +69,9 @@ pub enum SemaphoreLayout {
     Kazoo,
 }
 
-/// A counting semaphore handing out leases (see the [module docs](self)). `Send + Sync`.
-#[derive(Debug)]
+/// A counting semaphore handing out leases (see the [module docs](self)). `Send + Sync` and
+/// cheap to clone (clones are one value).
+#[derive(Debug, Clone)]
 pub struct LeaseSemaphore {
     client: Client,
     path: String,
@@ -78,8 +80,8 @@ pub struct LeaseSemaphore {
     guard: Lock,
     leases_dir: String,
     nodes: NodeOptions,
-    checked: AtomicBool,
-    waiting: AtomicU64,
+    checked: Arc<AtomicBool>,
+    waiting: Arc<AtomicU64>,
 }
 
 impl LeaseSemaphore {
@@ -115,8 +117,8 @@ impl LeaseSemaphore {
             guard,
             leases_dir,
             nodes: NodeOptions::default(),
-            checked: AtomicBool::new(false),
-            waiting: AtomicU64::new(0),
+            checked: Arc::default(),
+            waiting: Arc::default(),
         })
     }
 

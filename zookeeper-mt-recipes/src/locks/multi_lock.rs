@@ -42,8 +42,9 @@ use crate::runtime::block_on;
 use crate::{NodeOptions, RecipeError, Result};
 use zookeeper_mt::{Op, OpResult, Timeout};
 
-/// Several locks taken together (see the [module docs](self)). `Send + Sync`.
-#[derive(Debug)]
+/// Several locks taken together (see the [module docs](self)). `Send + Sync` and cheap
+/// to clone (clones are one value).
+#[derive(Debug, Clone)]
 pub struct MultiLock {
     /// In acquisition order (sorted by path, no duplicates).
     locks: Vec<Lock>,

@@ -47,6 +47,9 @@ use std::time::Duration;
 use zookeeper_mt::{Op, OpResult, Timeout};
 
 /// A reentrant distributed mutex (see the [module docs](self)). `Send + Sync`.
+///
+/// Not `Clone`, and with no async form: its owner is the calling thread, which an async
+/// task is not tied to (share it by reference or in an `Arc` between threads).
 pub struct ReentrantLock {
     lock: Lock,
     /// One record per owning thread. Normally at most one: ZooKeeper admits one holder.

@@ -94,8 +94,9 @@ pub enum GroupEvent {
 }
 
 /// An observer of a group's members (see the [module docs](super#groups)): a
-/// [`ChildrenCache`] of the group node read in a [`GroupLayout`].
-#[derive(Debug)]
+/// [`ChildrenCache`] of the group node read in a [`GroupLayout`]. Cheap to clone: clones
+/// are one view (one cache, one event stream).
+#[derive(Debug, Clone)]
 pub struct Group {
     pub(super) cache: ChildrenCache,
     pub(super) layout: GroupLayout,
@@ -265,8 +266,9 @@ impl GroupMemberBuilder {
 
 /// A member of a group (see the [module docs](super#groups)): its own node, kept by a
 /// [`PersistentNode`], and a [`Group`] view of all members. Dropping it (or
-/// [`leave`](Self::leave)) leaves the group.
-#[derive(Debug)]
+/// [`leave`](Self::leave)) leaves the group. Cheap to clone: clones are one member;
+/// dropping the last clone leaves, and `leave` on any clone leaves for all.
+#[derive(Debug, Clone)]
 pub struct GroupMember {
     pub(super) group: Group,
     pub(super) node: PersistentNode,

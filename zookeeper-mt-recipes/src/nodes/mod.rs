@@ -110,7 +110,7 @@ use crate::events::EventStream;
 use crate::leadership::leader_latch::curator_protected_prefix;
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
-use crate::runtime::{block_on, until, StopSignal, Task};
+use crate::runtime::{block_on, until, StopSignal};
 use crate::support::{create_dir_async, finish_later};
 use crate::{RecipeError, Result};
 use parking_lot::Mutex;

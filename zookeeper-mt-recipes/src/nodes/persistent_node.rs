@@ -1,6 +1,7 @@
 //! The persistent (ephemeral) node: its builder and handle.
 
 use super::*;
+use crate::asynchronous::owner::SharedTask;
 use crate::RetryPolicy;
 
 // ---------------------------------------------------------------------------------------
@@ -111,10 +112,12 @@ pub(super) struct NodeConfig {
 /// An ephemeral node kept in place by a background task (see the
 /// [module docs](super#persistent-node)). Dropping it (or [`close`](Self::close)) deletes
 /// the node: `close` waits for the task's end; a drop returns at once and the task
-/// deletes the node on the driver. `Send + Sync`.
+/// deletes the node on the driver. `Send + Sync` and cheap to clone: clones are one
+/// node; dropping the last clone deletes it, and `close` on any clone closes it for all.
+#[derive(Clone)]
 pub struct PersistentNode {
     pub(super) shared: Arc<NodeShared>,
-    pub(super) task: Task,
+    pub(super) task: SharedTask,
     pub(super) config: Arc<NodeConfig>,
 }
 
@@ -205,7 +208,7 @@ impl PersistentNode {
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(PersistentNode {
             shared,
-            task,
+            task: SharedTask::new(task),
             config,
         })
     }
@@ -296,14 +299,6 @@ impl PersistentNode {
     /// once and the task ends in the background).
     pub fn close(self) {
         self.task.stop_and_join();
-    }
-}
-
-impl Drop for PersistentNode {
-    /// Asks the task to stop and returns at once: the task abandons what it awaits and
-    /// deletes the node on the driver (in the background until the session ends).
-    fn drop(&mut self) {
-        self.task.cancel();
     }
 }
 

@@ -95,8 +95,9 @@ pub enum Offer {
     Full,
 }
 
-/// A bounded distributed FIFO queue (see the [module docs](self)). `Send + Sync`.
-#[derive(Debug)]
+/// A bounded distributed FIFO queue (see the [module docs](self)). `Send + Sync` and
+/// cheap to clone: clones are one queue value (one listing cache and child watch).
+#[derive(Debug, Clone)]
 pub struct BoundedQueue {
     queue: Queue,
     gate: String,
@@ -157,11 +158,6 @@ impl BoundedQueue {
             nodes,
             ..self
         }
-    }
-
-    /// The queue holding the items (for the async forms).
-    pub(crate) fn queue(&self) -> &Queue {
-        &self.queue
     }
 
     /// The queue's base path (the gate).
@@ -271,6 +267,19 @@ impl BoundedQueue {
     /// takes): `Err(Timeout)` if none came (see [`Queue::take`]).
     pub fn take(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
         self.queue.take(timeout)
+    }
+
+    /// [`try_take`](Self::try_take), async: the queue's own future (see
+    /// [`Queue::try_take_async`]); a take dropped with its claim in flight puts the item
+    /// back.
+    pub async fn try_take_async(&self) -> Result<Option<Vec<u8>>> {
+        self.queue.try_take_async().await
+    }
+
+    /// [`take`](Self::take), async (see [`Queue::take_async`]): dropped while waiting it
+    /// leaves nothing behind; dropped with its claim in flight it puts the item back.
+    pub async fn take_async(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
+        self.queue.take_async(timeout).await
     }
 
     /// The number of items in the queue now.

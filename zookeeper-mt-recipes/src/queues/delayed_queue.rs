@@ -61,8 +61,9 @@ use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zookeeper_mt::Timeout;
 
-/// A distributed delayed queue (see the [module docs](self)). `Send + Sync`.
-#[derive(Debug)]
+/// A distributed delayed queue (see the [module docs](self)). `Send + Sync` and
+/// cheap to clone: clones are one queue value (one listing cache and child watch).
+#[derive(Debug, Clone)]
 pub struct DelayedQueue {
     queue: Queue,
 }
@@ -105,11 +106,6 @@ impl DelayedQueue {
         DelayedQueue {
             queue: self.queue.with_node_options(nodes),
         }
-    }
-
-    /// The queue holding the items (for the async forms).
-    pub(crate) fn queue(&self) -> &Queue {
-        &self.queue
     }
 
     /// The queue node's path.
@@ -170,6 +166,19 @@ impl DelayedQueue {
     /// takes): `Err(Timeout)` if none came (see [`Queue::take`]).
     pub fn take(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
         self.queue.take(timeout)
+    }
+
+    /// [`try_take`](Self::try_take), async: the queue's own future (see
+    /// [`Queue::try_take_async`]); a take dropped with its claim in flight puts the item
+    /// back.
+    pub async fn try_take_async(&self) -> Result<Option<Vec<u8>>> {
+        self.queue.try_take_async().await
+    }
+
+    /// [`take`](Self::take), async (see [`Queue::take_async`]): dropped while waiting it
+    /// leaves nothing behind; dropped with its claim in flight it puts the item back.
+    pub async fn take_async(&self, timeout: impl Into<Timeout>) -> Result<Vec<u8>> {
+        self.queue.take_async(timeout).await
     }
 
     /// The number of items in the queue now, due or not.

@@ -30,6 +30,19 @@ pub(super) struct Cell<L: Layout> {
     pub(super) layout: PhantomData<L>,
 }
 
+impl<L: Layout> Clone for Cell<L> {
+    fn clone(&self) -> Self {
+        Cell {
+            client: self.client.clone(),
+            path: self.path.clone(),
+            nodes: self.nodes.clone(),
+            initial: self.initial.clone(),
+            timeout: self.timeout,
+            layout: PhantomData,
+        }
+    }
+}
+
 impl<L: Layout> fmt::Debug for Cell<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cell")

@@ -8,7 +8,7 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 
 /// A shared `i32` in Curator `SharedCount`'s layout (see the [module docs](super)).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SharedCount(Cell<Int32Be>);
 
 impl SharedCount {
@@ -105,7 +105,7 @@ impl SharedCount {
 /// A shared `i64` in Curator `DistributedAtomicLong`'s layout (see the
 /// [module docs](super)); its changes are Curator's optimistic mode (versioned sets),
 /// with lost replies resolved.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AtomicLong(Cell<Int64Be>);
 
 impl AtomicLong {
@@ -244,7 +244,7 @@ impl AtomicLong {
 
 /// A shared `i64` in kazoo `Counter`'s default layout: decimal text (see the
 /// [module docs](super)). For kazoo's `support_curator=True` layout use [`SharedCount`].
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KazooCounter(Cell<DecimalText>);
 
 impl KazooCounter {

@@ -103,6 +103,7 @@ use batch::{Batch, Turn};
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_mt::{CreateMode, Error, Op, Stat, Timeout, ZooKeeper};
 
@@ -172,10 +173,11 @@ fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
 }
 
-/// An id generator over one counter znode (see the [module docs](self)). Thread-safe:
-/// share it (`&IdGenerator` or `Arc<IdGenerator>`) between threads and tasks; refills
+/// An id generator over one counter znode (see the [module docs](self)). Thread-safe
+/// and cheap to clone: share it (`&IdGenerator`, or a clone, which is the same
+/// generator: one local batch, one set of stats) between threads and tasks; refills
 /// are serialized, so callers of one generator never race each other's CAS.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct IdGenerator {
     client: Client,
     path: String,
@@ -184,11 +186,11 @@ pub struct IdGenerator {
     /// ACL of the nodes this generator creates.
     nodes: NodeOptions,
     /// Reserved ids not yet handed out, and their refill.
-    local: Batch,
+    local: Arc<Batch>,
     /// Unique per generator; with a per-attempt counter it makes each CAS recognizable.
     owner: String,
-    attempt: AtomicU64,
-    counters: Counters,
+    attempt: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 }
 
 impl IdGenerator {
@@ -233,10 +235,10 @@ impl IdGenerator {
             batch: 1,
             timeout: DEFAULT_TIMEOUT,
             nodes: NodeOptions::default(),
-            local: Batch::default(),
+            local: Arc::default(),
             owner: guid(),
-            attempt: AtomicU64::new(0),
-            counters: Counters::default(),
+            attempt: Arc::default(),
+            counters: Arc::default(),
         })
     }
 

@@ -1,12 +1,13 @@
 //! The four queue kinds sharing the queue's claim protocol, behind one face, for the
 //! claim tests (`queue_claims`, `queue_fault_history`): an async take (the recipe's own
-//! future, shared by every take on one value), a blocking put, and where the server
-//! keeps the items.
+//! future, on a clone of the one value every take shares), a blocking put, and where
+//! the server keeps the items.
 #![allow(dead_code)]
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 use zookeeper_mt::{Timeout, ZooKeeper};
-use zookeeper_mt_recipes::asynchronous::{Async, RecipeFuture};
 use zookeeper_mt_recipes::{BoundedQueue, DelayedQueue, PriorityQueue, Queue, Result};
 
 /// A queue kind.
@@ -24,74 +25,76 @@ pub const KINDS: [Kind; 4] = [Kind::Fifo, Kind::Priority, Kind::Bounded, Kind::D
 /// A bound no test reaches.
 const BOUND: usize = 100_000;
 
-/// One value of some kind.
+/// A future owning what it uses (a clone of the queue), as a spawned task's would.
+pub type Owned<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// One value of some kind (clones are that one value).
+#[derive(Clone)]
 pub enum AnyQueue {
-    Fifo(Async<Queue>),
-    Priority(Async<PriorityQueue>),
-    Bounded(Async<BoundedQueue>),
-    Delayed(Async<DelayedQueue>),
+    Fifo(Queue),
+    Priority(PriorityQueue),
+    Bounded(BoundedQueue),
+    Delayed(DelayedQueue),
 }
 
 impl AnyQueue {
     /// The `kind` queue at `path` on `zk`.
     pub fn new(kind: Kind, zk: &ZooKeeper, path: &str) -> AnyQueue {
         match kind {
-            Kind::Fifo => AnyQueue::Fifo(Async::new(Queue::new(zk, path).unwrap())),
-            Kind::Priority => AnyQueue::Priority(Async::new(PriorityQueue::new(zk, path).unwrap())),
-            Kind::Bounded => {
-                AnyQueue::Bounded(Async::new(BoundedQueue::new(zk, path, BOUND).unwrap()))
-            }
-            Kind::Delayed => AnyQueue::Delayed(Async::new(DelayedQueue::new(zk, path).unwrap())),
+            Kind::Fifo => AnyQueue::Fifo(Queue::new(zk, path).unwrap()),
+            Kind::Priority => AnyQueue::Priority(PriorityQueue::new(zk, path).unwrap()),
+            Kind::Bounded => AnyQueue::Bounded(BoundedQueue::new(zk, path, BOUND).unwrap()),
+            Kind::Delayed => AnyQueue::Delayed(DelayedQueue::new(zk, path).unwrap()),
         }
     }
 
     /// An async take (the recipe's own future: no thread waits for it).
-    pub fn take(&self, timeout: Timeout) -> RecipeFuture<Result<Vec<u8>>> {
-        match self {
-            AnyQueue::Fifo(q) => q.take(timeout),
-            AnyQueue::Priority(q) => q.take(timeout),
-            AnyQueue::Bounded(q) => q.take(timeout),
-            AnyQueue::Delayed(q) => q.take(timeout),
+    pub fn take(&self, timeout: Timeout) -> Owned<Result<Vec<u8>>> {
+        match self.clone() {
+            AnyQueue::Fifo(q) => Box::pin(async move { q.take_async(timeout).await }),
+            AnyQueue::Priority(q) => Box::pin(async move { q.take_async(timeout).await }),
+            AnyQueue::Bounded(q) => Box::pin(async move { q.take_async(timeout).await }),
+            AnyQueue::Delayed(q) => Box::pin(async move { q.take_async(timeout).await }),
         }
     }
 
     /// An async try-take (the recipe's own future: no thread waits for it).
-    pub fn try_take_async(&self) -> RecipeFuture<Result<Option<Vec<u8>>>> {
-        match self {
-            AnyQueue::Fifo(q) => q.try_take(),
-            AnyQueue::Priority(q) => q.try_take(),
-            AnyQueue::Bounded(q) => q.try_take(),
-            AnyQueue::Delayed(q) => q.try_take(),
+    pub fn try_take_async(&self) -> Owned<Result<Option<Vec<u8>>>> {
+        match self.clone() {
+            AnyQueue::Fifo(q) => Box::pin(async move { q.try_take_async().await }),
+            AnyQueue::Priority(q) => Box::pin(async move { q.try_take_async().await }),
+            AnyQueue::Bounded(q) => Box::pin(async move { q.try_take_async().await }),
+            AnyQueue::Delayed(q) => Box::pin(async move { q.try_take_async().await }),
         }
     }
 
     /// A blocking put (due at once for the delayed queue, priority 0).
     pub fn put(&self, data: &[u8]) -> Result<()> {
         match self {
-            AnyQueue::Fifo(q) => q.get_ref().put(data),
-            AnyQueue::Priority(q) => q.get_ref().put(data, 0),
-            AnyQueue::Bounded(q) => q.get_ref().put(data, Timeout::Never),
-            AnyQueue::Delayed(q) => q.get_ref().put_after(data, Duration::ZERO).map(drop),
+            AnyQueue::Fifo(q) => q.put(data),
+            AnyQueue::Priority(q) => q.put(data, 0),
+            AnyQueue::Bounded(q) => q.put(data, Timeout::Never),
+            AnyQueue::Delayed(q) => q.put_after(data, Duration::ZERO).map(drop),
         }
     }
 
     /// Takes waiting on this value's child watch now.
     pub fn waiting(&self) -> usize {
         match self {
-            AnyQueue::Fifo(q) => q.get_ref().waiting(),
-            AnyQueue::Priority(q) => q.get_ref().waiting(),
-            AnyQueue::Bounded(q) => q.get_ref().waiting(),
-            AnyQueue::Delayed(q) => q.get_ref().waiting(),
+            AnyQueue::Fifo(q) => q.waiting(),
+            AnyQueue::Priority(q) => q.waiting(),
+            AnyQueue::Bounded(q) => q.waiting(),
+            AnyQueue::Delayed(q) => q.waiting(),
         }
     }
 
     /// A blocking take without waiting.
     pub fn try_take(&self) -> Result<Option<Vec<u8>>> {
         match self {
-            AnyQueue::Fifo(q) => q.get_ref().try_take(),
-            AnyQueue::Priority(q) => q.get_ref().try_take(),
-            AnyQueue::Bounded(q) => q.get_ref().try_take(),
-            AnyQueue::Delayed(q) => q.get_ref().try_take(),
+            AnyQueue::Fifo(q) => q.try_take(),
+            AnyQueue::Priority(q) => q.try_take(),
+            AnyQueue::Bounded(q) => q.try_take(),
+            AnyQueue::Delayed(q) => q.try_take(),
         }
     }
 }

@@ -117,15 +117,33 @@ impl ConfigEvent {
 }
 
 /// A running watch on one znode (see the [module docs](self)). Dropping it stops the
-/// background task without waiting for it ([`stop`](Self::stop) waits).
-#[derive(Debug)]
+/// background task without waiting for it ([`stop`](Self::stop) waits). Cheap to clone:
+/// clones are one watch (one task, one own receiver); dropping the last clone stops it,
+/// and `stop` on any clone stops it for all.
+#[derive(Debug, Clone)]
 pub struct ConfigWatch {
     path: String,
     hub: Arc<Hub>,
-    /// The watch's own receiver, behind `next` and `latest`.
-    own: EventStream<ConfigEvent>,
-    task: Option<Task>,
+    /// The watch's own receiver, behind `next` and `latest`: one for all clones (a
+    /// config receiver's clone would be a receiver of its own).
+    own: Arc<EventStream<ConfigEvent>>,
+    task: Arc<Running>,
     end: Arc<Mutex<Option<RecipeError>>>,
+}
+
+/// The watch's task, shared by its clones: the last one's drop asks it to stop and
+/// returns; the task abandons a read in flight and takes its watch off on the driver.
+#[derive(Debug)]
+struct Running {
+    task: Task,
+    hub: Arc<Hub>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.cancel();
+        self.hub.end();
+    }
 }
 
 impl ConfigWatch {
@@ -170,9 +188,12 @@ impl ConfigWatch {
         .map_err(|_| RecipeError::Lost(LossReason::WorkerFailed))?;
         Ok(ConfigWatch {
             path: path.to_string(),
-            own: hub.subscribe(),
+            own: Arc::new(hub.subscribe()),
+            task: Arc::new(Running {
+                task,
+                hub: Arc::clone(&hub),
+            }),
             hub,
-            task: Some(task),
             end,
         })
     }
@@ -221,6 +242,19 @@ impl ConfigWatch {
         }
     }
 
+    /// [`next`](Self::next), async: no thread waits for it, on any thread; dropped, it
+    /// takes no state (the next call gets it).
+    pub async fn next_async(&self, timeout: impl Into<Timeout>) -> Result<ConfigEvent> {
+        let deadline = timeout.into().deadline();
+        match crate::runtime::until(deadline, self.own.next()).await {
+            Some(Some(event)) => Ok(event),
+            Some(None) => Err(self
+                .end_reason()
+                .unwrap_or(RecipeError::Lost(LossReason::Closed))),
+            None => Err(RecipeError::Timeout),
+        }
+    }
+
     /// The newest state not yet returned by [`next`](Self::next) or
     /// this method, if any (without blocking).
     pub fn latest(&self) -> Option<ConfigEvent> {
@@ -230,7 +264,7 @@ impl ConfigWatch {
     /// Whether the watch still runs: false from the moment its end is published, so
     /// once a receive has reported the end this reads false too.
     pub fn is_running(&self) -> bool {
-        !self.hub.is_ended() && self.task.as_ref().is_some_and(|t| !t.is_finished())
+        !self.hub.is_ended() && !self.task.task.is_finished()
     }
 
     /// Why the watch stopped by itself (session expired, closed, ...); `None` while it
@@ -242,21 +276,8 @@ impl ConfigWatch {
     /// Stops the watch and waits for its task (not where blocking is refused: there it
     /// returns at once and the task ends in the background). The final state stays
     /// readable through receivers obtained earlier.
-    pub fn stop(mut self) {
-        if let Some(task) = self.task.take() {
-            task.stop_and_join();
-        }
-        self.hub.end();
-    }
-}
-
-impl Drop for ConfigWatch {
-    /// Asks the task to stop and returns: the task abandons a read in flight and takes
-    /// its watch off on the driver.
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.cancel();
-        }
+    pub fn stop(self) {
+        self.task.task.stop_and_join();
         self.hub.end();
     }
 }

@@ -19,6 +19,8 @@ pub(super) struct Term {
     pub(super) alive: Mutex<Option<crate::support::liveness::KeepAlive>>,
     /// Ends the term at its loss instant (see [`alarm`](Self::alarm)).
     pub(super) alarm: Mutex<Option<crate::support::liveness::AlarmHandle>>,
+    /// Who awaits the term's end (`run_while_leader_async`), woken by [`finish`](Self::finish).
+    pub(super) ended: crate::runtime::Wakers,
 }
 
 #[derive(Default)]
@@ -48,6 +50,8 @@ impl Term {
                 let _ = subscriber.try_send(reason);
             }
         }
+        drop(inner);
+        self.ended.wake_all();
         true
     }
 

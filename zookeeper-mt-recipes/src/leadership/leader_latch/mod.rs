@@ -139,6 +139,7 @@
 mod events;
 mod guard;
 mod layout;
+mod run;
 mod shared;
 mod worker;
 
@@ -149,13 +150,14 @@ pub use layout::*;
 use shared::*;
 use worker::*;
 
+use crate::asynchronous::owner::SharedTask;
 use crate::error::LossReason;
 use crate::events::{Buffer, EventQueue, EventStream};
 use crate::lifecycle::following::{Change, Following};
 use crate::lifecycle::Client;
 use crate::nodes::{guid, sequence_in_range, sequence_of};
 use crate::runtime::driver::on_driver_thread;
-use crate::runtime::{block_on, until, StopSignal, Task};
+use crate::runtime::{block_on, until, StopSignal};
 use crate::support::{
     check_base_path, create_dir_async, delete_in_background, members, withdraw_tagged_in_background,
 };
@@ -259,31 +261,18 @@ impl LatchBuilder {
     pub fn build(self, client: impl Into<Client>) -> Result<LeaderLatch> {
         LeaderLatch::start_with(client.into(), self)
     }
-
-    /// Joins, waits up to `timeout` for leadership, runs `work` as leader, then leaves
-    /// the election (the next participant leads), like kazoo's `Election.run`. On a
-    /// timeout the latch leaves too (`Err(Timeout)`): nothing stays registered.
-    pub fn run_once<T>(
-        self,
-        client: impl Into<Client>,
-        timeout: Duration,
-        work: impl FnOnce(&LeadershipGuard) -> T,
-    ) -> Result<T> {
-        let latch = self.build(client)?;
-        let guard = latch.await_leadership(timeout);
-        let result = guard.map(|guard| work(&guard));
-        latch.close();
-        result
-    }
 }
 
 /// A participant in a leader election (see the [module docs](self)). Dropping it (or
-/// [`close`](Self::close)) leaves the election. `Send + Sync`.
+/// [`close`](Self::close)) leaves the election. `Send + Sync` and cheap to clone: clones
+/// are one participant (one node, one task, one event stream); dropping the last clone
+/// leaves the election, and `close` on any clone leaves it for all.
+#[derive(Clone)]
 pub struct LeaderLatch {
     shared: Arc<Shared>,
     events: EventStream<LeadershipEvent>,
     commands: Arc<Commands>,
-    task: Option<Task>,
+    task: SharedTask,
     config: Arc<Config>,
     client: Client,
 }
@@ -371,7 +360,7 @@ impl LeaderLatch {
             shared,
             events: EventStream::new(queue),
             commands,
-            task: Some(task),
+            task: SharedTask::new(task),
             config,
             client,
         })
@@ -447,22 +436,6 @@ impl LeaderLatch {
         until(deadline, leading)
             .await
             .unwrap_or(Err(RecipeError::Timeout))
-    }
-
-    /// Waits up to `timeout` for leadership, runs `work` with the term's guard, then
-    /// relinquishes the term (if it still lasts): the next participant leads and this
-    /// latch joins again at the back. `work` should watch the guard
-    /// ([`is_lost`](LeadershipGuard::is_lost), [`lost`](LeadershipGuard::lost)) and stop
-    /// acting once leadership is lost; it is not interrupted.
-    pub fn run_while_leader<T>(
-        &self,
-        timeout: Duration,
-        work: impl FnOnce(&LeadershipGuard) -> T,
-    ) -> Result<T> {
-        let guard = self.await_leadership(timeout)?;
-        let result = work(&guard);
-        guard.relinquish()?;
-        Ok(result)
     }
 
     /// Ends the current term if the latch leads (see [`LeadershipGuard::relinquish`]);
@@ -562,18 +535,8 @@ impl LeaderLatch {
     /// `close` waits for the task's end (not where blocking is refused: there it returns
     /// at once); a drop asks the task to stop and returns at once, the task withdrawing
     /// the node on the driver.
-    pub fn close(mut self) {
-        if let Some(task) = self.task.take() {
-            task.stop_and_join();
-        }
-    }
-}
-
-impl Drop for LeaderLatch {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.cancel();
-        }
+    pub fn close(self) {
+        self.task.stop_and_join();
     }
 }
 

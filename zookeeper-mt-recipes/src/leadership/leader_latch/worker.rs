@@ -369,6 +369,7 @@ impl Worker {
             clock: self.zk().session_clock(),
             alive: Mutex::new(Some(crate::support::liveness::keep_alive(self.zk()))),
             alarm: Mutex::new(None),
+            ended: Default::default(),
         });
         term.alarm();
         self.term = Some(Arc::clone(&term));

@@ -291,8 +291,11 @@ pub(crate) fn uuid_text() -> String {
 
 /// A distributed lock on a ZooKeeper path (see the [module docs](self)).
 ///
-/// `Send + Sync`: threads may share one `Lock`; each acquisition is independent (threads
-/// of one process exclude each other through ZooKeeper like separate processes do).
+/// `Send + Sync` and cheap to clone (clones are one value, as threads sharing a `&Lock`
+/// are): threads and tasks may share one `Lock`; each acquisition is independent
+/// (threads of one process exclude each other through ZooKeeper like separate processes
+/// do).
+#[derive(Clone)]
 pub struct Lock {
     client: Client,
     dir: String,
@@ -303,9 +306,9 @@ pub struct Lock {
     layout: LockLayout,
     /// What this value's guards know of their session (and its generation), made by the
     /// first acquisition on each session.
-    shared: Mutex<Option<(u64, Arc<Shared>)>>,
-    wakeups: AtomicU64,
-    waiting: AtomicU64,
+    shared: Arc<Mutex<Option<SessionShared>>>,
+    wakeups: Arc<AtomicU64>,
+    waiting: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for Lock {
@@ -313,6 +316,9 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock").field("path", &self.dir).finish()
     }
 }
+
+/// What a value's guards share on one session: the session's generation and the state.
+type SessionShared = (u64, Arc<Shared>);
 
 /// How an acquisition waits.
 #[derive(Clone, Copy)]
@@ -344,9 +350,9 @@ impl Lock {
             patience: Patience::of(&zk, RetryPolicy::new()),
             grace: Duration::ZERO,
             layout: LockLayout::Native,
-            shared: Mutex::new(None),
-            wakeups: AtomicU64::new(0),
-            waiting: AtomicU64::new(0),
+            shared: Arc::default(),
+            wakeups: Arc::default(),
+            waiting: Arc::default(),
         })
     }
 
@@ -385,7 +391,7 @@ impl Lock {
     pub fn with_disconnect_grace(mut self, grace: Duration) -> Lock {
         self.grace = grace;
         // Guards acquired already keep the old grace; later acquisitions use the new one.
-        self.shared = Mutex::new(None);
+        self.shared = Arc::default();
         self
     }
 

@@ -142,6 +142,7 @@ use crate::{NodeOptions, RecipeError, Result, RetryPolicy};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_mt::{
     CreateMode, Error, Op, OpResult, Timeout, Version, Watch, WatchedEvent, ZooKeeper,
@@ -163,8 +164,9 @@ const PUT_RESTARTS: usize = 3;
 /// A distributed FIFO queue on ZooKeeper (see the [module docs](self) for the protocol,
 /// guarantees and non-guarantees).
 ///
-/// `Queue` is `Send + Sync`: share one value between threads (they share its cached
-/// listing and its one child watch) or make one per thread; both are safe.
+/// `Queue` is `Send + Sync` and cheap to clone: clones are one queue value (they share
+/// its cached listing and its one child watch, as threads sharing a `&Queue` do), so a
+/// task can own a clone and call the `*_async` forms on it.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -179,6 +181,7 @@ const PUT_RESTARTS: usize = 3;
 /// });
 /// # Ok::<(), zookeeper_mt_recipes::RecipeError>(())
 /// ```
+#[derive(Clone)]
 pub struct Queue {
     client: Client,
     path: String,
@@ -187,19 +190,33 @@ pub struct Queue {
     /// Which items a take hands out first (the variants reorder the same items).
     order: Order,
     /// Item names from the last listing not yet tried, in sequence order.
-    cache: Mutex<VecDeque<String>>,
+    cache: Arc<Mutex<VecDeque<String>>>,
+    watcher: Arc<SharedWatcher>,
+}
+
+/// The child watch of a queue value and its clones: the last one's drop disarms it.
+struct SharedWatcher {
     watcher: ChildWatcher,
+    client: Client,
+}
+
+impl std::ops::Deref for SharedWatcher {
+    type Target = ChildWatcher;
+
+    fn deref(&self) -> &ChildWatcher {
+        &self.watcher
+    }
+}
+
+impl Drop for SharedWatcher {
+    fn drop(&mut self) {
+        self.watcher.disarm(&self.client.session().zk);
+    }
 }
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue").field("path", &self.path).finish()
-    }
-}
-
-impl Drop for Queue {
-    fn drop(&mut self) {
-        self.watcher.disarm(&self.client.session().zk);
     }
 }
 
@@ -258,7 +275,7 @@ impl Queue {
         let client = client.into();
         let zk = client.session().zk;
         Ok(Queue {
-            client,
+            client: client.clone(),
             path: path.to_string(),
             store: ItemStore {
                 items: path.to_string(),
@@ -268,8 +285,11 @@ impl Queue {
             },
             patience: Patience::of(&zk, RetryPolicy::new()),
             order: Order::Fifo,
-            cache: Mutex::new(VecDeque::new()),
-            watcher: ChildWatcher::new(path),
+            cache: Arc::default(),
+            watcher: Arc::new(SharedWatcher {
+                watcher: ChildWatcher::new(path),
+                client,
+            }),
         })
     }
 
@@ -299,8 +319,21 @@ impl Queue {
     /// The ACL of every node the queue creates (queue node, receipts node, items,
     /// receipts) and whether the queue and receipts nodes are containers (removed by the
     /// server once empty, recreated on the next put). Default: open ACL, persistent.
+    ///
+    /// Called on a value that has clones, it makes a value of its own (its own listing
+    /// and child watch); the clones keep theirs.
     pub fn with_node_options(mut self, nodes: NodeOptions) -> Queue {
-        self.watcher.nodes = nodes.clone();
+        if let Some(shared) = Arc::get_mut(&mut self.watcher) {
+            shared.watcher.nodes = nodes.clone();
+        } else {
+            let mut watcher = ChildWatcher::new(&self.path);
+            watcher.nodes = nodes.clone();
+            self.watcher = Arc::new(SharedWatcher {
+                watcher,
+                client: self.client.clone(),
+            });
+            self.cache = Arc::default();
+        }
         self.store.nodes = nodes;
         self
     }

@@ -212,8 +212,8 @@ async fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
         pause = (pause * 2).min(Duration::from_secs(5));
     }
     if let Some(session) = fresh {
-        // Closing waits for the server's answer: on a worker thread too.
-        drop(crate::asynchronous::unblock(move || session.close()));
+        // The close goes on without its future: nothing waits for the server's answer.
+        drop(session.close_async());
     }
 }
 

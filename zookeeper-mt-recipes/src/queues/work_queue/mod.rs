@@ -174,6 +174,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use zookeeper_mt::{CreateMode, Error, Op, OpResult, Timeout, Watch, WatchedEvent, ZooKeeper};
@@ -233,9 +234,11 @@ struct Head {
 
 /// A locking work queue (see the [module docs](self)).
 ///
-/// `Send + Sync`. Give each worker its own value to get per-worker [`stats`](Self::stats);
-/// threads or tasks sharing a value are separate consumers in the waiting line all the
-/// same (and share one cached listing).
+/// `Send + Sync` and cheap to clone: clones are one value (one cached listing, one set of
+/// [`stats`](Self::stats)), as threads sharing a `&WorkQueue` are. Give each worker its
+/// own value ([`new`](Self::new)) to get per-worker stats; threads or tasks sharing a
+/// value are separate consumers in the waiting line all the same.
+#[derive(Clone)]
 pub struct WorkQueue {
     client: Client,
     path: String,
@@ -244,16 +247,16 @@ pub struct WorkQueue {
     locks: String,
     waiters: String,
     patience: Patience,
-    head: Mutex<Head>,
+    head: Arc<SharedHead>,
     /// Takes waiting for the head role (one entry per waiting future).
-    head_waiters: Wakers,
+    head_waiters: Arc<Wakers>,
     /// Item names from the last listing not yet tried, in sequence order.
-    cache: Mutex<VecDeque<String>>,
+    cache: Arc<Mutex<VecDeque<String>>>,
     /// How far past the first known item a claim may start: grows when claims collide
     /// with other consumers', shrinks when they succeed.
-    spread: AtomicUsize,
-    counters: Counters,
-    waiting: AtomicU64,
+    spread: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
+    waiting: Arc<AtomicU64>,
     /// Where items go after too many attempts, if anywhere.
     dead_letter: Option<DeadLetter>,
 }
@@ -285,7 +288,22 @@ enum Claim {
     Buried,
 }
 
-impl Drop for WorkQueue {
+/// The head part of a value and its clones: the last one's drop takes its kept watches
+/// off.
+struct SharedHead {
+    head: Mutex<Head>,
+    client: Client,
+}
+
+impl std::ops::Deref for SharedHead {
+    type Target = Mutex<Head>;
+
+    fn deref(&self) -> &Mutex<Head> {
+        &self.head
+    }
+}
+
+impl Drop for SharedHead {
     fn drop(&mut self) {
         // Take the kept head watches off locally, so they do not stay registered until
         // the queue next changes.
@@ -331,7 +349,7 @@ impl WorkQueue {
         let client = client.into();
         let zk = client.session().zk;
         Ok(WorkQueue {
-            client,
+            client: client.clone(),
             path: path.to_string(),
             store: ItemStore {
                 items: format!("{path}/items"),
@@ -342,12 +360,15 @@ impl WorkQueue {
             locks: format!("{path}/locks"),
             waiters: format!("{path}/waiters"),
             patience: Patience::of(&zk, RetryPolicy::new()),
-            head: Mutex::new(Head::default()),
-            head_waiters: Wakers::default(),
-            cache: Mutex::new(VecDeque::new()),
-            spread: AtomicUsize::new(0),
-            counters: Counters::default(),
-            waiting: AtomicU64::new(0),
+            head: Arc::new(SharedHead {
+                head: Mutex::new(Head::default()),
+                client,
+            }),
+            head_waiters: Arc::default(),
+            cache: Arc::default(),
+            spread: Arc::default(),
+            counters: Arc::default(),
+            waiting: Arc::default(),
             dead_letter: None,
         })
     }
