@@ -34,10 +34,10 @@ CATEGORIES = [
     ("malloc / free", r"(^|[^a-z_])(_int_malloc|_int_free|malloc|free|realloc|calloc|cfree|"
                       r"malloc_consolidate|unlink_chunk|tcache\w*|__rust_alloc|__rust_dealloc|"
                       r"__rdl_alloc|__rdl_dealloc|__rust_realloc)( |$)"),
-    ("registry (HashMap)", r"hashbrown|HashMap|hash_one|RandomState|sip::Hasher"),
+    ("registry (slab)", r"context::registry|hashbrown|HashMap|hash_one|RandomState|sip::Hasher"),
     ("path check + CString", r"path::|CString|validate_path|core::iter::traits::iterator::"
                             r"Iterator::try_fold|core::slice::memchr|core::str::"),
-    ("ACL conversion", r"zookeeper::acl::|CAcl"),
+    ("ACL conversion", r"zookeeper_mt::acl::|CAcl"),
     ("reply slot (mutex, condvar, Arc)", r"parking_lot|ReplySlot|Fulfiller|Condvar|RawMutex|"
                                          r"ZkFuture|zookeeper::reply::"),
     ("pthread / futex (user side)", r"pthread_|futex|__lll_|syscall( |$)|sem_"),
@@ -47,14 +47,14 @@ CATEGORIES = [
 
 # Inclusive cost (the function and all it calls) of the layers worth naming.
 INCLUSIVE = [
-    r"zookeeper::ops::(\w+::)*<impl zookeeper::client::ZooKeeper>::\w+_async",
-    r"zookeeper::path::validate_path",
+    r"zookeeper_mt::ops::(\w+::)*<impl zookeeper_mt::client::ZooKeeper>::\w+_async",
+    r"zookeeper_mt::path::validate_path",
     r"CString>::new::SpecNewImpl>::spec_new_impl",
-    r"zookeeper::reply::ZkFuture<T>::pending",
-    r"zookeeper::reply::ZkFuture<T>::wait",
-    r"zookeeper::reply::ReplySlot::wait_take",
-    r"zookeeper::context::(\w+::)*\w+_completion",
-    r"zookeeper::reply::ReplySlot::fulfill",
+    r"zookeeper_mt::reply::ZkFuture<T>::pending",
+    r"zookeeper_mt::reply::ZkFuture<T>::wait",
+    r"zookeeper_mt::reply::ReplySlot::wait_take",
+    r"zookeeper_mt::context::(\w+::)*\w+_completion",
+    r"zookeeper_mt::reply::ReplySlot::fulfill",
     r"hashbrown::",
     r"^zoo_a?w?(get|exists|set|create|delete)\w*",
     r"^zookeeper_process",
@@ -243,6 +243,23 @@ def label(op, args):
             "aget": f"pipelined get, {args.window} in flight"}.get(op, op)
 
 
+def summary_table(summary, args):
+    """One row per op: instructions per request, Rust next to C, and the ratio (for the
+    get also against C doing the binding's one-order hand-off, zoo_aget + wait)."""
+    w = ["### Instructions per request (callgrind, every thread of the client process)\n",
+         "| op | C | C via zoo_aget + wait | Rust | Rust/C | Rust/C hop | allocs C | allocs Rust |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    alloc = COUNTED[0][0]
+    for op, total, calls in summary:
+        hop = total.get("c_hop")
+        w.append(f"| {label(op, args)} | {total['c']:,.0f} | "
+                 + (f"{hop:,.0f}" if hop else "–")
+                 + f" | {total['rust']:,.0f} | {total['rust'] / total['c']:.2f} | "
+                 + (f"{total['rust'] / hop:.2f}" if hop else "–")
+                 + f" | {calls['c'][alloc]:.1f} | {calls['rust'][alloc]:.1f} |")
+    return "\n".join(w) + "\n"
+
+
 def report(op, args, cg, ps, pr):
     w = []
     names = [c for c in ("rust", "c", "c_hop") if c in (cg or ps)]
@@ -348,6 +365,7 @@ def main():
                 f"{args.reps} extra repetitions; server {hosts}; load average before: "
                 f"{' '.join(load0)}\n"]
         hop = Client("c_hop", [c_bin], hosts, args, {"get": "get_hop"})
+        summary = []
         for op in args.ops.split(","):
             cg, ps, pr = {}, {}, {}
             for c in clients + ([hop] if op == "get" else []):
@@ -358,6 +376,11 @@ def main():
                     ps[c.name] = perf_stat(c, op, args)
                     pr[c.name] = perf_record(c, op, args, workdir)
             text.append(report(op, args, cg, ps, pr))
+            if cg:
+                summary.append((op, {name: got["total"] for name, got in cg.items()},
+                                {name: got["calls"] for name, got in cg.items()}))
+        if summary:
+            text.insert(2, summary_table(summary, args))
         load1 = open("/proc/loadavg").read().split()[:3]
         text.append(f"- load average after: {' '.join(load1)}\n")
         out = "\n".join(text)
