@@ -164,6 +164,7 @@ use crate::error::LossReason;
 use crate::lifecycle::{Client, ManagedSession};
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::LossSignal;
 use crate::support::{
     check_base_path, create_member_async, delete_eventually_async, delete_on_drop, ordered_members,
     retry_async, wait_for_change_async, Deadline, DeleteOnDrop, Member, NodeWait, Patience, SeqDir,
@@ -171,7 +172,7 @@ use crate::support::{
 };
 use crate::{NodeOptions, RetryPolicy};
 use crate::{RecipeError, Result};
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::TryRecvError;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
