@@ -65,8 +65,9 @@
 //!   (as for [`Lock`](crate::locks::lock) guards): any grace is safe;
 //! - `Closed`: the handle was closed or authentication failed.
 //!
-//! Query it with [`LeadershipGuard::is_lost`] (no request), block on or `select!` over
-//! [`LeadershipGuard::lost`], or read the events ([`LeaderLatch::events`]).
+//! Query it with [`LeadershipGuard::is_lost`] (no request), await (in `select!`, on any
+//! executor) or [`wait`](crate::LossSignal::wait) on [`LeadershipGuard::lost`], or read
+//! the events ([`LeaderLatch::events`]).
 //!
 //! # Sessions
 //! With a plain [`ZooKeeper`] handle the latch ends when its session

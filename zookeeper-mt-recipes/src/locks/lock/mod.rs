@@ -72,8 +72,8 @@
 //!   the report: see fencing below;
 //! - [`LockLost::Closed`]: the handle was closed.
 //!
-//! Query it with [`LockGuard::is_lost`] (no request), or block on / `select!` over
-//! [`LockGuard::lost`]. A guard hears only of what happens after its acquisition: a
+//! Query it with [`LockGuard::is_lost`] (no request), or await (in `select!`, on any
+//! executor) / [`wait`](crate::LossSignal::wait) on [`LockGuard::lost`]. A guard hears only of what happens after its acquisition: a
 //! disconnection the client recovered from before the lock was granted is no loss.
 //!
 //! # Cost
