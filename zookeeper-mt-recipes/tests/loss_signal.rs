@@ -276,3 +276,105 @@ fn a_leadership_guards_loss_on_session_expiry() {
         Err(RecipeError::Timeout)
     );
 }
+
+/// A waker that runs `then` when woken (as an executor's waker may run any code).
+struct Runs<F: Fn() + Send + Sync + 'static>(F);
+
+impl<F: Fn() + Send + Sync + 'static> Wake for Runs<F> {
+    fn wake(self: Arc<Self>) {
+        (self.0)()
+    }
+}
+
+/// The first server of the shared ensemble, for a proxy in front of it.
+fn first_server() -> String {
+    let hosts = zk_harness::shared_test_connect_string();
+    let server = hosts.split(',').next().unwrap();
+    server.split('/').next().unwrap().to_string()
+}
+
+/// A waker woken by a loss asks the guard again at once (`is_lost`, `lost_reason`, a
+/// new `lost()`): it runs after the state's locks are released, or it would deadlock
+/// (the lock's session view on a disconnection, a permit's hold state, a term's state).
+#[test]
+fn a_woken_waker_may_ask_the_guard_again() {
+    const BOUND: Duration = Duration::from_secs(20);
+    let proxy = Proxy::start(&first_server());
+    let zk = connect_to(&proxy.addr);
+    let lock = Lock::new(&zk, &unique_path("reentrant-lock")).unwrap();
+    let guard = Arc::new(lock.acquire(Timeout::Never).unwrap());
+    let semaphore = Semaphore::new(&zk, &unique_path("reentrant-permit"), 1).unwrap();
+    let permit = Arc::new(semaphore.acquire(T).unwrap());
+    let latch = LeaderLatch::builder(&unique_path("reentrant-latch"))
+        .build(&zk)
+        .unwrap();
+    let term = Arc::new(latch.await_leadership(T).unwrap());
+    let (told, heard) = std::sync::mpsc::channel();
+
+    let mut lock_signal = guard.lost();
+    let lock_waker = {
+        let (guard, told) = (Arc::clone(&guard), told.clone());
+        Waker::from(Arc::new(Runs(move || {
+            let lost = guard.is_lost();
+            let again = guard.lost().try_get();
+            told.send((
+                "lock",
+                lost,
+                guard.lost_reason().is_some() && again.is_some(),
+            ))
+            .unwrap();
+        })))
+    };
+    let mut permit_signal = permit.lost();
+    let permit_waker = {
+        let (permit, told) = (Arc::clone(&permit), told.clone());
+        Waker::from(Arc::new(Runs(move || {
+            let lost = permit.is_lost();
+            let again = permit.lost().try_get();
+            told.send(("permit", lost, again.is_some())).unwrap();
+        })))
+    };
+    let mut term_signal = term.lost();
+    let term_waker = {
+        let (term, told) = (Arc::clone(&term), told.clone());
+        Waker::from(Arc::new(Runs(move || {
+            let lost = term.is_lost();
+            let again = term.lost().try_get();
+            told.send(("term", lost, again.is_some())).unwrap();
+        })))
+    };
+    assert!(poll_with(&mut lock_signal, &lock_waker).is_pending());
+    assert!(poll_with(&mut permit_signal, &permit_waker).is_pending());
+    assert!(poll_with(&mut term_signal, &term_waker).is_pending());
+    drop((lock_waker, permit_waker, term_waker));
+
+    // Strict defaults: the dropped connection is the loss of all three.
+    proxy.cut();
+    let mut seen: Vec<_> = (0..3)
+        .map(|_| {
+            // A waker run under a state's lock deadlocks that lock (and every later
+            // look at it, a guard's drop included): abort rather than hang.
+            heard.recv_timeout(BOUND).unwrap_or_else(|_| {
+                eprintln!("a woken waker could not ask its guard again: deadlocked");
+                std::process::abort()
+            })
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("lock", true, true),
+            ("permit", true, true),
+            ("term", true, true)
+        ]
+    );
+    assert_eq!(lock_signal.try_get(), Some(Some(LockLost::Disconnected)));
+    assert_eq!(permit_signal.try_get(), Some(Some(LockLost::Disconnected)));
+    assert_eq!(
+        term_signal.try_get(),
+        Some(Some(LeadershipLost::Disconnected))
+    );
+    proxy.restore();
+    latch.close();
+}
