@@ -99,7 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "  deleted {}'s node: {}",
         latches[leader].id(),
-        lost.recv_timeout(WAIT)?
+        lost.wait(WAIT)?.ok_or("the term ended without a loss")?
     );
 
     // 4. The leader's session expires: the guard reports it; the latch joins again in
@@ -114,7 +114,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     thief.close()?; // the server ends the session (as ZooKeeper's own tests expire one)
                     // With the default zero grace the first news is the dropped connection (the server
                     // moved the session to the other handle); the expiry itself comes right after.
-    let reason = guard.lost().recv_timeout(WAIT)?;
+    let reason = guard
+        .lost()
+        .wait(WAIT)?
+        .ok_or("the term ended without a loss")?;
     println!(
         "  {}'s session ended while leading term {} (token {}): {reason}",
         latches[leader].id(),

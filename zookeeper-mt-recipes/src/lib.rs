@@ -104,7 +104,7 @@ pub use locks::{LeaseSemaphore, Lock, MultiLock, ReadWriteLock, ReentrantLock, S
 pub use nodes::{Group, GroupMember, NodeOptions, PersistentNode};
 pub use queues::{BoundedQueue, DelayedQueue, PriorityQueue, Queue, WorkQueue};
 pub use shared::{AtomicLong, IdGenerator, KazooCounter, SharedCount};
-pub use support::{PauseGrowth, RetryPolicy};
+pub use support::{LossSignal, PauseGrowth, RetryPolicy};
 
 /// Background tasks alive on the recipes' driver (caches, latches, persistent nodes,
 /// value and config watches, settling what dropped futures left in flight): for tests

@@ -103,7 +103,7 @@ fn terms_together(
                         let section = latch
                             .run_while_leader(T, |guard| {
                                 let enter_ns = monotonic_ns();
-                                let _ = guard.lost().recv_timeout(HOLD);
+                                let _ = guard.lost().wait(HOLD);
                                 assert!(!guard.is_lost(), "{holder}: {:?}", guard.end());
                                 Section {
                                     holder: holder.clone(),

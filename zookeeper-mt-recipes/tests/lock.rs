@@ -180,13 +180,13 @@ fn guard_reports_its_node_deleted() {
     assert!(!guard.is_lost());
     connect().delete(guard.node(), None).unwrap();
     assert_eq!(
-        lost.recv_timeout(Duration::from_secs(10)).unwrap(),
-        LockLost::NodeDeleted
+        lost.wait(Duration::from_secs(10)).unwrap(),
+        Some(LockLost::NodeDeleted)
     );
     assert!(guard.is_lost());
     assert_eq!(guard.lost_reason(), Some(LockLost::NodeDeleted));
     // A late subscriber hears it at once.
-    assert_eq!(guard.lost().try_recv().unwrap(), LockLost::NodeDeleted);
+    assert_eq!(guard.lost().try_get(), Some(Some(LockLost::NodeDeleted)));
     assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
 }
 
@@ -212,8 +212,8 @@ fn guard_reports_session_loss() {
     // session's ephemeral nodes).
     proxy.cut();
     assert_eq!(
-        strict_lost.recv_timeout(Duration::from_secs(20)).unwrap(),
-        LockLost::Disconnected
+        strict_lost.wait(Duration::from_secs(20)).unwrap(),
+        Some(LockLost::Disconnected)
     );
     let thief = ZooKeeper::builder(&hosts)
         .session(zk.client_id().unwrap())
@@ -239,8 +239,8 @@ fn guard_reports_session_loss() {
     // Back in touch, the holder hears that its session expired.
     proxy.restore();
     assert_eq!(
-        tolerant_lost.recv_timeout(Duration::from_secs(20)).unwrap(),
-        LockLost::SessionExpired
+        tolerant_lost.wait(Duration::from_secs(20)).unwrap(),
+        Some(LockLost::SessionExpired)
     );
     assert!(strict_guard.release().is_err());
     assert!(tolerant_guard.release().is_err());
@@ -261,8 +261,8 @@ fn losses_before_the_first_lost_call_are_reported() {
     assert_no_leftover_contexts(&zk);
     connect().delete(guard.node(), None).unwrap();
     assert_eq!(
-        guard.lost().recv_timeout(Duration::from_secs(10)).unwrap(),
-        LockLost::NodeDeleted
+        guard.lost().wait(Duration::from_secs(10)).unwrap(),
+        Some(LockLost::NodeDeleted)
     );
     assert_eq!(guard.lost_reason(), Some(LockLost::NodeDeleted));
     assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
@@ -278,7 +278,7 @@ fn losses_before_the_first_lost_call_are_reported() {
     proxy.cut();
     wait_until("the disconnection reported", || guard.is_lost());
     assert_eq!(guard.lost_reason(), Some(LockLost::Disconnected));
-    assert_eq!(guard.lost().try_recv().unwrap(), LockLost::Disconnected);
+    assert_eq!(guard.lost().try_get(), Some(Some(LockLost::Disconnected)));
     proxy.restore();
     zk.wait_connected(Duration::from_secs(20)).unwrap();
     assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));
@@ -299,9 +299,9 @@ fn own_release_is_never_reported_as_a_loss() {
         wait_until("own-node watch set", || zk.live_contexts() == 1);
         guard.release().unwrap();
         assert_eq!(
-            lost.recv_timeout(Duration::from_secs(1)),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected),
-            "a released guard's receiver closes without a loss"
+            lost.wait(Duration::from_secs(1)),
+            Ok(None),
+            "a released guard's signal resolves without a loss"
         );
     }
     // The fired watches are gone; a guard nobody asked about sets none.
@@ -652,8 +652,8 @@ fn a_disconnection_past_the_grace_is_reported_when_it_runs_out() {
     }
     let disconnected = Instant::now();
     assert_eq!(
-        lost.recv_timeout(Duration::from_secs(20)).unwrap(),
-        LockLost::Disconnected
+        lost.wait(Duration::from_secs(20)).unwrap(),
+        Some(LockLost::Disconnected)
     );
     let waited = disconnected.elapsed();
     eprintln!("reported {waited:?} after the disconnection (grace {grace:?})");
@@ -676,8 +676,8 @@ fn closing_the_handle_is_reported() {
     wait_until("own-node watch set", || zk.live_contexts() == 1);
     zk.close().unwrap();
     assert_eq!(
-        lost.recv_timeout(Duration::from_secs(10)).unwrap(),
-        LockLost::Closed
+        lost.wait(Duration::from_secs(10)).unwrap(),
+        Some(LockLost::Closed)
     );
     assert_eq!(guard.lost_reason(), Some(LockLost::Closed));
     assert!(matches!(guard.release(), Err(RecipeError::Lost(_))));

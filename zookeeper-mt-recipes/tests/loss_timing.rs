@@ -119,7 +119,11 @@ fn lock_run(grace: Duration, run: usize) -> Outcome {
     let asked = Instant::now();
     let _ = guard.is_lost();
     let query = asked.elapsed();
-    let reason = lost.recv_timeout(BOUND).expect("A hears of the loss");
+    let reason = lost
+        .wait(BOUND)
+        .ok()
+        .flatten()
+        .expect("A hears of the loss");
     let loss = Instant::now() - stalled;
     let takeover = took_rx.recv_timeout(BOUND).expect("B's takeover") - stalled;
     eprintln!("  lock: A lost ({reason:?})");
@@ -165,7 +169,11 @@ fn latch_run(grace: Duration, run: usize) -> Outcome {
         let _ = latch_a.has_leadership();
         let _ = guard.is_leader();
         let query = asked.elapsed();
-        let reason = lost.recv_timeout(BOUND).expect("A hears of the loss");
+        let reason = lost
+            .wait(BOUND)
+            .ok()
+            .flatten()
+            .expect("A hears of the loss");
         (stalled, clean, query, reason, Instant::now() - stalled)
     });
     let takeover = took_rx.recv_timeout(BOUND).expect("B's takeover") - stalled;
@@ -206,7 +214,11 @@ fn permit_run(grace: Duration, run: usize) -> Outcome {
         let asked = Instant::now();
         assert!(permit.is_held().expect("is_held"), "held at the stall");
         let query = asked.elapsed();
-        let reason = lost.recv_timeout(BOUND).expect("A hears of the loss");
+        let reason = lost
+            .wait(BOUND)
+            .ok()
+            .flatten()
+            .expect("A hears of the loss");
         let loss = Instant::now() - stalled;
         let asked = Instant::now();
         assert!(
@@ -256,7 +268,11 @@ fn election_run(grace: Duration, run: usize) -> Outcome {
             "leads at the stall"
         );
         let query = asked.elapsed();
-        let reason = lost.recv_timeout(BOUND).expect("A hears of the loss");
+        let reason = lost
+            .wait(BOUND)
+            .ok()
+            .flatten()
+            .expect("A hears of the loss");
         let loss = Instant::now() - stalled;
         let asked = Instant::now();
         assert!(candidate_a.is_leader().is_err(), "no leader after the loss");

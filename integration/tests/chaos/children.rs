@@ -163,9 +163,9 @@ fn victim_section(
     let written = enter_section(zk, token, owner).ok()?;
     let lost = guard.lost();
     report(format_args!("HOLDING {} {token}", guard.node()));
-    let reason = match lost.recv_timeout(Duration::from_secs(180)) {
-        Ok(reason) => reason,
-        Err(_) => return Some("victim-never-told".to_string()),
+    let reason = match lost.wait(Duration::from_secs(180)) {
+        Ok(Some(reason)) => reason,
+        Ok(None) | Err(_) => return Some("victim-never-told".to_string()),
     };
     assert_eq!(guard.lost_reason(), Some(reason));
     let old = match zk.set(owner, token.to_string().as_bytes(), Some(written.version)) {

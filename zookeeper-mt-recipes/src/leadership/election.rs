@@ -272,8 +272,9 @@ impl LeaderElection {
     /// `Err(Lost)` once it may be lost while the connection is down; `None` when a
     /// request must tell (never seen leading, or connected again after a loss).
     fn known_leader(&self) -> Option<Result<bool>> {
+        let mut wakes = crate::support::Wakes::new();
         let mut leading = self.leading.lock();
-        let reason = leading.as_ref()?.lost_reason();
+        let reason = leading.as_ref()?.lost_reason_with(&mut wakes);
         match reason {
             None => Some(Ok(true)),
             Some(_) if self.zk.state().is_connected() => {
@@ -291,15 +292,19 @@ impl LeaderElection {
         }
     }
 
-    /// A receiver that gets the reason once a leadership seen by
-    /// [`is_leader`](Self::is_leader) or [`wait_until_leader`](Self::wait_until_leader)
-    /// may be lost (the session expired or closed, the connection dropped, or the
-    /// session's earliest possible expiry came), at that instant: never after another
-    /// candidate can lead. Never fires while this candidate was not seen leading.
-    pub fn lost(&self) -> crossbeam_channel::Receiver<crate::locks::LockLost> {
+    /// The loss of a leadership seen by [`is_leader`](Self::is_leader) or
+    /// [`wait_until_leader`](Self::wait_until_leader), as a
+    /// [`LossSignal`](crate::LossSignal): `Some(reason)` at the instant it may be lost (the
+    /// session expired or closed, the connection dropped, or the session's earliest
+    /// possible expiry came): never after another candidate can lead. Never reports a
+    /// loss while this candidate was not seen leading: then it resolves to `None` at
+    /// once (there is no leadership to lose).
+    pub fn lost(&self) -> crate::LossSignal<crate::locks::LockLost> {
+        // Settled signals are woken after the lock (declared first, dropped last).
+        let mut wakes = crate::support::Wakes::new();
         match &*self.leading.lock() {
-            Some(holding) => holding.lost(),
-            None => crate::support::never_lost(),
+            Some(holding) => holding.lost_with(&mut wakes),
+            None => crate::LossSignal::ended(),
         }
     }
 
@@ -376,7 +381,9 @@ impl LeaderElection {
         if self.resigned.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        if let Some(holding) = self.leading.lock().take() {
+        // Released after the lock: the release wakes the loss signals.
+        let leading = self.leading.lock().take();
+        if let Some(holding) = leading {
             holding.release();
         }
         let path = format!("{}/{}", self.dir, self.name);

@@ -8,6 +8,7 @@
 pub mod election;
 pub mod leader_latch;
 
+pub use crate::support::LossSignal;
 pub use election::LeaderElection;
 pub use leader_latch::{
     LatchBuilder, LatchLayout, LatchStatus, LeaderLatch, LeadershipEvent, LeadershipGuard,

@@ -363,12 +363,13 @@ impl LeaseGuard {
         self.holding.as_ref().and_then(|h| h.lost_reason())
     }
 
-    /// A receiver that gets the reason at the instant the loss is known (at once if it
-    /// is already); it disconnects after a release.
-    pub fn lost(&self) -> crossbeam_channel::Receiver<crate::locks::LockLost> {
+    /// The loss as a [`LossSignal`](crate::LossSignal): `Some(reason)` at the instant the
+    /// loss is known (at once if it is already), `None` after a release. Each call makes
+    /// an independent signal.
+    pub fn lost(&self) -> crate::LossSignal<crate::locks::LockLost> {
         match &self.holding {
             Some(holding) => holding.lost(),
-            None => crate::support::never_lost(),
+            None => crate::LossSignal::ended(),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod read_write_lock;
 pub mod reentrant_lock;
 pub mod semaphore;
 
+pub use crate::support::LossSignal;
 pub use lease_semaphore::{LeaseGuard, LeaseSemaphore, SemaphoreLayout};
 pub use lock::{Lock, LockGuard, LockLayout, LockLost};
 pub use multi_lock::{MultiGuard, MultiLock};

@@ -13,10 +13,10 @@
 //! task sends a cheap read (`exists("/")`) whenever nothing was answered for a third of
 //! the session timeout: one request per handle, however many guards it holds.
 
+use super::loss_signal::{LossSignal, LossSource, Wakes};
 use crate::locks::LockLost;
 use crate::runtime::timer::{sleep_at, Sleep};
 use crate::runtime::until;
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
@@ -47,11 +47,14 @@ pub(crate) fn past_deadline(clock: &SessionClock, now: Instant) -> bool {
 }
 
 /// Runs `check` on the timer thread at the instant it names, again and again, until it
-/// names none: a loss is pushed to its receivers at its instant, whatever the driver is
+/// names none: a loss is pushed to its signals at its instant, whatever the driver is
 /// busy with. `check` must be quick and never block (it runs among the timer's wakers);
-/// it is first run here.
-pub(crate) fn alarm(check: impl Fn() -> Option<Instant> + Send + Sync + 'static) -> AlarmHandle {
-    alarm_with(move |_| check())
+/// it is first run here. The signals it settles are woken after the alarm's lock is
+/// released (the [`Wakes`] it is given).
+pub(crate) fn alarm(
+    check: impl Fn(&mut Wakes) -> Option<Instant> + Send + Sync + 'static,
+) -> AlarmHandle {
+    alarm_with(move |_, wakes| check(wakes))
 }
 
 /// Cancels its alarm when told, or when dropped: no timer stays pending for a guard
@@ -84,7 +87,7 @@ impl Drop for AlarmHandle {
 /// session event stream) runs it again when woken, on the waking thread (the C
 /// completion thread for session events: `check` must not block).
 pub(crate) fn alarm_with(
-    check: impl Fn(&mut Context<'_>) -> Option<Instant> + Send + Sync + 'static,
+    check: impl Fn(&mut Context<'_>, &mut Wakes) -> Option<Instant> + Send + Sync + 'static,
 ) -> AlarmHandle {
     let alarm = Arc::new(Alarm {
         sleep: Mutex::new(None),
@@ -104,7 +107,7 @@ struct Alarm {
 }
 
 /// An alarm's check: when to run it again (`None`: the alarm is done).
-type Check = dyn Fn(&mut Context<'_>) -> Option<Instant> + Send + Sync;
+type Check = dyn Fn(&mut Context<'_>, &mut Wakes) -> Option<Instant> + Send + Sync;
 
 impl std::fmt::Debug for Alarm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,6 +119,8 @@ impl Alarm {
     fn run(self: Arc<Self>) {
         let waker = Waker::from(Arc::clone(&self));
         let mut cx = Context::from_waker(&waker);
+        // Dropped (waking the settled signals) after the slot's lock, below.
+        let mut wakes = Wakes::new();
         loop {
             // Checked, armed and stored under the lock: a wake that comes meanwhile
             // waits, then checks again and stores a later timer, never an earlier one.
@@ -126,7 +131,7 @@ impl Alarm {
                 drop(ended);
                 return;
             }
-            let at = (self.check)(&mut cx);
+            let at = (self.check)(&mut cx, &mut wakes);
             let Some(at) = at.filter(|_| !self.cancelled.load(std::sync::atomic::Ordering::SeqCst))
             else {
                 let ended = slot.take();
@@ -307,6 +312,8 @@ pub(crate) struct Holding {
 #[derive(Debug)]
 struct HoldingInner {
     clock: SessionClock,
+    /// Its loss signals (settled by the first loss, or by the release).
+    loss: LossSource<LockLost>,
     state: Mutex<HoldState>,
     _alive: KeepAlive,
 }
@@ -316,7 +323,7 @@ struct HoldState {
     events: SessionEvents,
     lost: Option<LockLost>,
     released: bool,
-    subscribers: Vec<Sender<LockLost>>,
+    /// Whether an alarm pushes the loss to the signals at its instant (first `lost()`).
     alarmed: bool,
 }
 
@@ -350,11 +357,11 @@ impl Holding {
         Holding {
             inner: Arc::new(HoldingInner {
                 clock: zk.session_clock(),
+                loss: LossSource::default(),
                 state: Mutex::new(HoldState {
                     events,
                     lost,
                     released: false,
-                    subscribers: Vec::new(),
                     alarmed: false,
                 }),
                 _alive: keep_alive(zk),
@@ -365,56 +372,78 @@ impl Holding {
 
     /// Why the guard may have lost its hold, if it may have. No request, no blocking.
     pub(crate) fn lost_reason(&self) -> Option<LockLost> {
-        self.inner.judge(None).0
+        let mut wakes = Wakes::new();
+        self.lost_reason_with(&mut wakes)
     }
 
-    /// A receiver that gets the reason once the hold may be lost (at once if it is
-    /// known to be), at the instant it is known; it disconnects after a release.
-    pub(crate) fn lost(&self) -> Receiver<LockLost> {
-        let (sender, receiver) = crossbeam_channel::bounded(1);
+    /// [`lost_reason`](Self::lost_reason) for a caller holding a lock: the signals it
+    /// settles are woken when `wakes` is dropped.
+    pub(crate) fn lost_reason_with(&self, wakes: &mut Wakes) -> Option<LockLost> {
+        self.inner.judge(None, wakes).0
+    }
+
+    /// A signal of the loss, settled at the instant it is known (at once if it is
+    /// known already); it resolves to `None` after a release.
+    pub(crate) fn lost(&self) -> LossSignal<LockLost> {
+        let mut wakes = Wakes::new();
+        self.lost_with(&mut wakes)
+    }
+
+    /// [`lost`](Self::lost) for a caller holding a lock (see
+    /// [`lost_reason_with`](Self::lost_reason_with)). The alarm's first check runs here,
+    /// when no signal of this hold has a waker yet (every signal comes from a `lost()`,
+    /// and the first one arms the alarm).
+    pub(crate) fn lost_with(&self, wakes: &mut Wakes) -> LossSignal<LockLost> {
+        let signal = self.inner.loss.signal();
         let arm = {
             let mut state = self.inner.state.lock();
-            if let Some(reason) = state.lost {
-                let _ = sender.try_send(reason);
-                return receiver;
-            }
-            if state.released {
-                return receiver;
-            }
-            state.subscribers.push(sender);
-            !std::mem::replace(&mut state.alarmed, true)
+            state.lost.is_none() && !state.released && !std::mem::replace(&mut state.alarmed, true)
         };
         if arm {
             let inner = Arc::downgrade(&self.inner);
-            let alarm = alarm_with(move |cx| {
+            let alarm = alarm_with(move |cx, wakes| {
                 let inner = inner.upgrade()?;
-                inner.judge(Some(cx)).1
+                inner.judge(Some(cx), wakes).1
             });
             let old = self.alarm.lock().replace(alarm);
             drop(old);
         }
-        // Judged once more now: a loss known already reaches the new receiver.
-        self.lost_reason();
-        receiver
+        // Judged once more now: a loss known already settles the new signal.
+        self.lost_reason_with(wakes);
+        signal
     }
 
-    /// Released: no loss is reported from now on; receivers disconnect.
+    /// Released: no loss is reported from now on; the signals resolve to `None`.
     pub(crate) fn release(&self) {
+        let mut wakes = Wakes::new();
         {
             let mut state = self.inner.state.lock();
             state.released = true;
-            state.subscribers.clear();
+            match state.lost {
+                Some(reason) => self.inner.loss.lose(reason, &mut wakes),
+                None => self.inner.loss.end(&mut wakes),
+            }
         }
         let alarm = self.alarm.lock().take();
         drop(alarm);
+    }
+
+    /// How many loss signals of this hold live, and how many hold a waker (tests).
+    pub(crate) fn signal_counts(&self) -> (usize, usize) {
+        self.inner.loss.counts()
     }
 }
 
 impl HoldingInner {
     /// Applies the session events so far (with `cx`, registering its waker for the
-    /// next) and the bound, and tells the receivers of a loss. Returns the loss, if any,
-    /// and while there is none the instant to look again.
-    fn judge(&self, mut cx: Option<&mut Context<'_>>) -> (Option<LockLost>, Option<Instant>) {
+    /// next) and the bound, and settles the signals with a loss (their wakers go to
+    /// `wakes`). Returns the loss, if any, and while there is none the instant to look
+    /// again.
+    fn judge(
+        &self,
+        mut cx: Option<&mut Context<'_>>,
+        wakes: &mut Wakes,
+    ) -> (Option<LockLost>, Option<Instant>) {
         let mut state = self.state.lock();
         while state.lost.is_none() && !state.released {
             let next = match cx.as_deref_mut() {
@@ -440,9 +469,7 @@ impl HoldingInner {
             state.lost = Some(LockLost::Disconnected);
         }
         if let Some(reason) = state.lost {
-            for subscriber in state.subscribers.drain(..) {
-                let _ = subscriber.try_send(reason);
-            }
+            self.loss.lose(reason, wakes);
         }
         let again = (state.lost.is_none() && !state.released)
             .then(|| loss_deadline(&self.clock).unwrap_or_else(Instant::now));
@@ -451,11 +478,6 @@ impl HoldingInner {
         }
         (state.lost, again)
     }
-}
-
-/// A loss receiver that never fires (disconnected at once).
-pub(crate) fn never_lost() -> Receiver<LockLost> {
-    crossbeam_channel::bounded(1).1
 }
 
 /// `is_held`'s answer from a guard's loss: held while not lost; a closed handle is an
@@ -479,7 +501,7 @@ mod tests {
         let (sender, receiver) = crossbeam_channel::unbounded();
         let start = Instant::now();
         let counted = Arc::clone(&runs);
-        let _alarm = alarm(move || {
+        let _alarm = alarm(move |_| {
             let n = counted.fetch_add(1, Ordering::SeqCst);
             let _ = sender.send(Instant::now());
             (n < 2).then(|| start + Duration::from_millis(30) * (n as u32 + 1))
@@ -501,7 +523,7 @@ mod tests {
     fn a_cancelled_alarm_runs_no_more() {
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&runs);
-        let handle = alarm(move || {
+        let handle = alarm(move |_| {
             counted.fetch_add(1, Ordering::SeqCst);
             Some(Instant::now() + Duration::from_millis(20))
         });

@@ -12,15 +12,17 @@
 mod connection;
 mod dirs;
 pub(crate) mod liveness;
+pub(crate) mod loss_signal;
 mod owned;
 mod sequential;
 mod time;
 mod watches;
 
 pub(crate) use connection::*;
-pub(crate) use crossbeam_channel::Receiver;
 pub(crate) use dirs::*;
-pub(crate) use liveness::{held_answer, never_lost};
+pub(crate) use liveness::held_answer;
+pub use loss_signal::LossSignal;
+pub(crate) use loss_signal::{LossSource, Wakes};
 pub(crate) use owned::*;
 pub(crate) use sequential::*;
 pub(crate) use time::*;

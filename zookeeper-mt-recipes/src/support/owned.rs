@@ -253,14 +253,21 @@ macro_rules! owned_node_guard {
                 self.holding.as_ref().and_then(|h| h.lost_reason())
             }
 
-            /// A receiver that gets the reason at the instant the loss is known (at once
-            /// if it is already); it disconnects after a release. Each call makes an
-            /// independent receiver (`recv_timeout`, `crossbeam_channel::select!`).
-            pub fn lost(&self) -> $crate::support::Receiver<$crate::locks::LockLost> {
+            /// The loss as a [`LossSignal`]($crate::LossSignal): `Some(reason)` at the
+            /// instant the loss is known (at once if it is already), `None` after a
+            /// release. Each call makes an independent signal (await it, or
+            /// [`wait`]($crate::LossSignal::wait) with a timeout).
+            pub fn lost(&self) -> $crate::LossSignal<$crate::locks::LockLost> {
                 match &self.holding {
                     Some(holding) => holding.lost(),
-                    None => $crate::support::never_lost(),
+                    None => $crate::LossSignal::ended(),
                 }
+            }
+
+            /// How many loss signals of this guard live, and how many hold a waker.
+            #[doc(hidden)]
+            pub fn loss_signal_counts(&self) -> (usize, usize) {
+                self.holding.as_ref().map_or((0, 0), |h| h.signal_counts())
             }
 
             #[doc = concat!("The ", $what, " node's name.")]

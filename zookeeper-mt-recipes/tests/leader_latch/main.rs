@@ -68,7 +68,7 @@ fn next_event(latch: &LeaderLatch) -> LeadershipEvent {
 /// ends when the latch ended the term if that was earlier (this thread may wake late).
 fn hold(owner: &str, guard: &LeadershipGuard, hold: Duration) -> CriticalSection {
     let start = monotonic_nanos();
-    let _ = guard.lost().recv_timeout(hold);
+    let _ = guard.lost().wait(hold);
     let now = monotonic_nanos();
     let end = match guard.ended_at() {
         // Instant is CLOCK_MONOTONIC on Linux, as the stamps are.
@@ -192,8 +192,8 @@ fn events_report_terms_blocking_and_async() {
     assert!(!guard.is_leader() && !guard.is_lost());
     assert_eq!(guard.end(), Some(TermEnd::Relinquished));
     assert!(
-        guard.lost().recv().is_err(),
-        "no loss: the receiver disconnects"
+        guard.lost().wait(zookeeper_mt::Timeout::Never) == Ok(None),
+        "no loss: the signal resolves to None"
     );
     assert!(
         zk.exists(guard.node()).unwrap().is_none(),
@@ -242,7 +242,7 @@ fn a_deleted_node_is_a_loss_and_the_latch_joins_again() {
     let guard = latch.await_leadership(T).unwrap();
     let lost = guard.lost();
     admin.delete(guard.node(), None).unwrap();
-    assert_eq!(lost.recv_timeout(T), Ok(LeadershipLost::NodeDeleted));
+    assert_eq!(lost.wait(T), Ok(Some(LeadershipLost::NodeDeleted)));
     assert_eq!(guard.lost_reason(), Some(LeadershipLost::NodeDeleted));
     assert!(guard.check().is_err());
     assert_eq!(
@@ -280,7 +280,7 @@ fn zero_grace_disconnection_is_a_loss_then_a_new_node() {
     let old_node = guard.node().to_string();
     let lost = guard.lost();
     proxy.cut();
-    assert_eq!(lost.recv_timeout(T), Ok(LeadershipLost::Disconnected));
+    assert_eq!(lost.wait(T), Ok(Some(LeadershipLost::Disconnected)));
     // The node outlives the disconnection (the session lives) until the latch is back.
     assert!(admin.exists(&old_node).unwrap().is_some());
     proxy.restore();
@@ -343,8 +343,8 @@ fn expiry_ends_a_latch_on_a_plain_handle() {
     expire(&zk);
     proxy.restore();
     assert_eq!(
-        guard.lost().recv_timeout(T),
-        Ok(LeadershipLost::SessionExpired)
+        guard.lost().wait(T),
+        Ok(Some(LeadershipLost::SessionExpired))
     );
     match latch.await_leadership(T) {
         Err(RecipeError::ZooKeeper(zookeeper_mt::Error::SessionExpired)) => {}
@@ -384,10 +384,7 @@ fn a_managed_latch_joins_the_new_session_but_the_old_guard_stays_lost() {
     let other_guard = other.await_leadership(T).unwrap();
     assert!(other_guard.token() > old.token());
     proxy.restore();
-    assert_eq!(
-        old.lost().recv_timeout(T),
-        Ok(LeadershipLost::SessionExpired)
-    );
+    assert_eq!(old.lost().wait(T), Ok(Some(LeadershipLost::SessionExpired)));
     // The latch joined again in the new session, behind the other participant.
     wait_until("the latch is in line again", T, || {
         latch.status() == LatchStatus::Waiting

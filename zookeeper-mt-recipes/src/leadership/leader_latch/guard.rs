@@ -1,6 +1,7 @@
 //! Terms of leadership and the guard that reports a term's end.
 
 use super::*;
+use crate::support::{LossSignal, LossSource, Wakes};
 
 // ---------------------------------------------------------------------------------------
 // Terms and guards.
@@ -27,13 +28,20 @@ pub(super) struct Term {
 pub(super) struct TermInner {
     pub(super) end: Option<TermEnd>,
     pub(super) ended_at: Option<Instant>,
-    /// Loss receivers; dropped (disconnecting them) when the term ends without a loss.
-    pub(super) subscribers: Vec<Sender<LeadershipLost>>,
+    /// The term's loss signals: settled when it ends (`None` for an end without a loss).
+    pub(super) loss: LossSource<LeadershipLost>,
 }
 
 impl Term {
-    /// Ends the term (the first end counts); tells the loss receivers.
+    /// Ends the term (the first end counts); settles the loss signals, woken on return.
     pub(super) fn finish(&self, end: TermEnd) -> bool {
+        let mut wakes = Wakes::new();
+        self.finish_with(end, &mut wakes)
+    }
+
+    /// [`finish`](Self::finish) for a caller holding a lock: the signals are woken when
+    /// `wakes` is dropped.
+    pub(super) fn finish_with(&self, end: TermEnd, wakes: &mut Wakes) -> bool {
         let mut inner = self.inner.lock();
         if inner.end.is_some() {
             return false;
@@ -44,11 +52,9 @@ impl Term {
         if let Some(alarm) = self.alarm.lock().take() {
             alarm.cancel();
         }
-        let subscribers = std::mem::take(&mut inner.subscribers);
-        if let TermEnd::Lost(reason) = end {
-            for subscriber in subscribers {
-                let _ = subscriber.try_send(reason);
-            }
+        match end {
+            TermEnd::Lost(reason) => inner.loss.lose(reason, wakes),
+            _ => inner.loss.end(wakes),
         }
         drop(inner);
         self.ended.wake_all();
@@ -62,13 +68,13 @@ impl Term {
     }
 
     /// Has the timer thread end the term at [`loss_deadline`](Self::loss_deadline) and
-    /// tell its loss receivers then, whatever the latch's task (on the busy driver) is
+    /// settle its loss signals then, whatever the latch's task (on the busy driver) is
     /// doing; the task learns of it at its next look.
     pub(super) fn alarm(self: &Arc<Self>) {
         let term = Arc::downgrade(self);
-        let alarm = crate::support::liveness::alarm(move || {
+        let alarm = crate::support::liveness::alarm(move |wakes| {
             let term = term.upgrade()?;
-            if term.end().is_some() {
+            if term.end_with(wakes).is_some() {
                 return None;
             }
             Some(term.loss_deadline())
@@ -82,11 +88,18 @@ impl Term {
     /// [`liveness`](crate::support::liveness)) ends here, at the first look, even
     /// before the latch's task wakes for it: no answer says "leader" past that instant.
     pub(super) fn end(&self) -> Option<TermEnd> {
+        let mut wakes = Wakes::new();
+        self.end_with(&mut wakes)
+    }
+
+    /// [`end`](Self::end) for a caller holding a lock (see
+    /// [`finish_with`](Self::finish_with)).
+    pub(super) fn end_with(&self, wakes: &mut Wakes) -> Option<TermEnd> {
         if let Some(end) = self.inner.lock().end {
             return Some(end);
         }
         if crate::support::liveness::past_deadline(&self.clock, Instant::now()) {
-            self.finish(TermEnd::Lost(LeadershipLost::Disconnected));
+            self.finish_with(TermEnd::Lost(LeadershipLost::Disconnected), wakes);
         }
         self.inner.lock().end
     }
@@ -315,21 +328,18 @@ impl LeadershipGuard {
         }
     }
 
-    /// A receiver that gets the reason once leadership is lost (at once if it already
-    /// is). If the term ends without a loss (relinquished, latch closed), the receiver
-    /// disconnects instead (`recv` fails). Each call makes an independent receiver; use it
-    /// with `recv_timeout` or `crossbeam_channel::select!`.
-    pub fn lost(&self) -> Receiver<LeadershipLost> {
-        let (sender, receiver) = crossbeam_channel::bounded(1);
-        let mut inner = self.term.inner.lock();
-        match inner.end {
-            Some(TermEnd::Lost(reason)) => {
-                let _ = sender.try_send(reason);
-            }
-            Some(_) => {}
-            None => inner.subscribers.push(sender),
-        }
-        receiver
+    /// The loss as a [`LossSignal`](crate::LossSignal): `Some(reason)` once leadership is
+    /// lost (at once if it already is), `None` once the term ends without a loss
+    /// (relinquished, latch closed). Each call makes an independent signal: await it (in
+    /// `select!` on any executor) or [`wait`](crate::LossSignal::wait) with a timeout.
+    pub fn lost(&self) -> LossSignal<LeadershipLost> {
+        self.term.inner.lock().loss.signal()
+    }
+
+    /// How many loss signals of this term live, and how many hold a waker.
+    #[doc(hidden)]
+    pub fn loss_signal_counts(&self) -> (usize, usize) {
+        self.term.inner.lock().loss.counts()
     }
 
     /// Ends this term if it still lasts: the latch deletes the term's node (the next

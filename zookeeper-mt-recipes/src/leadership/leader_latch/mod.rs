@@ -65,8 +65,9 @@
 //!   (as for [`Lock`](crate::locks::lock) guards): any grace is safe;
 //! - `Closed`: the handle was closed or authentication failed.
 //!
-//! Query it with [`LeadershipGuard::is_lost`] (no request), block on or `select!` over
-//! [`LeadershipGuard::lost`], or read the events ([`LeaderLatch::events`]).
+//! Query it with [`LeadershipGuard::is_lost`] (no request), await (in `select!`, on any
+//! executor) or [`wait`](crate::LossSignal::wait) on [`LeadershipGuard::lost`], or read
+//! the events ([`LeaderLatch::events`]).
 //!
 //! # Sessions
 //! With a plain [`ZooKeeper`] handle the latch ends when its session
@@ -162,7 +163,6 @@ use crate::support::{
     check_base_path, create_dir_async, delete_in_background, members, withdraw_tagged_in_background,
 };
 use crate::{NodeOptions, RecipeError, Result};
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -344,9 +344,11 @@ impl LeaderLatch {
             move || {
                 // A bug must not leave the latch looking alive: report it as the end. (The
                 // dropped worker has refused further commands.)
+                // The term's loss signals are woken after the state's lock.
+                let mut wakes = crate::support::Wakes::new();
                 let mut state = panic_shared.state.lock();
                 if let Some(term) = state.term.take() {
-                    term.finish(TermEnd::Lost(LeadershipLost::Closed));
+                    term.finish_with(TermEnd::Lost(LeadershipLost::Closed), &mut wakes);
                 }
                 state.status = LatchStatus::Ended;
                 state.end = Some(RecipeError::Lost(LossReason::WorkerFailed));

@@ -97,22 +97,29 @@ impl LockGuard {
         self.state.reason()
     }
 
-    /// A receiver that gets the reason once the lock is lost (at once if it already is
-    /// known to be). Each call makes an independent receiver; use it with `recv_timeout`
-    /// or `crossbeam_channel::select!`. It never fires after a normal release.
+    /// The loss as a [`LossSignal`](crate::LossSignal): `Some(reason)` once the lock is
+    /// lost (at once if it already is known to be), `None` once the guard is released
+    /// without a loss. Each call makes an independent signal: await it (in `select!` on
+    /// any executor) or [`wait`](crate::LossSignal::wait) with a timeout.
     ///
     /// The first call also has the process's lock monitor (a task on the recipes'
     /// driver) watch the lock node (one `get` with a watch), so that its deletion by
     /// someone else is reported as [`LockLost::NodeDeleted`], including a deletion that
     /// happened before the call.
     /// Acquisitions whose guard is never asked cost no such request.
-    pub fn lost(&self) -> Receiver<LockLost> {
+    pub fn lost(&self) -> LossSignal<LockLost> {
         self.shared.refresh();
-        let (receiver, first) = self.state.subscribe();
+        let (signal, first) = self.state.subscribe();
         if first {
             self.shared.watch(&self.state);
         }
-        receiver
+        signal
+    }
+
+    /// How many loss signals of this guard live, and how many hold a waker.
+    #[doc(hidden)]
+    pub fn loss_signal_counts(&self) -> (usize, usize) {
+        self.state.loss.counts()
     }
 
     /// Runs `ops` as one `multi` that the server applies only while this guard's lock
@@ -164,7 +171,9 @@ impl LockGuard {
             return None;
         }
         self.shared.refresh();
-        let lost = self.state.finish();
+        // The signals settled here are woken on return, after every lock.
+        let mut wakes = crate::support::Wakes::new();
+        let lost = self.state.finish(&mut wakes);
         self.shared.forget(&self.state);
         Some(lost)
     }

@@ -2,7 +2,7 @@
 //! session (and the monitor task applying session events).
 
 use super::*;
-use crate::support::liveness;
+use crate::support::{liveness, LossSignal, LossSource, Wakes};
 use std::task::{Context, Poll};
 use zookeeper_mt::{SessionClock, SessionEvents, WeakZooKeeper};
 
@@ -10,6 +10,8 @@ use zookeeper_mt::{SessionClock, SessionEvents, WeakZooKeeper};
 pub(super) struct GuardState {
     pub(super) node: String,
     pub(super) inner: Mutex<GuardInner>,
+    /// The guard's loss signals: settled by the first loss, or by the release.
+    pub(super) loss: LossSource<LockLost>,
 }
 
 #[derive(Default)]
@@ -21,7 +23,6 @@ pub(super) struct GuardInner {
     pub(super) released: bool,
     /// Whether the monitor was asked to watch the node (first [`LockGuard::lost`]).
     pub(super) watched: bool,
-    pub(super) subscribers: Vec<Sender<LockLost>>,
 }
 
 impl GuardState {
@@ -29,36 +30,31 @@ impl GuardState {
         GuardState {
             node,
             inner: Mutex::default(),
+            loss: LossSource::default(),
         }
     }
 
-    /// Records the first loss and tells every subscriber (nothing once released).
-    pub(super) fn declare(&self, reason: LockLost) {
+    /// Records the first loss and settles the signals with it (nothing once released);
+    /// their wakers go to `wakes`, woken once the caller's locks are released.
+    pub(super) fn declare(&self, reason: LockLost, wakes: &mut Wakes) {
         let mut inner = self.inner.lock();
         if inner.released || inner.reason.is_some() {
             return;
         }
         inner.reason = Some(reason);
-        for subscriber in inner.subscribers.drain(..) {
-            let _ = subscriber.try_send(reason);
-        }
+        self.loss.lose(reason, wakes);
     }
 
-    /// A new receiver of the loss, and whether the node watch is to be asked for now
+    /// A new signal of the loss, and whether the node watch is to be asked for now
     /// (the first subscription of a guard not lost yet).
-    pub(super) fn subscribe(&self) -> (Receiver<LockLost>, bool) {
-        let (sender, receiver) = crossbeam_channel::bounded(1);
+    pub(super) fn subscribe(&self) -> (LossSignal<LockLost>, bool) {
+        let signal = self.loss.signal();
         let mut inner = self.inner.lock();
-        if let Some(reason) = inner.reason {
-            let _ = sender.try_send(reason);
-            return (receiver, false);
+        if inner.reason.is_some() || inner.released {
+            return (signal, false); // settled already
         }
-        if inner.released {
-            return (receiver, false); // the sender is dropped: it never fires
-        }
-        inner.subscribers.push(sender);
         let first = !std::mem::replace(&mut inner.watched, true);
-        (receiver, first)
+        (signal, first)
     }
 
     pub(super) fn reason(&self) -> Option<LockLost> {
@@ -69,12 +65,14 @@ impl GuardState {
         self.inner.lock().released
     }
 
-    /// Marks the guard released (no loss is recorded from now on; subscribers see their
-    /// channel close) and returns the loss recorded before, if any.
-    pub(super) fn finish(&self) -> Option<LockLost> {
+    /// Marks the guard released (no loss is recorded from now on; the signals not
+    /// settled by a loss resolve to `None`) and returns the loss recorded before, if any.
+    pub(super) fn finish(&self, wakes: &mut Wakes) -> Option<LockLost> {
         let mut inner = self.inner.lock();
         inner.released = true;
-        inner.subscribers.clear();
+        if inner.reason.is_none() {
+            self.loss.end(wakes);
+        }
         inner.reason
     }
 
@@ -182,20 +180,30 @@ impl Shared {
     /// Applies the session events that have arrived, in order, each followed by the
     /// grace check (so with no grace a disconnection counts even if the reconnection
     /// arrived before anyone looked).
-    pub(super) fn catch_up(&self, view: &mut SessionView) {
-        self.apply_events(view, None);
+    pub(super) fn catch_up(&self, view: &mut SessionView, wakes: &mut Wakes) {
+        self.apply_events(view, None, wakes);
     }
 
     /// [`catch_up`](Self::catch_up) for the monitor: also has `cx` woken by the next
     /// event. Whether any event (or the stream's end) was applied.
-    pub(super) fn poll_events(&self, view: &mut SessionView, cx: &mut Context<'_>) -> bool {
-        self.apply_events(view, Some(cx))
+    pub(super) fn poll_events(
+        &self,
+        view: &mut SessionView,
+        cx: &mut Context<'_>,
+        wakes: &mut Wakes,
+    ) -> bool {
+        self.apply_events(view, Some(cx), wakes)
     }
 
     /// The one place events are applied: with `cx`, the events' waker is left
     /// registered (only the monitor gives one: the stream wakes one waker, the last
     /// given).
-    fn apply_events(&self, view: &mut SessionView, mut cx: Option<&mut Context<'_>>) -> bool {
+    fn apply_events(
+        &self,
+        view: &mut SessionView,
+        mut cx: Option<&mut Context<'_>>,
+        wakes: &mut Wakes,
+    ) -> bool {
         let mut applied = false;
         loop {
             let next = match cx.as_deref_mut() {
@@ -210,9 +218,9 @@ impl Shared {
                 Poll::Ready(Some(event)) => {
                     applied = true;
                     match event.state {
-                        SessionState::Expired => self.end(view, LockLost::SessionExpired),
+                        SessionState::Expired => self.end(view, LockLost::SessionExpired, wakes),
                         SessionState::AuthFailed | SessionState::Closed => {
-                            self.end(view, LockLost::Closed)
+                            self.end(view, LockLost::Closed, wakes)
                         }
                         state if state.is_connected() => {
                             view.disconnected_since = None;
@@ -220,32 +228,32 @@ impl Shared {
                         }
                         _ => {
                             view.disconnected_since.get_or_insert_with(Instant::now);
-                            self.check_grace(view);
+                            self.check_grace(view, wakes);
                         }
                     }
                 }
                 // The handle was closed: the stream has ended.
                 Poll::Ready(None) => {
                     applied = true;
-                    self.end(view, LockLost::Closed);
+                    self.end(view, LockLost::Closed, wakes);
                     break;
                 }
                 Poll::Pending => break,
             }
         }
-        self.check_grace(view);
+        self.check_grace(view, wakes);
         applied
     }
 
     /// Reports a disconnection that has outlasted the grace (once), and every guard held
     /// once the session may have expired (see [`liveness`]): whichever comes first.
-    pub(super) fn check_grace(&self, view: &mut SessionView) {
+    pub(super) fn check_grace(&self, view: &mut SessionView, wakes: &mut Wakes) {
         let now = Instant::now();
         if let Some(since) = view.disconnected_since {
             if !view.grace_over && now >= since + self.grace {
                 view.grace_over = true;
                 for guard in &view.guards {
-                    guard.declare(LockLost::Disconnected);
+                    guard.declare(LockLost::Disconnected, wakes);
                 }
             }
         }
@@ -254,7 +262,7 @@ impl Shared {
         }
         if liveness::past_deadline(&self.clock, now) {
             for guard in &view.guards {
-                guard.declare(LockLost::Disconnected);
+                guard.declare(LockLost::Disconnected, wakes);
             }
         }
     }
@@ -275,16 +283,18 @@ impl Shared {
     }
 
     /// The session is over: every guard, held now or later, is lost.
-    pub(super) fn end(&self, view: &mut SessionView, reason: LockLost) {
+    pub(super) fn end(&self, view: &mut SessionView, reason: LockLost, wakes: &mut Wakes) {
         view.ended.get_or_insert(reason);
         for guard in &view.guards {
-            guard.declare(reason);
+            guard.declare(reason, wakes);
         }
     }
 
-    /// Brings the view up to date (cheap: a lock and a channel poll).
+    /// Brings the view up to date (cheap: a lock and a channel poll). The signals it
+    /// settles are woken after the view's lock.
     pub(super) fn refresh(&self) {
-        self.catch_up(&mut self.view.lock());
+        let mut wakes = Wakes::new();
+        self.catch_up(&mut self.view.lock(), &mut wakes);
     }
 
     /// A new guard, just acquired: from now on it hears of every session loss. The
@@ -292,13 +302,14 @@ impl Shared {
     /// (the client delivers session events and replies in one order), so a
     /// disconnection it recovered from counts for older guards only.
     pub(super) fn register(self: &Arc<Self>, guard: &Arc<GuardState>) {
+        let mut wakes = Wakes::new();
         let serve = {
             let mut view = self.view.lock();
-            self.catch_up(&mut view);
+            self.catch_up(&mut view, &mut wakes);
             if let Some(reason) = view.ended {
-                guard.declare(reason);
+                guard.declare(reason, &mut wakes);
             } else if view.grace_over {
-                guard.declare(LockLost::Disconnected);
+                guard.declare(LockLost::Disconnected, &mut wakes);
             }
             view.guards.push(Arc::clone(guard));
             // A grace is timed by the monitor while guards are held.
@@ -331,7 +342,7 @@ impl Shared {
 
     /// Has the monitor watch the guard's node, and an alarm push this value's losses at
     /// their instant (a grace's end, the session's earliest expiry) to the guards'
-    /// receivers, on the timer thread: never later for a busy driver.
+    /// signals, on the timer thread: never later for a busy driver.
     pub(super) fn watch(self: &Arc<Self>, guard: &Arc<GuardState>) {
         let arm = {
             let mut view = self.view.lock();
@@ -342,10 +353,10 @@ impl Shared {
         monitor::serve(Arc::clone(self));
         if arm {
             let shared = Arc::downgrade(self);
-            let alarm = liveness::alarm(move || {
+            let alarm = liveness::alarm(move |wakes| {
                 let shared = shared.upgrade()?;
                 let mut view = shared.view.lock();
-                shared.catch_up(&mut view);
+                shared.catch_up(&mut view, wakes);
                 let pending =
                     view.ended.is_none() && view.guards.iter().any(|g| g.reason().is_none());
                 if !pending {
@@ -374,7 +385,7 @@ impl Shared {
 /// session events (applied under the view's lock, as any look does), every watch and
 /// `get` in flight, and its timer (a grace running out, a watch to arm again).
 pub(super) mod monitor {
-    use super::{GuardState, LockLost, Shared};
+    use super::{GuardState, LockLost, Shared, Wakes};
     use crate::runtime::timer::{sleep_at, Sleep};
     use parking_lot::Mutex;
     use std::future::Future;
@@ -432,7 +443,7 @@ pub(super) mod monitor {
                 inbox.running = true;
             }
             // Guards still learn of session losses when asked (`is_lost`); only the
-            // pushes to `lost()` receivers and node deletions are missing.
+            // pushes to `lost()` signals and node deletions are missing.
             Err(error) => {
                 inbox.pending.clear();
                 log::warn!("lock: cannot start the loss monitor: {error}");
@@ -567,15 +578,17 @@ pub(super) mod monitor {
     /// Applies the source's session events (and its grace), then moves each of its
     /// watches on. Returns when it wants to be looked at again.
     fn serve_source(source: &mut Source, cx: &mut Context<'_>, now: Instant) -> Option<Instant> {
+        // The signals settled here are woken on return, after the view's lock.
+        let mut wakes = Wakes::new();
         let shared = &source.shared;
         let (event, connected, grace_at) = {
             let mut view = shared.view.lock();
-            let event = shared.poll_events(&mut view, cx);
+            let event = shared.poll_events(&mut view, cx, &mut wakes);
             (event, view.connected(), shared.loss_at(&view))
         };
         let mut deadline = grace_at;
         source.watched.retain_mut(|watched| {
-            let step = advance(shared, watched, cx, now, connected, event);
+            let step = advance(shared, watched, cx, now, connected, event, &mut wakes);
             if let Some(at) = step.again_at {
                 deadline = Some(deadline.map_or(at, |d| d.min(at)));
             }
@@ -599,6 +612,7 @@ pub(super) mod monitor {
         now: Instant,
         connected: bool,
         event: bool,
+        wakes: &mut Wakes,
     ) -> Step {
         let done = Step {
             keep: false,
@@ -644,11 +658,12 @@ pub(super) mod monitor {
                         };
                     }
                     Poll::Ready(Err(error)) => {
-                        watched.guard.declare(match error {
+                        let reason = match error {
                             Error::NoNode => LockLost::NodeDeleted,
                             Error::SessionExpired => LockLost::SessionExpired,
                             _ => LockLost::Closed,
-                        });
+                        };
+                        watched.guard.declare(reason, wakes);
                         return done;
                     }
                 },
@@ -661,14 +676,15 @@ pub(super) mod monitor {
                     }
                     Poll::Ready(Ok(fired)) => match fired.event_type {
                         EventType::NodeDeleted => {
-                            watched.guard.declare(LockLost::NodeDeleted);
+                            watched.guard.declare(LockLost::NodeDeleted, wakes);
                             return done;
                         }
                         EventType::Session => {
-                            watched.guard.declare(match fired.state {
+                            let reason = match fired.state {
                                 SessionState::Expired => LockLost::SessionExpired,
                                 _ => LockLost::Closed,
-                            });
+                            };
+                            watched.guard.declare(reason, wakes);
                             return done;
                         }
                         // Data changed or the watch was removed: watch again.
@@ -676,7 +692,7 @@ pub(super) mod monitor {
                     },
                     // The watch ended without an event: the handle is closed.
                     Poll::Ready(Err(_)) => {
-                        watched.guard.declare(LockLost::Closed);
+                        watched.guard.declare(LockLost::Closed, wakes);
                         return done;
                     }
                 },

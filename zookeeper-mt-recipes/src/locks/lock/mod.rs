@@ -72,8 +72,8 @@
 //!   the report: see fencing below;
 //! - [`LockLost::Closed`]: the handle was closed.
 //!
-//! Query it with [`LockGuard::is_lost`] (no request), or block on / `select!` over
-//! [`LockGuard::lost`]. A guard hears only of what happens after its acquisition: a
+//! Query it with [`LockGuard::is_lost`] (no request), or await (in `select!`, on any
+//! executor) / [`wait`](crate::LossSignal::wait) on [`LockGuard::lost`]. A guard hears only of what happens after its acquisition: a
 //! disconnection the client recovered from before the lock was granted is no loss.
 //!
 //! # Cost
@@ -164,6 +164,7 @@ use crate::error::LossReason;
 use crate::lifecycle::{Client, ManagedSession};
 use crate::nodes::guid;
 use crate::runtime::block_on;
+use crate::support::LossSignal;
 use crate::support::{
     check_base_path, create_member_async, delete_eventually_async, delete_on_drop, ordered_members,
     retry_async, wait_for_change_async, Deadline, DeleteOnDrop, Member, NodeWait, Patience, SeqDir,
@@ -171,7 +172,6 @@ use crate::support::{
 };
 use crate::{NodeOptions, RetryPolicy};
 use crate::{RecipeError, Result};
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
