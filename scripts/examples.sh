@@ -58,6 +58,9 @@ reentrant_lock	^other process: got it \(holds: 1\)$
 shared_count	^  shared-count@Curator#1: 100 increments$
 shared_count	^  counter@Kazoo#2: 100 increments$
 shared_count	^final value 600 = 4 Rust threads \+ 2 peers x 100 increments
+tokio_service	^instance [01] led and produced 12 jobs$
+tokio_service	^12 jobs produced by the leader, 12 done by 3 workers; 0 left in the queue, 0 in progress$
+tokio_service	^shut down: nothing lost, nothing left$
 testing_service	^killing the leader, member [0-9]$
 testing_service	^worker-0's session 0x[0-9a-f]+ expired$
 testing_service	^[0-9]+ critical sections, none overlapping, tokens increasing$
