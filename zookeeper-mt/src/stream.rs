@@ -128,3 +128,52 @@ mod tests {
         assert!(RecvTimeoutError::Timeout.is_timeout());
     }
 }
+
+/// The wakers of a stream queue's waiting readers, one per reader: a reader (a stream
+/// value or a `next()` future) is named by a [`reader_id`], its waker replaced on each
+/// poll and removed when it is done or dropped, so a reader that stops polling leaves
+/// nothing behind. Shared by this crate's streams and the recipes' (not a public API).
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct ReaderWakers(std::collections::HashMap<u64, std::task::Waker>);
+
+/// A fresh id for a reader's place among a queue's wakers (unique in the process, so an
+/// id is never reused for another reader).
+#[doc(hidden)]
+pub fn reader_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl ReaderWakers {
+    /// Records `cx`'s waker as `reader`'s (the last one given).
+    pub fn register(&mut self, reader: u64, cx: &std::task::Context<'_>) {
+        match self.0.get_mut(&reader) {
+            Some(known) if known.will_wake(cx.waker()) => {}
+            Some(known) => known.clone_from(cx.waker()),
+            None => {
+                self.0.insert(reader, cx.waker().clone());
+            }
+        }
+    }
+
+    /// Takes `reader`'s waker out (to drop it outside the queue's lock).
+    pub fn remove(&mut self, reader: u64) -> Option<std::task::Waker> {
+        self.0.remove(&reader)
+    }
+
+    /// Wakers kept now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Moves every waker to `out` (to wake outside the queue's lock).
+    pub fn drain_into(&mut self, out: &mut Vec<std::task::Waker>) {
+        out.extend(self.0.drain().map(|(_, waker)| waker));
+    }
+}

@@ -98,7 +98,7 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// A double barrier for `count` participants (see the [module docs](self)). One value
+/// A double barrier for `count` participants (see the [module docs](super)). One value
 /// is one participant; it may be used from any thread, one `enter` or `leave` at a
 /// time: a call made while another is in progress fails with `InvalidArgument`. Cheap
 /// to clone: clones are that one participant (as threads sharing a `&DoubleBarrier`

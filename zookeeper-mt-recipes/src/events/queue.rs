@@ -3,8 +3,8 @@
 
 use super::{RecvTimeoutError, TryRecvError};
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use zookeeper_mt::stream::ReaderWakers;
+
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -26,26 +26,10 @@ struct State<B> {
     /// One waker per waiting reader (a stream value or a `next()` future), keyed by its
     /// [`waiter_id`]: replaced on each poll, removed when the reader is dropped, so a
     /// reader that stops polling leaves nothing behind.
-    wakers: HashMap<u64, Waker>,
+    wakers: ReaderWakers,
 }
 
-/// A fresh id for a reader's place among a queue's wakers (unique in the process, so
-/// an id is never reused for another reader).
-pub(crate) fn waiter_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Records `cx`'s waker as `waiter`'s (one per waiter, the last given).
-fn register(wakers: &mut HashMap<u64, Waker>, waiter: u64, cx: &Context<'_>) {
-    match wakers.get_mut(&waiter) {
-        Some(known) if known.will_wake(cx.waker()) => {}
-        Some(known) => known.clone_from(cx.waker()),
-        None => {
-            wakers.insert(waiter, cx.waker().clone());
-        }
-    }
-}
+pub(crate) use zookeeper_mt::stream::reader_id as waiter_id;
 
 /// A queue fed by one recipe task and read by any number of threads or tasks (each
 /// item goes to one of them).
@@ -76,7 +60,7 @@ impl<B: Buffer> EventQueue<B> {
             state: Mutex::new(State {
                 buffer,
                 closed,
-                wakers: HashMap::new(),
+                wakers: ReaderWakers::default(),
             }),
             ready: Condvar::new(),
             id: waiter_id(),
@@ -112,7 +96,7 @@ impl<B: Buffer> EventQueue<B> {
             return;
         }
         change(&mut state.buffer);
-        wakers.extend(state.wakers.drain().map(|(_, waker)| waker));
+        state.wakers.drain_into(wakers);
         self.ready.notify_all();
     }
 
@@ -138,7 +122,7 @@ impl<B: Buffer> EventQueue<B> {
     fn close_one(&self, wakers: &mut Vec<Waker>) {
         let mut state = self.state.lock();
         state.closed = true;
-        wakers.extend(state.wakers.drain().map(|(_, waker)| waker));
+        state.wakers.drain_into(wakers);
         self.ready.notify_all();
     }
 
@@ -192,7 +176,7 @@ impl<B> Drop for EventQueue<B> {
         for queue in &live {
             let mut state = queue.state.lock();
             state.closed = true;
-            wakers.extend(state.wakers.drain().map(|(_, waker)| waker));
+            state.wakers.drain_into(&mut wakers);
             queue.ready.notify_all();
         }
         wakers.into_iter().for_each(Waker::wake);
@@ -263,19 +247,19 @@ impl<B: Buffer> Source<B::Item> for EventQueue<B> {
             Some(item) => Some(item),
             None if state.closed => None,
             None => {
-                register(&mut state.wakers, waiter, cx);
+                state.wakers.register(waiter, cx);
                 return Poll::Pending;
             }
         };
         // Done waiting: its waker (dropped outside the lock) is of no more use.
-        let done = state.wakers.remove(&waiter);
+        let done = state.wakers.remove(waiter);
         drop(state);
         drop(done);
         Poll::Ready(ready)
     }
 
     fn forget(&self, waiter: u64) {
-        let gone = self.state.lock().wakers.remove(&waiter);
+        let gone = self.state.lock().wakers.remove(waiter);
         drop(gone);
     }
 

@@ -7,14 +7,14 @@
 
 use crate::client::ZooKeeper;
 use crate::session::SessionEvents;
+use crate::stream::ReaderWakers;
 use crate::stream::{RecvError, RecvTimeoutError, TryRecvError};
 use crate::types::{EventType, SessionState};
 use futures_core::stream::{FusedStream, Stream};
 use parking_lot::{Condvar, Mutex};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
@@ -234,14 +234,10 @@ struct QueueState {
     /// One waker per waiting reader (a stream value or a `next()` future), keyed by its
     /// [`waiter_id`]: replaced on each poll, removed when the reader is dropped, so a
     /// reader that stops polling leaves nothing behind.
-    wakers: HashMap<u64, Waker>,
+    wakers: ReaderWakers,
 }
 
-/// A fresh id for a reader's place among a queue's wakers (never reused).
-fn waiter_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
+use crate::stream::reader_id as waiter_id;
 
 /// One stream's queue: fed by a [`Follower`] (plain handle) or a managed client, read by
 /// any number of threads or tasks (each event goes to one of them).
@@ -271,7 +267,7 @@ impl StateQueue {
             state: Mutex::new(QueueState {
                 buffer,
                 ended,
-                wakers: HashMap::new(),
+                wakers: ReaderWakers::default(),
             }),
             ready: Condvar::new(),
             id: waiter_id(),
@@ -315,18 +311,14 @@ impl StateQueue {
             return;
         }
         state.buffer.push(event);
-        after
-            .wakers
-            .extend(state.wakers.drain().map(|(_, waker)| waker));
+        state.wakers.drain_into(&mut after.wakers);
         self.ready.notify_all();
     }
 
     fn end_one(&self, after: &mut After) {
         let mut state = self.state.lock();
         state.ended = true;
-        after
-            .wakers
-            .extend(state.wakers.drain().map(|(_, waker)| waker));
+        state.wakers.drain_into(&mut after.wakers);
         self.ready.notify_all();
     }
 
@@ -404,18 +396,12 @@ impl StateQueue {
             Some(event) => Some(event),
             None if state.ended => None,
             None => {
-                match state.wakers.get_mut(&waiter) {
-                    Some(known) if known.will_wake(cx.waker()) => {}
-                    Some(known) => known.clone_from(cx.waker()),
-                    None => {
-                        state.wakers.insert(waiter, cx.waker().clone());
-                    }
-                }
+                state.wakers.register(waiter, cx);
                 return Poll::Pending;
             }
         };
         // Done waiting: its waker (dropped outside the lock) is of no more use.
-        let done = state.wakers.remove(&waiter);
+        let done = state.wakers.remove(waiter);
         drop(state);
         drop(done);
         Poll::Ready(ready)
@@ -423,7 +409,7 @@ impl StateQueue {
 
     /// Drops `waiter`'s waker, if any (the waiter is gone).
     fn forget(&self, waiter: u64) {
-        let gone = self.state.lock().wakers.remove(&waiter);
+        let gone = self.state.lock().wakers.remove(waiter);
         drop(gone);
     }
 
