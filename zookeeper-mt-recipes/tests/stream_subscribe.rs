@@ -10,7 +10,6 @@ use cache_common::create;
 use common::{connect, unique_path};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::Timeout;
@@ -53,18 +52,6 @@ fn added(events: &EventStream<CacheEvent>, count: usize) -> Vec<String> {
         }
     }
     paths
-}
-
-/// Runs `f` on a thread and waits at most `WAIT` for its result (a wait without a
-/// deadline must not hang the test).
-fn bounded<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (sender, result) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = sender.send(f());
-    });
-    result
-        .recv_timeout(WAIT)
-        .expect("the wait did not end in time")
 }
 
 #[test]
@@ -196,11 +183,12 @@ fn recv_timeout_takes_a_timeout() {
     let waiting = subscriber.clone();
     let next = thread::spawn(move || waiting.recv_timeout(Timeout::Never));
     create(&zk, &format!("{parent}/late"), b"");
-    let event = bounded(move || next.join().unwrap()).unwrap();
+    let event =
+        zk_harness::testing::within("the wait", WAIT, move || next.join().unwrap()).unwrap();
     assert!(matches!(event, CacheEvent::Added(node) if node.path.ends_with("/late")));
 
     cache.close();
-    let subscriber = bounded(move || {
+    let subscriber = zk_harness::testing::within("the wait", WAIT, move || {
         // What is queued, then the end.
         while subscriber.recv_timeout(Timeout::Never).is_ok() {}
         subscriber

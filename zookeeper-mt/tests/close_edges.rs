@@ -4,27 +4,12 @@
 
 mod common;
 
+use zk_harness::testing::within;
+
 use common::{connect, wait_for_stream_end, WAIT};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
 use zookeeper_mt::{Error, ZooKeeper};
-
-/// Runs `body` on its own thread; fails the test if it does not return within `bound`
-/// (a deadlock) instead of hanging the test binary.
-fn within<T: Send + 'static>(
-    what: &str,
-    bound: Duration,
-    body: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (done, finished) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = done.send(body());
-    });
-    finished
-        .recv_timeout(bound)
-        .unwrap_or_else(|_| panic!("{what} did not return within {bound:?}: deadlock"))
-}
 
 #[test]
 fn calls_after_a_handed_off_close_fail_with_closed_at_once() {

@@ -15,18 +15,6 @@ use std::time::Duration;
 use zk_harness::FaultProxy;
 use zookeeper_mt::{Error, ZooKeeper};
 
-/// Runs `body` on its own thread and fails the test if it does not return within
-/// `WAIT` (a deadlock), instead of hanging the test binary.
-fn within_bound<T: Send + 'static>(what: &str, body: impl FnOnce() -> T + Send + 'static) -> T {
-    let (done, finished) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = done.send(body());
-    });
-    finished
-        .recv_timeout(WAIT)
-        .unwrap_or_else(|_| panic!("{what} did not return within {WAIT:?}: deadlock"))
-}
-
 /// A waker that, when woken, runs `action` once, inline, on whichever thread wakes it.
 struct InlineTask {
     action: Mutex<Option<Box<dyn FnOnce() + Send>>>,
@@ -86,7 +74,7 @@ fn a_waker_closing_a_clone_while_another_thread_closes_does_not_deadlock() {
     let mut pending = zk.exists_async("/");
     poll_pending(&mut pending, &task);
     let closer = zk.clone();
-    let result = within_bound("close", move || closer.close());
+    let result = zk_harness::testing::within("close", WAIT, move || closer.close());
     assert_eq!(result, Ok(()));
     assert!(task.woken.load(Ordering::SeqCst));
     assert_eq!(common::block_on(pending), Err(Error::Closed));
@@ -108,7 +96,10 @@ fn a_waker_run_by_the_final_sweep_may_close_again() {
     });
     poll_pending(&mut watch, &task);
     let closer = zk.clone();
-    assert_eq!(within_bound("close", move || closer.close()), Ok(()));
+    assert_eq!(
+        zk_harness::testing::within("close", WAIT, move || closer.close()),
+        Ok(())
+    );
     assert!(task.woken.load(Ordering::SeqCst));
     assert_eq!(*closed_again.lock().unwrap(), Some(Ok(())));
     assert_eq!(common::block_on(watch), Err(Error::Closed));
@@ -123,7 +114,10 @@ fn a_second_close_returns_once_the_first_has_finished() {
     let closing = thread::spawn(move || first.close());
     // Whichever close takes the handle, both return only once it is closed.
     let second = zk.clone();
-    assert_eq!(within_bound("second close", move || second.close()), Ok(()));
+    assert_eq!(
+        zk_harness::testing::within("second close", WAIT, move || second.close()),
+        Ok(())
+    );
     assert!(zk.state().is_terminal());
     assert_eq!(zk.live_contexts(), 0);
     for request in pending {
@@ -228,10 +222,10 @@ fn a_waker_of_an_add_auth_cut_off_by_a_connection_loss_may_send_requests() {
     poll_pending(&mut auth, &task);
     proxy.cut_all();
     proxy.resume();
-    let outcome = within_bound("the auth's outcome", move || auth.wait());
+    let outcome = zk_harness::testing::within("the auth's outcome", WAIT, move || auth.wait());
     assert_eq!(outcome, Err(Error::ConnectionLoss));
     let after = zk.clone();
-    within_bound("a request after the reconnect", move || {
+    zk_harness::testing::within("a request after the reconnect", WAIT, move || {
         after.wait_connected(WAIT).unwrap();
         after.exists("/").unwrap();
     });
@@ -278,7 +272,10 @@ fn a_waker_waiting_for_a_session_event_fails_at_once() {
     let mut pending = zk.exists_async("/");
     poll_pending(&mut pending, &task);
     let closer = zk.clone();
-    assert_eq!(within_bound("close", move || closer.close()), Ok(()));
+    assert_eq!(
+        zk_harness::testing::within("close", WAIT, move || closer.close()),
+        Ok(())
+    );
     let outcome = outcome.lock().unwrap().take().expect("the waker ran");
     assert!(
         matches!(outcome, Err(Error::InvalidArgument(_)) | Err(Error::Closed)),
@@ -311,7 +308,9 @@ fn a_waker_waiting_for_the_connection_fails_at_once() {
     );
     assert_eq!(common::block_on(pending), Err(Error::ConnectionLoss));
     let reconnecting = zk.clone();
-    let reconnected = within_bound("reconnecting", move || reconnecting.wait_connected(WAIT));
+    let reconnected = zk_harness::testing::within("reconnecting", WAIT, move || {
+        reconnecting.wait_connected(WAIT)
+    });
     assert_eq!(reconnected, Ok(()));
     zk.close().unwrap();
 }
@@ -331,7 +330,10 @@ fn a_waker_waiting_on_a_watch_fails_at_once() {
     let mut pending = zk.exists_async("/");
     poll_pending(&mut pending, &task);
     let closer = zk.clone();
-    assert_eq!(within_bound("close", move || closer.close()), Ok(()));
+    assert_eq!(
+        zk_harness::testing::within("close", WAIT, move || closer.close()),
+        Ok(())
+    );
     let outcome = reported
         .recv_timeout(WAIT)
         .expect("the waker ran and returned");

@@ -5,23 +5,10 @@
 mod common;
 
 use common::{connect, WAIT};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt::stream::{RecvTimeoutError, TryRecvError};
 use zookeeper_mt::{connection_states, ConnectionState, Timeout};
-
-/// Runs `f` on a thread and waits at most `WAIT` for its result (a wait without a
-/// deadline must not hang the test).
-fn bounded<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (sender, result) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = sender.send(f());
-    });
-    result
-        .recv_timeout(WAIT)
-        .expect("the wait did not end in time")
-}
 
 #[test]
 fn recv_timeout_takes_a_timeout_and_never_waits_for_the_end() {
@@ -57,9 +44,9 @@ fn recv_timeout_takes_a_timeout_and_never_waits_for_the_end() {
         (lost, subscriber.recv_timeout(Timeout::Never))
     });
     zk.close().unwrap();
-    let lost = bounded(move || lost.join().unwrap());
+    let lost = zk_harness::testing::within("the wait", WAIT, move || lost.join().unwrap());
     assert_eq!(lost.map(|e| e.state), Ok(ConnectionState::Lost));
-    let (lost, end) = bounded(move || heard.join().unwrap());
+    let (lost, end) = zk_harness::testing::within("the wait", WAIT, move || heard.join().unwrap());
     assert_eq!(lost.map(|e| e.state), Ok(ConnectionState::Lost));
     assert_eq!(end, Err(RecvTimeoutError::Disconnected));
     // The clone took the stream's `Lost`: the stream has ended for it too.
@@ -93,7 +80,7 @@ fn a_managed_clients_subscriber_sees_every_state() {
     drop(states);
     drop(clone);
     managed.close();
-    let subscriber = bounded(move || {
+    let subscriber = zk_harness::testing::within("the wait", WAIT, move || {
         let lost = subscriber.recv_timeout(Timeout::Never);
         assert_eq!(lost.map(|e| e.state), Ok(ConnectionState::Lost));
         subscriber
@@ -111,6 +98,8 @@ fn a_plain_streams_subscriber_keeps_it_fed() {
     let subscriber = states.subscribe();
     drop(states);
     zk.close().unwrap();
-    let states: Vec<_> = bounded(move || subscriber.iter().map(|e| e.state).collect());
+    let states: Vec<_> = zk_harness::testing::within("the wait", WAIT, move || {
+        subscriber.iter().map(|e| e.state).collect()
+    });
     assert_eq!(states, [ConnectionState::Connected, ConnectionState::Lost]);
 }

@@ -127,6 +127,31 @@ pub fn wait_until(what: &str, timeout: Duration, condition: impl FnMut() -> bool
     }
 }
 
+/// Runs `body` on a thread of its own and returns its result; fails the calling test if
+/// it has not returned within `bound` (a deadlock, or a wait without a deadline that
+/// never ends), instead of hanging the test binary. The thread is left to finish.
+///
+/// # Panics
+/// After `bound`, with "`what` did not return within ..", or if `body` panicked.
+#[track_caller]
+pub fn within<T: Send + 'static>(
+    what: &str,
+    bound: Duration,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(body());
+    });
+    match finished.recv_timeout(bound) {
+        Ok(value) => value,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what} did not return within {bound:?}")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
+    }
+}
+
 /// The threads of this process now (the entries of `/proc/self/task`), for tests that
 /// check what a recipe or the client costs in threads.
 pub fn process_threads() -> usize {
