@@ -110,9 +110,30 @@ impl ItemStore {
         guard: &[Op],
         patience: Patience,
     ) -> Result<bool> {
+        self.put_with_id_async(zk, &guid(), data, tag, guard, patience)
+            .await
+    }
+
+    /// [`put_with_async`](Self::put_with_async) whose first attempt carries the guid
+    /// `first_id` (a restart past the counter's end takes a fresh one): a caller that
+    /// retries the same put on another session can find out with
+    /// [`find_async`](Self::find_async) whether an earlier attempt applied.
+    pub(crate) async fn put_with_id_async(
+        &self,
+        zk: &ZooKeeper,
+        first_id: &str,
+        data: &[u8],
+        tag: &str,
+        guard: &[Op],
+        patience: Patience,
+    ) -> Result<bool> {
         let mut not_empty = 0;
-        for _ in 0..PUT_RESTARTS {
-            let id = guid();
+        for restart in 0..PUT_RESTARTS {
+            let id = if restart == 0 {
+                first_id.to_string()
+            } else {
+                guid()
+            };
             let mut pending = PendingPut::armed(zk, vec![self.receipt(&id)]);
             let created = self
                 .put_once_async(zk, &id, data, tag, guard, patience)
@@ -277,7 +298,7 @@ impl ItemStore {
     }
 
     /// The item of the applied put `id`, found by its guid (`None`: consumed already).
-    pub(super) async fn find_async(
+    pub(crate) async fn find_async(
         &self,
         zk: &ZooKeeper,
         id: &str,

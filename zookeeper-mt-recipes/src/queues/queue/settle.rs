@@ -109,6 +109,9 @@ pub(super) struct PendingClaim<'a> {
 /// An item a dropped take may hold: what is needed to put it back.
 struct Stray {
     store: ItemStore,
+    /// The guid every put-back attempt of this item carries, on whichever session: an
+    /// attempt whose outcome was lost with its session is found by it before another.
+    put_id: String,
     patience: Patience,
     name: String,
     path: String,
@@ -124,6 +127,7 @@ impl Drop for PendingClaim<'_> {
         let zk = self.zk.clone();
         let stray = Stray {
             store: self.queue.store.clone(),
+            put_id: crate::nodes::guid(),
             patience: self.queue.patience,
             name: self.name.to_string(),
             path: self.path.to_string(),
@@ -165,13 +169,17 @@ impl Drop for PendingClaim<'_> {
 /// Puts a stray item back at the tail (with its ordering tag), trying until it is done:
 /// on this session while it lives (first finding out, if `unknown`, whether the take
 /// applied at all), then on a new session made like it ([`ZooKeeper::new_session`]),
-/// where the item's absence is checked again first. Only an `unknown` outcome can
-/// deliver an item twice (taken meanwhile by another consumer whose marker is gone):
-/// at least once, never lost.
+/// where the item's absence is checked again first. Every attempt carries the stray's
+/// one put guid, so an attempt whose outcome went with its session is found (still
+/// queued) before another is sent. Only an `unknown` outcome, or a put-back consumed
+/// between a lost attempt and the retry, can deliver an item twice: at least once,
+/// never lost.
 async fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
     let mut pause = Duration::from_millis(100);
     let mut ours = if unknown { Ours::Unknown } else { Ours::Yes };
     let mut fresh: Option<ZooKeeper> = None;
+    // Whether a put-back may have been sent (then a retry first looks for its item).
+    let mut sent = false;
     loop {
         if fresh.is_none() && zk.state().is_terminal() {
             // Connecting waits for the new session: on a worker thread, not the driver.
@@ -198,7 +206,7 @@ async fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
             None => None,
         };
         if let Some(session) = session {
-            match put_back_once(session, stray, &mut ours).await {
+            match put_back_once(session, stray, &mut ours, &mut sent).await {
                 Ok(()) => break,
                 Err(error) => {
                     log::warn!(
@@ -228,7 +236,12 @@ enum Ours {
 }
 
 /// One try of [`put_back_surely`] on `zk` (the taking session, or a new one).
-async fn put_back_once(zk: &ZooKeeper, stray: &Stray, ours: &mut Ours) -> Result<()> {
+async fn put_back_once(
+    zk: &ZooKeeper,
+    stray: &Stray,
+    ours: &mut Ours,
+    sent: &mut bool,
+) -> Result<()> {
     match *ours {
         Ours::Yes => {}
         Ours::Unknown => match lost_take(zk, stray.patience, &stray.path, &stray.marker).await {
@@ -246,10 +259,24 @@ async fn put_back_once(zk: &ZooKeeper, stray: &Stray, ours: &mut Ours) -> Result
         }
     }
     drop(zk.delete_async(&stray.marker, Version::Any));
+    if *sent {
+        // An earlier attempt's outcome was lost (its session may have ended with it in
+        // flight): its item, if it applied and is still queued, carries our guid.
+        retry_async(zk, stray.patience, || zk.sync_async(&stray.path)).await?;
+        if stray
+            .store
+            .find_async(zk, &stray.put_id, stray.patience)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    *sent = true;
     let tag = tag_of(&stray.name).unwrap_or("");
     stray
         .store
-        .put_with_async(zk, &stray.data, tag, &[], stray.patience)
+        .put_with_id_async(zk, &stray.put_id, &stray.data, tag, &[], stray.patience)
         .await
         .map(drop)
 }
