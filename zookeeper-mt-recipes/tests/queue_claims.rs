@@ -303,3 +303,118 @@ fn a_take_whose_handle_closes_mid_claim_puts_the_item_back() {
         a_claim_in_flight_at_close_puts_the_item_back(kind, false);
     }
 }
+
+/// A put-back whose own put applied but whose session then ended before it learnt so
+/// (the put's reply cut, the client kept away until the server expired the session) is
+/// found by its guid on the next session, not sent again, and the settling ends: the
+/// item is back exactly once. (Before, the put-back kept retrying on the expired session
+/// forever; with a new session, a fresh guid would have put the item twice.)
+#[test]
+fn a_put_back_whose_session_expires_mid_put_is_put_back_once() {
+    let _serial = serial();
+    // Rounds until the client is kept away before it could reconnect (a race this test
+    // needs to win once: otherwise the put-back learns its outcome on its own session).
+    for round in 1..=5 {
+        if put_back_session_expiry_round(round) {
+            return;
+        }
+    }
+    // Under memcheck the client's reconnect may always win the race: the rounds still
+    // ran (what memcheck is for); natively the race is won in the first round or two.
+    assert!(
+        under_valgrind(),
+        "the put-back's session was never kept away before it reconnected"
+    );
+}
+
+/// One round; `false` if the put-back's client reconnected before it was kept away.
+fn put_back_session_expiry_round(round: usize) -> bool {
+    let proxy = FaultProxy::start(zk_harness::shared_test_connect_string()).unwrap();
+    // The server's smallest session timeout: the put-back's session expires quickly.
+    let zk = ZooKeeper::builder(&proxy.connect_string())
+        .session_timeout(Duration::from_secs(4))
+        .connect()
+        .unwrap();
+    let admin = connect();
+    let baseline = zookeeper_mt_recipes::live_background_tasks();
+    let path = unique_path("put-back-expiry");
+    let producer = AnyQueue::new(Kind::Fifo, &admin, &path);
+    producer.put(b"precious").unwrap();
+    let consumer = AnyQueue::new(Kind::Fifo, &zk, &path);
+
+    // The claim applies, its reply never comes; the take is dropped and its handle
+    // closed: the claim is settled as "unknown", on a new session through the proxy.
+    proxy.drop_reply_matching(1, |request| request.op == OpCode::MULTI);
+    let mut take = consumer.take(Timeout::Never);
+    let fired = block_on_timeout(
+        poll_fn(|cx| {
+            if proxy
+                .fired()
+                .first()
+                .and_then(|fault| fault.reply)
+                .is_some()
+            {
+                return Poll::Ready(true);
+            }
+            if take.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(false);
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }),
+        BOUND,
+    );
+    assert_eq!(fired, Some(true), "the claim's reply was not withheld");
+    // The put-back's own put (the next multi) is cut off after the server applied it.
+    let fired_before = proxy.fired().len();
+    proxy.cut_after_matching(1, |request| request.op == OpCode::MULTI);
+    drop(take);
+    zk.close().unwrap();
+    drop(consumer);
+    proxy
+        .wait_for_fired(fired_before + 1, BOUND)
+        .expect("the put-back's put was not sent");
+    let accepted = proxy.connections_accepted();
+    proxy.isolate();
+    let kept_away = proxy.connections_accepted() == accepted;
+    if !kept_away {
+        println!("round {round}: the put-back's client reconnected first; again");
+        proxy.unblock();
+        wait_settled(baseline, BOUND);
+        return false;
+    }
+    // The put's receipt is an ephemeral of the put-back's session: once the server has
+    // expired that session (4 s after it last heard from it), the receipt is gone.
+    let receipts = format!("{path}/receipts");
+    let owned: Vec<String> = admin
+        .get_children(&receipts)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| format!("{receipts}/{name}"))
+        .filter(|node| {
+            admin
+                .exists(node)
+                .ok()
+                .flatten()
+                .is_some_and(|stat| stat.ephemeral_owner != 0)
+        })
+        .collect();
+    assert!(
+        !owned.is_empty(),
+        "no put receipt of the put-back's session"
+    );
+    zk_harness::testing::wait_until("the put-back's session to expire", BOUND, || {
+        owned
+            .iter()
+            .all(|node| matches!(admin.exists(node), Ok(None)))
+    });
+    proxy.unblock();
+    wait_settled(baseline, BOUND);
+    let (items, _) = server_state(&admin, Kind::Fifo, &path);
+    assert_eq!(
+        items,
+        vec![b"precious".to_vec()],
+        "the item must be back exactly once"
+    );
+    true
+}

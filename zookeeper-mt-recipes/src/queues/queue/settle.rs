@@ -181,6 +181,12 @@ async fn put_back_surely(zk: &ZooKeeper, stray: &Stray, unknown: bool) {
     // Whether a put-back may have been sent (then a retry first looks for its item).
     let mut sent = false;
     loop {
+        // A new session that ended too (expired, or closed) is replaced like the first.
+        if fresh.as_ref().is_some_and(|new| new.state().is_terminal()) {
+            if let Some(ended) = fresh.take() {
+                drop(ended.close_async());
+            }
+        }
         if fresh.is_none() && zk.state().is_terminal() {
             // Connecting waits for the new session: on a worker thread, not the driver.
             let like = zk.clone();
