@@ -8,7 +8,7 @@ pub use wire::WireSession;
 
 use crate::error::{HarnessError, Result};
 use std::time::{Duration, Instant};
-use wire::{attach, members, Attach, RESUME_TIMEOUT};
+use wire::{attach_and_close, members, Attach};
 
 /// Ends the session `session_id` on the server, for whichever client holds it, and
 /// returns once the server confirms it is gone: its ephemeral nodes are deleted and the
@@ -16,8 +16,10 @@ use wire::{attach, members, Attach, RESUME_TIMEOUT};
 /// client sees `SessionExpired`, exactly as after a real expiry).
 ///
 /// How: on a connection of its own it attaches to the session with its id and
-/// `password`, sends closeSession and waits for the reply (the close is then
-/// committed, through the leader on an ensemble); then it attaches again, and the server
+/// `password` and sends closeSession in the same write (the server reads it as soon as
+/// the handshake is done, so a holder has no gap to take the session back in), and
+/// waits for the reply (the close is then committed, through the leader on an
+/// ensemble); then it attaches again, and the server
 /// refusing the session confirms it. If the holder takes the session back in between (a
 /// connected client whose connection the takeover closed reconnects, and the server
 /// closes ours before the close reply), it starts over; it tries each member of
@@ -62,12 +64,12 @@ pub fn expire_session(
         }
         let at = &members[member % members.len()];
         let bound = deadline.min(Instant::now() + PER_MEMBER);
-        match attach(at, session_id, password, RESUME_TIMEOUT, bound) {
+        match attach_and_close(at, session_id, password, bound) {
             Ok(Attach::Refused) => return Ok(()),
             Ok(Attach::Attached(session)) => {
                 failed_in_a_row = 0;
                 attempt.closes += 1;
-                match session.close(bound.saturating_duration_since(Instant::now())) {
+                match session.await_close(bound.saturating_duration_since(Instant::now())) {
                     // Committed: the next round's handshake confirms it.
                     Ok(()) => attempt.closed += 1,
                     // Our connection was closed before the reply: most likely the holder

@@ -166,14 +166,29 @@ impl WireSession {
         self.next_xid
     }
 
+    /// Waits for the answer to the closeSession [`attach_and_close`] sent: `Ok` means
+    /// the close is committed.
+    pub(crate) fn await_close(mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        match self.reply_to(CLOSE_XID, deadline)? {
+            0 => Ok(()),
+            e => Err(self.io(io::Error::other(format!(
+                "closeSession answered with error {e}"
+            )))),
+        }
+    }
+
     /// Sends a body-less request and reads frames until its reply; returns its err.
     fn request(&mut self, xid: i32, op: i32, deadline: Instant) -> Result<i32> {
-        let mut frame = Vec::with_capacity(12);
-        frame.extend_from_slice(&8i32.to_be_bytes());
-        frame.extend_from_slice(&xid.to_be_bytes());
-        frame.extend_from_slice(&op.to_be_bytes());
         set_deadline(&self.stream, deadline).map_err(|e| self.io(e))?;
-        self.stream.write_all(&frame).map_err(|e| self.io(e))?;
+        self.stream
+            .write_all(&request_frame(xid, op))
+            .map_err(|e| self.io(e))?;
+        self.reply_to(xid, deadline)
+    }
+
+    /// Reads frames until the reply to `xid`; returns its err.
+    fn reply_to(&mut self, xid: i32, deadline: Instant) -> Result<i32> {
         loop {
             set_deadline(&self.stream, deadline).map_err(|e| self.io(e))?;
             let reply = read_frame(&mut self.stream).map_err(|e| self.io(e))?;
@@ -197,6 +212,18 @@ impl WireSession {
     }
 }
 
+/// The xid of the closeSession sent with a handshake.
+const CLOSE_XID: i32 = 1;
+
+/// A body-less request's frame: length, xid, op code.
+fn request_frame(xid: i32, op: i32) -> [u8; 12] {
+    let mut frame = [0u8; 12];
+    frame[..4].copy_from_slice(&8i32.to_be_bytes());
+    frame[4..8].copy_from_slice(&xid.to_be_bytes());
+    frame[8..].copy_from_slice(&op.to_be_bytes());
+    frame
+}
+
 /// The timeout a resume asks for. The server re-arms the session with it; it is clamped
 /// to the server's bounds (2 to 20 ticks).
 pub(crate) const RESUME_TIMEOUT: Duration = Duration::from_secs(10);
@@ -210,6 +237,38 @@ pub(crate) fn attach(
     password: &[u8],
     session_timeout: Duration,
     deadline: Instant,
+) -> Result<Attach> {
+    attach_then(
+        member,
+        session_id,
+        password,
+        session_timeout,
+        deadline,
+        false,
+    )
+}
+
+/// [`attach`], with a closeSession (xid 1) sent in the same write as the handshake: the
+/// server reads it only once the handshake is done (it stops reading a connection while
+/// it revalidates its session) and then at once, so a holder that takes the session
+/// back has no gap between the two to do it in. Read its answer with
+/// [`WireSession::await_close`].
+pub(crate) fn attach_and_close(
+    member: &str,
+    session_id: i64,
+    password: &[u8],
+    deadline: Instant,
+) -> Result<Attach> {
+    attach_then(member, session_id, password, RESUME_TIMEOUT, deadline, true)
+}
+
+fn attach_then(
+    member: &str,
+    session_id: i64,
+    password: &[u8],
+    session_timeout: Duration,
+    deadline: Instant,
+    close_too: bool,
 ) -> Result<Attach> {
     let ctx = || format!("handshake for session {session_id:#x} with {member}");
     let stream = open(member, deadline).map_err(|e| HarnessError::io(ctx(), e))?;
@@ -226,9 +285,12 @@ pub(crate) fn attach(
     body.extend_from_slice(&password_len.to_be_bytes());
     body.extend_from_slice(password);
     body.push(0); // readOnly: false
-    let mut frame = Vec::with_capacity(4 + body.len());
+    let mut frame = Vec::with_capacity(16 + body.len());
     frame.extend_from_slice(&(body.len() as i32).to_be_bytes());
     frame.extend_from_slice(&body);
+    if close_too {
+        frame.extend_from_slice(&request_frame(CLOSE_XID, OP_CLOSE_SESSION));
+    }
     let exchange = |stream: &mut TcpStream| -> io::Result<Vec<u8>> {
         set_deadline(stream, deadline)?;
         stream.write_all(&frame)?;
@@ -257,7 +319,7 @@ pub(crate) fn attach(
         session_id: id,
         password: passwd,
         negotiated: Duration::from_millis(timeout as u64),
-        next_xid: 0,
+        next_xid: if close_too { CLOSE_XID } else { 0 },
     }))
 }
 
