@@ -105,6 +105,16 @@ EOF
 say "staged the C client source in ${stage#"$repo"/} ($(du -sk "$stage" | cut -f1) KiB)"
 
 # 3. Package (or publish) the three together.
+# Cargo verifies a package against the others through a temporary registry, and unpacks
+# their .crate files under $CARGO_HOME/registry/src/<that registry>/<name>-<version>; a
+# directory already there (from an earlier run at the same path, same version, older
+# code) is reused without comparing contents, and the verification would build against
+# stale sources. Our own crates' unpacked copies go first (nothing else is named so).
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for crate in "${crates[@]}"; do
+    rm -rf "$cargo_home"/registry/src/*/"$crate"-[0-9]* \
+        "$cargo_home"/registry/cache/*/"$crate"-[0-9]*.crate
+done
 packages=()
 for crate in "${crates[@]}"; do
     packages+=(-p "$crate")
