@@ -277,7 +277,16 @@ impl LeaderElection {
         let reason = leading.as_ref()?.lost_reason_with(&mut wakes);
         match reason {
             None => Some(Ok(true)),
-            Some(_) if self.zk.state().is_connected() => {
+            // Connected again since, and heard from: the server can tell. (Connected
+            // alone is not enough: the C client still says connected on a link that
+            // went silent, until its read timeout, and a request there would wait.)
+            Some(_)
+                if self.zk.state().is_connected()
+                    && !crate::support::liveness::past_deadline(
+                        &self.zk.session_clock(),
+                        std::time::Instant::now(),
+                    ) =>
+            {
                 *leading = None;
                 None
             }
