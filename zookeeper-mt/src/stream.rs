@@ -157,6 +157,26 @@ impl ReaderWakers {
         }
     }
 
+    /// One poll of `reader` given what its queue had: the item popped (if any) and
+    /// whether the queue has ended. `Pending` (no item, not ended) keeps `cx`'s waker as
+    /// the reader's; otherwise the reader is done waiting and its waker is handed back,
+    /// to be dropped outside the queue's lock.
+    pub fn poll_with<T>(
+        &mut self,
+        reader: u64,
+        cx: &std::task::Context<'_>,
+        popped: Option<T>,
+        ended: bool,
+    ) -> (std::task::Poll<Option<T>>, Option<std::task::Waker>) {
+        match popped {
+            None if !ended => {
+                self.register(reader, cx);
+                (std::task::Poll::Pending, None)
+            }
+            ready => (std::task::Poll::Ready(ready), self.remove(reader)),
+        }
+    }
+
     /// Takes `reader`'s waker out (to drop it outside the queue's lock).
     pub fn remove(&mut self, reader: u64) -> Option<std::task::Waker> {
         self.0.remove(&reader)

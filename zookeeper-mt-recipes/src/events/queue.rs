@@ -243,19 +243,13 @@ impl<B: Buffer> Source<B::Item> for EventQueue<B> {
 
     fn poll_recv(&self, cx: &mut Context<'_>, waiter: u64) -> Poll<Option<B::Item>> {
         let mut state = self.state.lock();
-        let ready = match state.buffer.pop() {
-            Some(item) => Some(item),
-            None if state.closed => None,
-            None => {
-                state.wakers.register(waiter, cx);
-                return Poll::Pending;
-            }
-        };
-        // Done waiting: its waker (dropped outside the lock) is of no more use.
-        let done = state.wakers.remove(waiter);
+        let popped = state.buffer.pop();
+        let ended = state.closed;
+        let (poll, done) = state.wakers.poll_with(waiter, cx, popped, ended);
         drop(state);
+        // Done waiting: its waker (dropped outside the lock) is of no more use.
         drop(done);
-        Poll::Ready(ready)
+        poll
     }
 
     fn forget(&self, waiter: u64) {

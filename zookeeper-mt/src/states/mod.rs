@@ -392,19 +392,13 @@ impl StateQueue {
     /// waiter's one waker until the next event, the end, or [`forget`](Self::forget).
     fn poll_recv(&self, cx: &mut Context<'_>, waiter: u64) -> Poll<Option<ConnectionEvent>> {
         let mut state = self.state.lock();
-        let ready = match state.buffer.pop() {
-            Some(event) => Some(event),
-            None if state.ended => None,
-            None => {
-                state.wakers.register(waiter, cx);
-                return Poll::Pending;
-            }
-        };
-        // Done waiting: its waker (dropped outside the lock) is of no more use.
-        let done = state.wakers.remove(waiter);
+        let popped = state.buffer.pop();
+        let ended = state.ended;
+        let (poll, done) = state.wakers.poll_with(waiter, cx, popped, ended);
         drop(state);
+        // Done waiting: its waker (dropped outside the lock) is of no more use.
         drop(done);
-        Poll::Ready(ready)
+        poll
     }
 
     /// Drops `waiter`'s waker, if any (the waiter is gone).
