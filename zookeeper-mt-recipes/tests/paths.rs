@@ -121,3 +121,56 @@ fn delete_recursive_wins_against_a_session_adding_children() {
     );
     assert!(zk.exists(&base).unwrap().is_none());
 }
+
+#[test]
+fn delete_recursive_keeps_its_deadline_against_adders() {
+    // Two sessions adding children as fast as they can: the delete may win or not, but
+    // it returns by its deadline (plus the round under way), and a `Timeout` leaves the
+    // subtree to delete later.
+    let zk = connect();
+    let base = unique_path("contended");
+    let dir = format!("{base}/busy");
+    ensure_path(&zk, &dir).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let added = Arc::new(AtomicUsize::new(0));
+    let adders: Vec<_> = (0..2)
+        .map(|a| {
+            let (stop, added, dir) = (Arc::clone(&stop), Arc::clone(&added), dir.clone());
+            let other = connect();
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let child = format!("{dir}/a{a}-{i}");
+                    if other.create(&child, b"", CreateMode::Persistent).is_ok() {
+                        added.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    common::wait_until("the adders adding children", || {
+        added.load(Ordering::Relaxed) >= 20
+    });
+    let timeout = Duration::from_millis(20);
+    let started = std::time::Instant::now();
+    let result = delete_recursive(&zk, &base, timeout);
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for adder in adders {
+        adder.join().unwrap();
+    }
+    println!("delete_recursive under two adders: {result:?} after {took:?}");
+    // A round is a few round trips; 10 s is far beyond one even under memcheck, and far
+    // below what a deadline that is never checked costs (the walk goes on until the
+    // adders happen to lose the race).
+    assert!(took < Duration::from_secs(10), "returned after {took:?}");
+    match result {
+        Ok(()) => assert!(zk.exists(&base).unwrap().is_none()),
+        Err(RecipeError::Timeout) => {
+            delete_recursive(&zk, &base, Duration::from_secs(30)).unwrap();
+            assert!(zk.exists(&base).unwrap().is_none());
+        }
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+}

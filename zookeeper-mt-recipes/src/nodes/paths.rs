@@ -35,15 +35,17 @@ pub async fn ensure_path_async(client: impl Into<Client>, path: &str) -> Result<
     let session = client.session();
     let zk = &session.zk;
     let nodes = NodeOptions::default();
-    retry_async(zk, patience(zk, Timeout::Never), || {
+    retry_async(zk, patience(zk, Deadline::from(Timeout::Never)), || {
         create_dir_async(zk, path, &nodes)
     })
     .await
 }
 
-/// Deletes `path` and every node below it (children first, each level's deletes
-/// pipelined); an absent `path` is fine. Nodes created below it meanwhile are deleted
-/// too: the walk starts again until the delete of `path` itself applies. Rides out a
+/// Deletes `path` and every node below it (children first: each node's children's
+/// deletes and its own are sent together as soon as its listing arrives); an absent
+/// `path` is fine. Nodes created below it meanwhile are deleted too: a node whose delete
+/// finds new children is listed and deleted again, until the delete of `path` itself
+/// applies. Rides out a
 /// lost connection for the default reconnect timeout, and fails with
 /// [`RecipeError::Timeout`] once `timeout` has passed (having deleted part of the tree,
 /// deepest nodes first). Deleting `/` is refused (`InvalidArgument`).
@@ -81,93 +83,126 @@ pub async fn delete_recursive_async(
             "cannot delete the root node /",
         ));
     }
-    let timeout = timeout.into();
+    // One deadline for the whole call: every round and every retry spends from it.
+    let deadline = Deadline::from(timeout.into());
     let client = client.into();
     let session = client.session();
     let zk = &session.zk;
-    let patience = patience(zk, timeout);
-    loop {
-        let levels = subtree(zk, patience, path).await?;
-        // Deepest level first; the last level is `path` itself.
-        for level in levels.iter().rev() {
-            let deletes: Vec<(&str, ZkFuture<()>)> = level
-                .iter()
-                .map(|node| (node.as_str(), zk.delete_async(node, None)))
-                .collect();
-            for (node, delete) in deletes {
-                match delete.await {
-                    Ok(()) | Err(Error::NoNode) => {}
-                    // A child created meanwhile: the next walk finds it.
-                    Err(Error::NotEmpty) => {}
-                    Err(error) if error.is_retryable() => {
-                        retry_async(zk, patience, || delete_absent_ok(zk, node)).await?;
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-            }
+    let patience = patience(zk, deadline);
+    // A stack of levels still to delete; the top is worked on, and a level is retried
+    // once the deeper level pushed above it is gone.
+    let mut stack = vec![vec![path.to_string()]];
+    while let Some(level) = stack.pop() {
+        let round = delete_level(zk, patience, &level).await?;
+        if round.left.is_empty() {
+            continue;
         }
-        if retry_async(zk, patience, || zk.exists_async(path))
-            .await?
-            .is_none()
-        {
-            return Ok(());
-        }
-        if Deadline::from(timeout).expired() {
+        if deadline.expired() {
             return Err(RecipeError::Timeout);
         }
+        stack.push(round.left);
+        if !round.deeper.is_empty() {
+            stack.push(round.deeper);
+        }
+    }
+    Ok(())
+}
+
+/// What one round over a level left.
+struct Round {
+    /// Nodes of the level still there (a child of theirs was not empty, or another
+    /// session created one meanwhile).
+    left: Vec<String>,
+    /// Children of the level that have children of their own.
+    deeper: Vec<String>,
+}
+
+/// One round over `level`: every node is listed (pipelined), and as each listing
+/// arrives its children's deletes and then its own are sent at once, before any reply
+/// is awaited. The server applies one session's requests in order, so a node whose
+/// children were all leaves is gone within one round trip of its listing, and that one
+/// round trip is the whole window in which another session's create can make it
+/// non-empty again. A child that is not a leaf refuses its delete (`NotEmpty`) and is
+/// returned in `deeper`.
+async fn delete_level(zk: &ZooKeeper, patience: Patience, level: &[String]) -> Result<Round> {
+    let listings: Vec<ZkFuture<Vec<String>>> = level
+        .iter()
+        .map(|node| zk.get_children_async(node))
+        .collect();
+    // Per node of the level: its children's deletes, then its own.
+    let mut sent = Vec::with_capacity(level.len());
+    for (node, listing) in level.iter().zip(listings) {
+        let children = match listing.await {
+            Ok(children) => children,
+            Err(Error::NoNode) => continue,
+            Err(error) if error.is_retryable() => {
+                match retry_async(zk, patience, || zk.get_children_async(node)).await {
+                    Ok(children) => children,
+                    Err(RecipeError::ZooKeeper(Error::NoNode)) => continue,
+                    Err(error) => return Err(error),
+                }
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let prefix = if node == "/" { "" } else { node.as_str() };
+        let children: Vec<(String, ZkFuture<()>)> = children
+            .iter()
+            .map(|child| {
+                let child = format!("{prefix}/{child}");
+                let delete = zk.delete_async(&child, None);
+                (child, delete)
+            })
+            .collect();
+        let own = zk.delete_async(node, None);
+        sent.push((node, children, own));
+    }
+    let mut round = Round {
+        left: Vec::new(),
+        deeper: Vec::new(),
+    };
+    for (node, children, own) in sent {
+        for (child, delete) in children {
+            if !deleted(zk, patience, &child, delete).await? {
+                round.deeper.push(child);
+            }
+        }
+        if !deleted(zk, patience, node, own).await? {
+            round.left.push(node.clone());
+        }
+    }
+    Ok(round)
+}
+
+/// Whether the delete of `node` (at any version) left it gone: `true` if it applied or
+/// the node was already absent, `false` if the node has children. A lost reply is
+/// settled by deleting again within `patience`.
+async fn deleted(
+    zk: &ZooKeeper,
+    patience: Patience,
+    node: &str,
+    delete: ZkFuture<()>,
+) -> Result<bool> {
+    match delete.await {
+        Ok(()) | Err(Error::NoNode) => Ok(true),
+        Err(Error::NotEmpty) => Ok(false),
+        Err(error) if error.is_retryable() => {
+            retry_async(zk, patience, || delete_absent_ok(zk, node)).await
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
-/// Deletes `node` at any version; an absent node is fine, a non-empty one is left for
-/// the next walk.
-async fn delete_absent_ok(zk: &ZooKeeper, node: &str) -> zookeeper_mt::Result<()> {
+/// Deletes `node` at any version: `true` once it is gone (also if it was absent),
+/// `false` if it has children.
+async fn delete_absent_ok(zk: &ZooKeeper, node: &str) -> zookeeper_mt::Result<bool> {
     match zk.delete_async(node, None).await {
-        Ok(()) | Err(Error::NoNode) | Err(Error::NotEmpty) => Ok(()),
+        Ok(()) | Err(Error::NoNode) => Ok(true),
+        Err(Error::NotEmpty) => Ok(false),
         Err(error) => Err(error),
     }
 }
 
-/// The nodes of the subtree at `root`, by depth: `[[root], [its children], ...]`
-/// (empty if `root` is absent). Each level's listings are pipelined.
-async fn subtree(zk: &ZooKeeper, patience: Patience, root: &str) -> Result<Vec<Vec<String>>> {
-    let mut levels: Vec<Vec<String>> = Vec::new();
-    let mut level = vec![root.to_string()];
-    while !level.is_empty() {
-        let listings: Vec<ZkFuture<Vec<String>>> = level
-            .iter()
-            .map(|node| zk.get_children_async(node))
-            .collect();
-        let mut next = Vec::new();
-        for (node, listing) in level.iter().zip(listings) {
-            let children = match listing.await {
-                Ok(children) => children,
-                Err(Error::NoNode) => continue,
-                Err(error) if error.is_retryable() => {
-                    match retry_async(zk, patience, || zk.get_children_async(node)).await {
-                        Ok(children) => children,
-                        Err(RecipeError::ZooKeeper(Error::NoNode)) => continue,
-                        Err(error) => return Err(error),
-                    }
-                }
-                Err(error) => return Err(error.into()),
-            };
-            let parent = if node == "/" { "" } else { node.as_str() };
-            next.extend(children.iter().map(|child| format!("{parent}/{child}")));
-        }
-        levels.push(level);
-        level = next;
-    }
-    if levels.len() == 1
-        && retry_async(zk, patience, || zk.exists_async(root))
-            .await?
-            .is_none()
-    {
-        return Ok(Vec::new());
-    }
-    Ok(levels)
-}
-
-/// The default retry policy on `zk`, within `timeout`.
-fn patience(zk: &ZooKeeper, timeout: Timeout) -> Patience {
-    Patience::of(zk, RetryPolicy::default()).before(Deadline::from(timeout))
+/// The default retry policy on `zk`, within `deadline`.
+fn patience(zk: &ZooKeeper, deadline: Deadline) -> Patience {
+    Patience::of(zk, RetryPolicy::default()).before(deadline)
 }
