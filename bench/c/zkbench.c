@@ -305,7 +305,9 @@ static void data_done(int rc, const char *value, int len, const struct Stat *sta
 
 static void void_done(int rc, const void *data) { window_done((struct window *)data, rc); }
 
-enum aop { A_CREATE, A_GET, A_DELETE };
+/* A_CREATE_REPEATABLE: ephemeral sequential, so that one set of paths serves every
+ * repetition of --reps and the nodes go with the session (see scenario_op). */
+enum aop { A_CREATE, A_CREATE_REPEATABLE, A_GET, A_DELETE };
 
 static double pipelined(zhandle_t *zh, char **paths, int n, enum aop op, int size) {
   struct window w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, size, 0};
@@ -316,6 +318,10 @@ static double pipelined(zhandle_t *zh, char **paths, int n, enum aop op, int siz
     switch (op) {
     case A_CREATE:
       rc = zoo_acreate(zh, paths[i], DATA, DATA_LEN, &ZOO_OPEN_ACL_UNSAFE, 0, string_done, &w);
+      break;
+    case A_CREATE_REPEATABLE:
+      rc = zoo_acreate(zh, paths[i], DATA, DATA_LEN, &ZOO_OPEN_ACL_UNSAFE,
+                       ZOO_EPHEMERAL | ZOO_SEQUENCE, string_done, &w);
       break;
     case A_GET: rc = zoo_aget(zh, paths[i], 0, data_done, &w); break;
     default: rc = zoo_adelete(zh, paths[i], -1, void_done, &w); break;
@@ -727,7 +733,9 @@ static void run_op(zhandle_t *zh, enum opkind k, char **paths, int n) {
     }
     break;
   case OP_AGET: pipelined(zh, paths, n, A_GET, A.window); break;
-  case OP_ACREATE: pipelined(zh, paths, n, A_CREATE, A.window); break;
+  case OP_ACREATE:
+    pipelined(zh, paths, n, A.reps > 1 ? A_CREATE_REPEATABLE : A_CREATE, A.window);
+    break;
   case OP_GET_HOP: {
     struct hop h;
     event_init(&h.ev);
@@ -745,10 +753,11 @@ static void run_op(zhandle_t *zh, enum opkind k, char **paths, int n) {
  * warm-up on other nodes are untimed; the timed phase reports this process's CPU time
  * and context switches (all threads: the caller and both C client threads). --reps R
  * repeats the timed phase on the same nodes (profilers subtract a 1-rep run from an R-rep
- * run to get the cost of the ops alone). */
+ * run to get the cost of the ops alone). Pipelined creates under --reps R > 1 are
+ * ephemeral sequential: the same paths serve every repetition and the nodes go with the
+ * session, so no work in the process grows with R but the creates themselves. */
 static void scenario_op(int rnd, const char *base) {
   enum opkind k = parse_op(A.op);
-  if (A.reps > 1 && k == OP_ACREATE) die("--reps needs an op that can repeat on its nodes");
   struct conn *c = zk_connect();
   char wbase[600], metric[64], extra[160];
   snprintf(wbase, sizeof wbase, "%s/warm", base);
@@ -769,6 +778,16 @@ static void scenario_op(int rnd, const char *base) {
   usage_since(u0, extra, sizeof extra);
   snprintf(metric, sizeof metric, "op_%s", A.op);
   emit(metric, rnd, (long)A.n * A.reps, secs, 0, extra);
+  if (k == OP_ACREATE && A.reps > 1) {
+    /* The ephemerals end with the session; what is left is base and its warm. */
+    zk_close(c);
+    c = zk_connect();
+    delete_tree(c->zh, base);
+    free_paths(paths, A.n);
+    free_paths(wpaths, warm);
+    zk_close(c);
+    return;
+  }
   if (k != OP_CREATE_DELETE) {
     pipelined(c->zh, paths, A.n, A_DELETE, 1000);
     pipelined(c->zh, wpaths, warm, A_DELETE, 1000);

@@ -240,7 +240,9 @@ def perf_record(client, op, args, workdir):
 def label(op, args):
     return {"get": "sync get", "exists": "sync exists", "set": "sync set",
             "create_delete": "sync create+delete",
-            "aget": f"pipelined get, {args.window} in flight"}.get(op, op)
+            "aget": f"pipelined get, {args.window} in flight",
+            "acreate": f"pipelined create, {args.window} in flight (ephemeral sequential "
+                       "under --reps)"}.get(op, op)
 
 
 def summary_table(summary, args):

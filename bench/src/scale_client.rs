@@ -69,6 +69,18 @@ impl OpKind {
 
 /// `paths.len()` ops of kind `k`: sync ones in turn, pipelined ones `window` in flight.
 fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl]) -> Result<()> {
+    run_op_as(zk, k, paths, window, acl, CreateMode::Persistent)
+}
+
+/// [`run_op`], the pipelined creates in `create` mode.
+fn run_op_as(
+    zk: &ZooKeeper,
+    k: OpKind,
+    paths: &[String],
+    window: usize,
+    acl: &[Acl],
+    create: CreateMode,
+) -> Result<()> {
     match k {
         OpKind::Get | OpKind::GetHop => {
             for path in paths {
@@ -105,7 +117,7 @@ fn run_op(zk: &ZooKeeper, k: OpKind, paths: &[String], window: usize, acl: &[Acl
                 zk.create_async(
                     path,
                     DATA,
-                    zookeeper_mt::CreateOptions::new(CreateMode::Persistent).with_acl(acl),
+                    zookeeper_mt::CreateOptions::new(create).with_acl(acl),
                 )
             })?;
         }
@@ -133,11 +145,17 @@ fn delete_all(zk: &ZooKeeper, paths: &[String]) -> Result<()> {
 /// a warm-up on other nodes are untimed; the row carries the process's CPU time and
 /// context switches over the timed phase. `--reps R` repeats the timed phase on the same
 /// nodes (profilers subtract a 1-rep run from an R-rep run: the cost of the ops alone).
+/// Pipelined creates under `--reps R > 1` are ephemeral sequential: the same paths serve
+/// every repetition (the server numbers the nodes) and the nodes go with the session, so
+/// no work in the process grows with R but the creates themselves.
 pub fn op(p: &Params, base: &str) -> Result<Vec<Row>> {
     let k = OpKind::parse(&p.op).ok_or_else(|| format!("unknown --op {}", p.op))?;
-    if p.reps > 1 && k == OpKind::ACreate {
-        return Err("--reps needs an op that can repeat on its nodes".into());
-    }
+    let repeated_creates = p.reps > 1 && k == OpKind::ACreate;
+    let create = if repeated_creates {
+        CreateMode::EphemeralSequential
+    } else {
+        CreateMode::Persistent
+    };
     let zk = connect(&p.hosts)?;
     let acl = Acl::OPEN_UNSAFE;
     let wbase = format!("{base}/warm");
@@ -149,15 +167,23 @@ pub fn op(p: &Params, base: &str) -> Result<Vec<Row>> {
         create_all(&zk, &paths, acl)?;
         create_all(&zk, &wpaths, acl)?;
     }
-    run_op(&zk, k, &wpaths, p.window, acl)?;
+    run_op_as(&zk, k, &wpaths, p.window, acl, create)?;
     let u0 = Usage::now();
     let t = Instant::now();
     for _ in 0..p.reps {
-        run_op(&zk, k, &paths, p.window, acl)?;
+        run_op_as(&zk, k, &paths, p.window, acl, create)?;
     }
     let secs = t.elapsed().as_secs_f64();
     let mut r = row(format!("op_{}", k.name()), p.n * p.reps, secs, 0);
     r.4 = u0.fields_since();
+    if repeated_creates {
+        // The ephemerals end with the session; what is left is `base` and its `warm`.
+        zk.close()?;
+        let zk = connect(&p.hosts)?;
+        delete_tree(&zk, base)?;
+        zk.close()?;
+        return Ok(vec![r]);
+    }
     if k != OpKind::CreateDelete {
         delete_all(&zk, &paths)?;
         delete_all(&zk, &wpaths)?;
