@@ -3,12 +3,13 @@
 //! retaking the session as fast as it can (the race a takeover-and-close must survive),
 //! on a standalone server and on an ensemble.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_testing::{
-    expire_session, free_port, shared_test_connect_string, Ensemble, HarnessError, ServerOptions,
-    WireSession,
+    expire_session, four_letter, free_port, shared_test_connect_string, Ensemble, HarnessError,
+    ServerOptions, WireSession,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -75,12 +76,13 @@ struct Holder {
 }
 
 /// Holds `session` like a live client: pings back to back and, whenever its connection
-/// is closed, resumes the session at once, until a resume is refused. `ready` gets one
-/// message after its first ping.
+/// is closed, resumes the session at once, until a resume is refused (or `stop`). `ready`
+/// gets one message after its first ping.
 fn hold(
     mut session: WireSession,
     connect: String,
     ready: mpsc::Sender<()>,
+    stop: Arc<AtomicBool>,
 ) -> Result<Holder, String> {
     let (id, password) = (session.session_id(), session.password().to_vec());
     let mut seen = Holder {
@@ -90,6 +92,9 @@ fn hold(
     };
     let mut lost_since: Option<Instant> = None;
     loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(seen);
+        }
         match session.ping(READ_TIMEOUT) {
             Ok(()) => {
                 if seen.pings == 0 {
@@ -121,29 +126,63 @@ fn hold(
     }
 }
 
+/// Whether `member` lists a connection of `session_id` that has answered a request
+/// since its handshake (its last operation, `lop`, is not the handshake's).
+fn serving_connection(member: &str, session_id: i64) -> bool {
+    let sid = format!("sid={session_id:#x},");
+    four_letter(member, "cons", Duration::from_secs(5)).is_ok_and(|listing| {
+        listing
+            .lines()
+            .any(|line| line.contains(&sid) && !line.contains("lop=SESS"))
+    })
+}
+
 /// `rounds` expiries of live, retaking holders connected through `holder_connect`,
-/// expired through `expire_connect`; prints the figures.
-fn race(label: &str, rounds: usize, holder_connect: &str, expire_connect: &str) {
+/// expired through `expire_connect`; prints the figures. Returns how many holders were
+/// left on a connection the server went on answering (see `expire_session`'s docs: a
+/// server race when the holder retakes the session on the member the expiry goes
+/// through); each is checked to be refused everywhere all the same.
+fn race(label: &str, rounds: usize, holder_connect: &str, expire_connect: &str) -> usize {
     let mut millis = Vec::new();
-    let (mut retakes, mut pings, mut failed) = (0, 0, 0);
+    let (mut retakes, mut pings, mut failed, mut outlived) = (0, 0, 0, 0);
     for round in 0..rounds {
         let session = WireSession::connect(holder_connect, SESSION, WAIT).unwrap();
         let (id, password) = (session.session_id(), session.password().to_vec());
+        let holder_member = session.server().to_owned();
         let (ready_tx, ready) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
         let connect = holder_connect.to_owned();
+        let holder_stop = Arc::clone(&stop);
         thread::spawn(move || {
-            let _ = done_tx.send(hold(session, connect, ready_tx));
+            let _ = done_tx.send(hold(session, connect, ready_tx, holder_stop));
         });
         ready.recv_timeout(WAIT).expect("the holder never pinged");
         let started = Instant::now();
         expire_session(expire_connect, id, &password, WAIT)
             .unwrap_or_else(|e| panic!("{label} round {round}: {e}"));
         millis.push(started.elapsed().as_secs_f64() * 1e3);
-        let seen = done
-            .recv_timeout(WAIT)
-            .unwrap_or_else(|_| panic!("{label} round {round}: the holder still holds {id:#x}"))
-            .unwrap_or_else(|e| panic!("{label} round {round}: {e}"));
+        let seen = match done.recv_timeout(WAIT) {
+            Ok(seen) => seen.unwrap_or_else(|e| panic!("{label} round {round}: {e}")),
+            Err(_) => {
+                // Still pinging: only acceptable as the server race, on a connection the
+                // holder's member still answers.
+                let listed = serving_connection(&holder_member, id);
+                stop.store(true, Ordering::Relaxed);
+                let seen = done.recv_timeout(WAIT).expect("the holder stops");
+                assert!(
+                    listed,
+                    "{label} round {round}: the holder still holds {id:#x}, and its member \
+                     lists no connection of it"
+                );
+                println!(
+                    "{label} round {round}: {holder_member} went on answering a connection \
+                     of ended session {id:#x} (the server race)"
+                );
+                outlived += 1;
+                seen.unwrap_or_else(|e| panic!("{label} round {round}: {e}"))
+            }
+        };
         assert_refused(expire_connect, id, &password);
         retakes += seen.retakes;
         pings += seen.pings;
@@ -152,17 +191,20 @@ fn race(label: &str, rounds: usize, holder_connect: &str, expire_connect: &str) 
     millis.sort_by(f64::total_cmp);
     println!(
         "{label}: {rounds} live sessions expired; holders retook them {retakes} times during \
-         the expiries ({failed} resumes closed unanswered, {pings} pings); expire_session took min {:.1} / median {:.1} / max {:.1} ms",
+         the expiries ({failed} resumes closed unanswered, {pings} pings, {outlived} left on \
+         a connection the server went on answering); expire_session took min {:.1} / median \
+         {:.1} / max {:.1} ms",
         millis[0],
         millis[millis.len() / 2],
         millis[millis.len() - 1]
     );
+    outlived
 }
 
 #[test]
 fn live_retaking_holders_are_expired_on_a_standalone_server() {
     let connect = shared_test_connect_string();
-    race("standalone", ROUNDS, &connect, &connect);
+    assert_eq!(race("standalone", ROUNDS, &connect, &connect), 0);
 }
 
 #[test]
@@ -172,7 +214,13 @@ fn live_holders_are_expired_on_an_ensemble_from_any_member() {
     let member = |i: usize| ensemble.member(i).connect_string();
     // The holder on member 0; the expiry enters at member 1 (and at member 0 itself).
     let other_first = format!("{},{},{}", member(1), member(2), member(0));
-    race("ensemble, other member", 5, &member(0), &other_first);
+    assert_eq!(
+        race("ensemble, other member", 5, &member(0), &other_first),
+        0
+    );
+    // The server race needs the holder's handshake and the close on one member: not
+    // ours to prevent, but every such holder was checked to be on a connection its
+    // member still answers, and its session refused everywhere.
     race("ensemble, same member", 5, &member(0), &member(0));
 
     // A member down, listed first: the expiry goes through the others. The member killed
