@@ -6,7 +6,7 @@ use crate::in_flight::Permit;
 use crate::timeout::Timeout;
 use crate::types::{Acl, Stat};
 use crate::watch::Watch;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -41,56 +41,77 @@ pub(crate) struct Reply {
     pub(crate) payload: Payload,
 }
 
+/// Who waits for a slot: nobody yet, a task (its waker) or a blocked thread.
+enum Waiter {
+    Nobody,
+    Task(Waker),
+    Thread(std::thread::Thread),
+}
+
+impl Waiter {
+    /// Wakes it (after the slot's lock: a waker is user code).
+    fn wake(self) {
+        match self {
+            Waiter::Nobody => {}
+            Waiter::Task(waker) => waker.wake(),
+            Waiter::Thread(thread) => thread.unpark(),
+        }
+    }
+}
+
 enum SlotState {
-    Waiting(Option<Waker>),
+    Waiting(Waiter),
     Done(Result<Reply>),
     Taken,
 }
 
 /// Where a completion lands; shared by the registry entry and the caller's future.
+///
+/// One lock per side and per wake-up: the completion stores the result and takes the
+/// waiter under one lock, then wakes only the waiter there is. A blocked caller parks
+/// its own thread (no condition variable: nothing to notify when nobody waits).
 pub(crate) struct ReplySlot {
     state: Mutex<SlotState>,
-    ready: Condvar,
 }
 
 impl ReplySlot {
     pub(crate) fn new() -> Arc<ReplySlot> {
         Arc::new(ReplySlot {
-            state: Mutex::new(SlotState::Waiting(None)),
-            ready: Condvar::new(),
+            state: Mutex::new(SlotState::Waiting(Waiter::Nobody)),
         })
     }
 
     /// Stores the result once; later calls are ignored. Never blocks for long (the
     /// mutex is only held to swap the state), so it is safe on the completion thread.
     pub(crate) fn fulfill(&self, result: Result<Reply>) {
-        let waker = {
+        let waiter = {
             let mut state = self.state.lock();
-            match std::mem::replace(&mut *state, SlotState::Taken) {
-                SlotState::Waiting(waker) => {
+            match &mut *state {
+                SlotState::Waiting(waiter) => {
+                    let waiter = std::mem::replace(waiter, Waiter::Nobody);
                     *state = SlotState::Done(result);
-                    waker
+                    waiter
                 }
-                done => {
-                    *state = done;
-                    return;
-                }
+                _ => return,
             }
         };
-        self.ready.notify_all();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        waiter.wake();
     }
 
     fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<Reply>> {
         let mut state = self.state.lock();
-        match std::mem::replace(&mut *state, SlotState::Taken) {
-            SlotState::Done(result) => Poll::Ready(result),
-            SlotState::Waiting(_) => {
-                *state = SlotState::Waiting(Some(cx.waker().clone()));
+        match &mut *state {
+            SlotState::Waiting(Waiter::Task(waker)) if waker.will_wake(cx.waker()) => {
                 Poll::Pending
             }
+            SlotState::Waiting(waiter) => {
+                *waiter = Waiter::Task(cx.waker().clone());
+                Poll::Pending
+            }
+            SlotState::Done(_) => match std::mem::replace(&mut *state, SlotState::Taken) {
+                SlotState::Done(result) => Poll::Ready(result),
+                _ => Poll::Ready(Err(Error::Closed)),
+            },
             SlotState::Taken => Poll::Ready(Err(Error::Closed)),
         }
     }
@@ -108,23 +129,47 @@ impl ReplySlot {
         }
     }
 
+    /// Blocks the calling thread until the result is in (`None` once `deadline` passed;
+    /// the slot then has no waiter left).
     fn wait_take(&self, deadline: Option<Instant>) -> Option<Result<Reply>> {
-        let mut state = self.state.lock();
+        let mut registered = false;
         loop {
-            match std::mem::replace(&mut *state, SlotState::Taken) {
-                SlotState::Done(result) => return Some(result),
-                SlotState::Taken => return Some(Err(Error::Closed)),
-                waiting => *state = waiting,
-            }
-            match deadline {
-                None => self.ready.wait(&mut state),
-                Some(deadline) => {
-                    if self.ready.wait_until(&mut state, deadline).timed_out() {
-                        if let SlotState::Done(_) = &*state {
-                            continue;
+            {
+                let mut state = self.state.lock();
+                match &mut *state {
+                    SlotState::Waiting(waiter) => {
+                        if !registered {
+                            *waiter = Waiter::Thread(std::thread::current());
+                            registered = true;
                         }
-                        return None;
                     }
+                    SlotState::Done(_) => {
+                        return match std::mem::replace(&mut *state, SlotState::Taken) {
+                            SlotState::Done(result) => Some(result),
+                            _ => Some(Err(Error::Closed)),
+                        };
+                    }
+                    SlotState::Taken => return Some(Err(Error::Closed)),
+                }
+            }
+            // A park may return early (an unpark meant for an earlier wait of this
+            // thread, or spuriously): the loop looks again.
+            match deadline {
+                None => std::thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        let mut state = self.state.lock();
+                        return match std::mem::replace(&mut *state, SlotState::Taken) {
+                            SlotState::Done(result) => Some(result),
+                            SlotState::Taken => Some(Err(Error::Closed)),
+                            SlotState::Waiting(_) => {
+                                *state = SlotState::Waiting(Waiter::Nobody);
+                                None
+                            }
+                        };
+                    }
+                    std::thread::park_timeout(deadline - now);
                 }
             }
         }
@@ -256,11 +301,11 @@ impl<T> ZkFuture<T> {
     /// Blocks the calling thread until the reply arrives.
     pub fn wait(mut self) -> Result<T> {
         if crate::no_wait::here() {
-            return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
+            return self.try_now().unwrap_or_else(|| Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, ..) => slot.wait_take(None).unwrap_or(Err(Error::Timeout)),
+            FutureState::Pending(slot, ..) => slot.wait_take(None).unwrap_or_else(|| Err(Error::Timeout)),
         };
         self.finish(result)
     }
@@ -270,12 +315,12 @@ impl<T> ZkFuture<T> {
     pub fn wait_timeout(mut self, timeout: impl Into<Timeout>) -> Result<T> {
         let deadline = timeout.into().deadline().instant();
         if crate::no_wait::here() {
-            return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
+            return self.try_now().unwrap_or_else(|| Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
             FutureState::Pending(slot, ..) => {
-                slot.wait_take(deadline).unwrap_or(Err(Error::Timeout))
+                slot.wait_take(deadline).unwrap_or_else(|| Err(Error::Timeout))
             }
         };
         self.finish(result)
