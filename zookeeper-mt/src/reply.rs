@@ -65,6 +65,15 @@ enum SlotState {
     Taken,
 }
 
+/// Slots a thread keeps for its next requests (a request then allocates only what it
+/// returns): as many as a burst of sync calls and a small pipeline reuse.
+const SPARE_SLOTS_KEPT: usize = 32;
+
+thread_local! {
+    static SPARE_SLOTS: std::cell::RefCell<Vec<Arc<ReplySlot>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Where a completion lands; shared by the registry entry and the caller's future.
 ///
 /// One lock per side and per wake-up: the completion stores the result and takes the
@@ -75,27 +84,61 @@ pub(crate) struct ReplySlot {
 }
 
 impl ReplySlot {
+    /// A fresh slot: one this thread's futures gave back, else a new one.
     pub(crate) fn new() -> Arc<ReplySlot> {
-        Arc::new(ReplySlot {
-            state: Mutex::new(SlotState::Waiting(Waiter::Nobody)),
-        })
+        SPARE_SLOTS
+            .try_with(|spare| spare.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| {
+                Arc::new(ReplySlot {
+                    state: Mutex::new(SlotState::Waiting(Waiter::Nobody)),
+                })
+            })
+    }
+
+    /// Keeps `slot` for this thread's next request if nothing else holds it (its
+    /// fulfiller lets go before it wakes the caller). Its state is reset: whatever
+    /// result is left there is dropped.
+    fn give_back(mut slot: Arc<ReplySlot>) {
+        let Some(only) = Arc::get_mut(&mut slot) else {
+            return;
+        };
+        *only.state.get_mut() = SlotState::Waiting(Waiter::Nobody);
+        let _ = SPARE_SLOTS.try_with(|spare| {
+            if let Ok(mut spare) = spare.try_borrow_mut() {
+                if spare.len() < SPARE_SLOTS_KEPT {
+                    spare.push(slot);
+                }
+            }
+        });
+    }
+
+    /// [`fulfill`](Self::fulfill), letting go of `slot` before waking the caller, so
+    /// that the caller finds it unshared and can use it again.
+    fn fulfill_last(slot: Arc<ReplySlot>, result: Result<Reply>) {
+        let waiter = slot.store(result);
+        drop(slot);
+        waiter.wake();
     }
 
     /// Stores the result once; later calls are ignored. Never blocks for long (the
     /// mutex is only held to swap the state), so it is safe on the completion thread.
     pub(crate) fn fulfill(&self, result: Result<Reply>) {
-        let waiter = {
-            let mut state = self.state.lock();
-            match &mut *state {
-                SlotState::Waiting(waiter) => {
-                    let waiter = std::mem::replace(waiter, Waiter::Nobody);
-                    *state = SlotState::Done(result);
-                    waiter
-                }
-                _ => return,
+        self.store(result).wake();
+    }
+
+    /// Stores the result if none is there; returns who is to be woken (after the lock).
+    fn store(&self, result: Result<Reply>) -> Waiter {
+        let mut state = self.state.lock();
+        match &mut *state {
+            SlotState::Waiting(waiter) => {
+                let waiter = std::mem::replace(waiter, Waiter::Nobody);
+                *state = SlotState::Done(result);
+                waiter
             }
-        };
-        waiter.wake();
+            _ => Waiter::Nobody,
+        }
     }
 
     fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<Reply>> {
@@ -183,7 +226,8 @@ impl ReplySlot {
 /// It also holds the request's place in flight, freed before the caller is woken (so a
 /// waker may send a request at once).
 pub(crate) struct Fulfiller {
-    slot: Arc<ReplySlot>,
+    /// Taken when the reply is delivered.
+    slot: Option<Arc<ReplySlot>>,
     permit: Option<Permit>,
     /// When the request was submitted (see `liveness.rs`).
     sent: crate::liveness::Stamp,
@@ -192,7 +236,7 @@ pub(crate) struct Fulfiller {
 impl Fulfiller {
     pub(crate) fn new(slot: Arc<ReplySlot>, permit: Permit) -> Fulfiller {
         Fulfiller {
-            slot,
+            slot: Some(slot),
             permit: Some(permit),
             sent: crate::liveness::stamp(),
         }
@@ -214,7 +258,9 @@ impl Fulfiller {
     /// the place made (see `in_flight.rs`: never on the C IO thread).
     fn finish(&mut self, result: Result<Reply>) {
         let in_flight = self.permit.take().and_then(Permit::release);
-        self.slot.fulfill(result);
+        if let Some(slot) = self.slot.take() {
+            ReplySlot::fulfill_last(slot, result);
+        }
         if let Some(in_flight) = in_flight {
             in_flight.run_ready();
         }
@@ -324,6 +370,15 @@ impl<T> ZkFuture<T> {
             }
         };
         self.finish(result)
+    }
+}
+
+impl<T> Drop for ZkFuture<T> {
+    fn drop(&mut self) {
+        let state = std::mem::replace(&mut self.state, FutureState::Failed(None));
+        if let FutureState::Pending(slot, ..) = state {
+            ReplySlot::give_back(slot);
+        }
     }
 }
 

@@ -45,7 +45,7 @@ pub(crate) fn unexpected<T>(payload: Payload) -> Result<T> {
 }
 
 pub(crate) fn stat_of(stat: Option<Stat>) -> Result<Stat> {
-    stat.ok_or(Error::SystemError)
+    stat.ok_or_else(|| Error::SystemError)
 }
 
 pub(crate) fn version_of(version: Version) -> c_int {
@@ -62,7 +62,7 @@ pub(crate) fn data_ptr(data: &[u8]) -> (*const c_char, c_int) {
 }
 
 pub(crate) fn watch_of(watch: Option<Watch>) -> Result<Watch> {
-    watch.ok_or(Error::SystemError)
+    watch.ok_or_else(|| Error::SystemError)
 }
 
 /// The server drops the connection on a request above `jute.maxbuffer` (default
