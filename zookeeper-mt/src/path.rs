@@ -45,17 +45,15 @@ fn check_path(path: &str, sequential: bool) -> std::result::Result<(), &'static 
         return Err("path must not end with /");
     }
     let bytes = path.as_bytes();
+    // One pass over every byte without early exit (the compiler vectorizes it): NUL, an
+    // ASCII control, non-ASCII (decoded and checked below, rarely needed), and a `/`
+    // followed by `/` or `.`, without which no name is empty, `.` or `..`.
     let (mut nul, mut control, mut non_ascii, mut suspect) = (false, false, false, false);
-    if !plain_words(&bytes[1..]) {
-        // One pass over every byte without early exit (the compiler vectorizes it): NUL,
-        // an ASCII control, non-ASCII (decoded and checked below, rarely needed), and a
-        // `/` followed by `/` or `.`, without which no name is empty, `.` or `..`.
-        for (&before, &b) in bytes.iter().zip(&bytes[1..]) {
-            nul |= b == 0;
-            control |= b < 0x20 || b == 0x7f;
-            non_ascii |= b >= 0x80;
-            suspect |= before == b'/' && (b == b'/' || b == b'.');
-        }
+    for (&before, &b) in bytes.iter().zip(&bytes[1..]) {
+        nul |= b == 0;
+        control |= b < 0x20 || b == 0x7f;
+        non_ascii |= b >= 0x80;
+        suspect |= before == b'/' && (b == b'/' || b == b'.');
     }
     if nul {
         return Err("path contains a NUL character");
@@ -69,42 +67,6 @@ fn check_path(path: &str, sequential: bool) -> std::result::Result<(), &'static 
         return Err("path contains a character the server rejects");
     }
     Ok(())
-}
-
-const LOW: u64 = u64::from_le_bytes([0x01; 8]);
-const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
-
-/// The high bit of each byte of `word` equal to `byte`, exactly.
-fn bytes_equal(word: u64, byte: u8) -> u64 {
-    let x = word ^ (LOW * byte as u64);
-    !(((x & !HIGH) + !HIGH) | x) & HIGH
-}
-
-/// Whether `rest` (a path after its leading `/`) is plain printable ASCII with no `.`
-/// and no `//`: then no rule can fail on it. Eight bytes at a time; a `false` only
-/// sends the path to the exact byte-by-byte check.
-fn plain_words(rest: &[u8]) -> bool {
-    let mut odd = 0u64;
-    // The byte before `rest` is the leading `/`.
-    let mut slash_before = true;
-    let mut word_of = |chunk: &[u8]| {
-        let mut padded = [b'a'; 8];
-        padded[..chunk.len()].copy_from_slice(chunk);
-        let word = u64::from_le_bytes(padded);
-        let slashes = bytes_equal(word, b'/');
-        // Below 0x20 (for ASCII bytes: with the high bit set first nothing borrows
-        // across bytes), DEL, non-ASCII, `.`, and a `/` after a `/`.
-        odd |= !((word | HIGH) - LOW * 0x20) & HIGH;
-        odd |= bytes_equal(word, 0x7f) | (word & HIGH) | bytes_equal(word, b'.');
-        odd |= slashes & ((slashes << 8) | u64::from(slash_before) << 7);
-        slash_before = slashes >> 63 != 0;
-    };
-    let mut chunks = rest.chunks_exact(8);
-    for chunk in &mut chunks {
-        word_of(chunk);
-    }
-    word_of(chunks.remainder());
-    odd == 0
 }
 
 /// The first name that is empty, `.` or `..` (the last one exempt for a sequential

@@ -133,7 +133,10 @@ impl ZooKeeper {
                     return Err(error);
                 }
             }
-            let mut prepared = self.watch_table().prepare(watch)?;
+            let mut prepared = match watch {
+                None => crate::watch_table::Prepared::none(),
+                watch => self.watch_table().prepare(watch)?,
+            };
             if let Some(armed) = armed {
                 *armed.lock() = prepared.watch.take();
             }

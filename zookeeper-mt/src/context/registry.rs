@@ -95,6 +95,9 @@ impl Shard {
     fn release(&mut self, slot: usize) {
         self.used -= 1;
         self.free.push(slot as u32);
+        if self.slots.capacity() <= KEEP {
+            return; // the slots a shard always keeps: nothing to give back
+        }
         // Trailing free slots go; the table is halved (with room to grow again) when
         // under a quarter full, so a burst of requests does not keep its memory.
         while self.slots.last().is_some_and(|s| s.entry.is_none()) {
