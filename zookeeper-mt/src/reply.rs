@@ -116,6 +116,7 @@ impl ReplySlot {
 
     /// [`fulfill`](Self::fulfill), letting go of `slot` before waking the caller, so
     /// that the caller finds it unshared and can use it again.
+    #[inline]
     fn fulfill_last(slot: Arc<ReplySlot>, result: Result<Reply>) {
         let waiter = slot.store(result);
         drop(slot);
@@ -129,6 +130,7 @@ impl ReplySlot {
     }
 
     /// Stores the result if none is there; returns who is to be woken (after the lock).
+    #[inline]
     fn store(&self, result: Result<Reply>) -> Waiter {
         let mut state = self.state.lock();
         match &mut *state {
@@ -174,6 +176,7 @@ impl ReplySlot {
 
     /// Blocks the calling thread until the result is in (`None` once `deadline` passed;
     /// the slot then has no waiter left).
+    #[inline]
     fn wait_take(&self, deadline: Option<Instant>) -> Option<Result<Reply>> {
         let mut registered = false;
         loop {
@@ -250,12 +253,14 @@ impl Fulfiller {
         }
     }
 
+    #[inline]
     pub(crate) fn fulfill(mut self, result: Result<Reply>) {
         self.finish(result);
     }
 
     /// Frees the place, tells the caller, then sends the requests queued for room that
     /// the place made (see `in_flight.rs`: never on the C IO thread).
+    #[inline]
     fn finish(&mut self, result: Result<Reply>) {
         let in_flight = self.permit.take().and_then(Permit::release);
         if let Some(slot) = self.slot.take() {
@@ -323,6 +328,7 @@ impl<T> ZkFuture<T> {
         }
     }
 
+    #[inline]
     fn finish(&mut self, result: Result<Reply>) -> Result<T> {
         match &mut self.state {
             FutureState::Failed(error) => Err(error.take().unwrap_or(Error::Closed)),

@@ -33,6 +33,7 @@ use crate::watch::Watch;
 use std::os::raw::{c_char, c_int};
 
 /// Fails with the reply's error, or yields its payload.
+#[inline]
 pub(crate) fn payload(reply: Reply) -> Result<Payload> {
     Error::check(reply.rc)?;
     Ok(reply.payload)
