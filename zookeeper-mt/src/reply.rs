@@ -41,20 +41,22 @@ pub(crate) struct Reply {
     pub(crate) payload: Payload,
 }
 
-/// Who waits for a slot: nobody yet, a task (its waker) or a blocked thread.
-enum Waiter {
-    Nobody,
-    Task(Waker),
-    Thread(std::thread::Thread),
+/// Who waits for a slot: the task that last polled it, a thread blocked on it, or both
+/// (a future polled once, then waited on: the task is still told).
+#[derive(Default)]
+struct Waiter {
+    task: Option<Waker>,
+    thread: Option<std::thread::Thread>,
 }
 
 impl Waiter {
-    /// Wakes it (after the slot's lock: a waker is user code).
+    /// Wakes them (after the slot's lock: a waker is user code).
     fn wake(self) {
-        match self {
-            Waiter::Nobody => {}
-            Waiter::Task(waker) => waker.wake(),
-            Waiter::Thread(thread) => thread.unpark(),
+        if let Some(thread) = self.thread {
+            thread.unpark();
+        }
+        if let Some(waker) = self.task {
+            waker.wake();
         }
     }
 }
@@ -92,7 +94,7 @@ impl ReplySlot {
             .flatten()
             .unwrap_or_else(|| {
                 Arc::new(ReplySlot {
-                    state: Mutex::new(SlotState::Waiting(Waiter::Nobody)),
+                    state: Mutex::new(SlotState::Waiting(Waiter::default())),
                 })
             })
     }
@@ -104,7 +106,7 @@ impl ReplySlot {
         let Some(only) = Arc::get_mut(&mut slot) else {
             return;
         };
-        *only.state.get_mut() = SlotState::Waiting(Waiter::Nobody);
+        *only.state.get_mut() = SlotState::Waiting(Waiter::default());
         let _ = SPARE_SLOTS.try_with(|spare| {
             if let Ok(mut spare) = spare.try_borrow_mut() {
                 if spare.len() < SPARE_SLOTS_KEPT {
@@ -135,22 +137,22 @@ impl ReplySlot {
         let mut state = self.state.lock();
         match &mut *state {
             SlotState::Waiting(waiter) => {
-                let waiter = std::mem::replace(waiter, Waiter::Nobody);
+                let waiter = std::mem::take(waiter);
                 *state = SlotState::Done(result);
                 waiter
             }
-            _ => Waiter::Nobody,
+            _ => Waiter::default(),
         }
     }
 
     fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<Reply>> {
         let mut state = self.state.lock();
         match &mut *state {
-            SlotState::Waiting(Waiter::Task(waker)) if waker.will_wake(cx.waker()) => {
-                Poll::Pending
-            }
             SlotState::Waiting(waiter) => {
-                *waiter = Waiter::Task(cx.waker().clone());
+                match &mut waiter.task {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    task => *task = Some(cx.waker().clone()),
+                }
                 Poll::Pending
             }
             SlotState::Done(_) => match std::mem::replace(&mut *state, SlotState::Taken) {
@@ -185,7 +187,7 @@ impl ReplySlot {
                 match &mut *state {
                     SlotState::Waiting(waiter) => {
                         if !registered {
-                            *waiter = Waiter::Thread(std::thread::current());
+                            waiter.thread = Some(std::thread::current());
                             registered = true;
                         }
                     }
@@ -209,8 +211,10 @@ impl ReplySlot {
                         return match std::mem::replace(&mut *state, SlotState::Taken) {
                             SlotState::Done(result) => Some(result),
                             SlotState::Taken => Some(Err(Error::Closed)),
-                            SlotState::Waiting(_) => {
-                                *state = SlotState::Waiting(Waiter::Nobody);
+                            SlotState::Waiting(mut waiter) => {
+                                // Timed out: only this thread stops waiting.
+                                waiter.thread = None;
+                                *state = SlotState::Waiting(waiter);
                                 None
                             }
                         };
@@ -418,4 +422,60 @@ pub(crate) fn deadline_after(timeout: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(timeout)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_future_polled_then_waited_on_still_wakes_its_task() {
+        let slot = ReplySlot::new();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        assert!(slot
+            .poll_take(&mut Context::from_waker(&waker))
+            .is_pending());
+        let waiting = Arc::clone(&slot);
+        let waiter = std::thread::spawn(move || {
+            waiting.wait_take(Some(Instant::now() + Duration::from_secs(20)))
+        });
+        // Fulfilled once the thread is registered (parked or about to park).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !matches!(&*slot.state.lock(), SlotState::Waiting(w) if w.thread.is_some()) {
+            assert!(Instant::now() < deadline, "the waiting thread never registered");
+            std::thread::yield_now();
+        }
+        slot.fulfill(Ok(Reply {
+            rc: 0,
+            payload: Payload::Empty,
+        }));
+        let got = waiter.join().unwrap();
+        assert!(matches!(got, Some(Ok(Reply { rc: 0, .. }))));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the task was not woken");
+    }
+
+    #[test]
+    fn a_timed_out_wait_leaves_the_task_registered() {
+        let slot = ReplySlot::new();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        assert!(slot
+            .poll_take(&mut Context::from_waker(&waker))
+            .is_pending());
+        assert!(slot.wait_take(Some(Instant::now())).is_none());
+        slot.fulfill(Err(Error::Closed));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(slot.try_take(), Some(Err(Error::Closed))));
+    }
 }
