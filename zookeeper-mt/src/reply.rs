@@ -357,11 +357,11 @@ impl<T> ZkFuture<T> {
     /// Blocks the calling thread until the reply arrives.
     pub fn wait(mut self) -> Result<T> {
         if crate::no_wait::here() {
-            return self.try_now().unwrap_or_else(|| Err(COMPLETION_THREAD_WAIT));
+            return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, ..) => slot.wait_take(None).unwrap_or_else(|| Err(Error::Timeout)),
+            FutureState::Pending(slot, ..) => or_timeout(slot.wait_take(None)),
         };
         self.finish(result)
     }
@@ -371,15 +371,22 @@ impl<T> ZkFuture<T> {
     pub fn wait_timeout(mut self, timeout: impl Into<Timeout>) -> Result<T> {
         let deadline = timeout.into().deadline().instant();
         if crate::no_wait::here() {
-            return self.try_now().unwrap_or_else(|| Err(COMPLETION_THREAD_WAIT));
+            return self.try_now().unwrap_or(Err(COMPLETION_THREAD_WAIT));
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, ..) => {
-                slot.wait_take(deadline).unwrap_or_else(|| Err(Error::Timeout))
-            }
+            FutureState::Pending(slot, ..) => or_timeout(slot.wait_take(deadline)),
         };
         self.finish(result)
+    }
+}
+
+/// A wait's result, `Timeout` if it had none (a match: `unwrap_or` would build and drop
+/// an `Error` on every wait).
+fn or_timeout(result: Option<Result<Reply>>) -> Result<Reply> {
+    match result {
+        Some(result) => result,
+        None => Err(Error::Timeout),
     }
 }
 
@@ -453,7 +460,10 @@ mod tests {
         // Fulfilled once the thread is registered (parked or about to park).
         let deadline = Instant::now() + Duration::from_secs(20);
         while !matches!(&*slot.state.lock(), SlotState::Waiting(w) if w.thread.is_some()) {
-            assert!(Instant::now() < deadline, "the waiting thread never registered");
+            assert!(
+                Instant::now() < deadline,
+                "the waiting thread never registered"
+            );
             std::thread::yield_now();
         }
         slot.fulfill(Ok(Reply {

@@ -46,7 +46,10 @@ pub(crate) fn unexpected<T>(payload: Payload) -> Result<T> {
 }
 
 pub(crate) fn stat_of(stat: Option<Stat>) -> Result<Stat> {
-    stat.ok_or_else(|| Error::SystemError)
+    match stat {
+        Some(stat) => Ok(stat),
+        None => Err(Error::SystemError),
+    }
 }
 
 pub(crate) fn version_of(version: Version) -> c_int {
@@ -63,7 +66,10 @@ pub(crate) fn data_ptr(data: &[u8]) -> (*const c_char, c_int) {
 }
 
 pub(crate) fn watch_of(watch: Option<Watch>) -> Result<Watch> {
-    watch.ok_or_else(|| Error::SystemError)
+    match watch {
+        Some(watch) => Ok(watch),
+        None => Err(Error::SystemError),
+    }
 }
 
 /// The server drops the connection on a request above `jute.maxbuffer` (default
