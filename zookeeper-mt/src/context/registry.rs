@@ -119,7 +119,11 @@ pub(super) fn insert(entry: Entry) -> Option<u64> {
 
 /// Takes entry `id` out.
 pub(super) fn remove(id: u64) -> Option<Entry> {
-    update(id, |entry| (None, entry))
+    let (number, slot, generation) = split(id);
+    let mut shard = SHARDS_[number].lock();
+    let entry = shard.get_mut(slot, generation)?.take()?;
+    shard.release(slot);
+    Some(entry)
 }
 
 /// Takes entry `id` out and lets `f` decide, under the shard's lock, what stays in its
