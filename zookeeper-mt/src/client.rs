@@ -354,7 +354,10 @@ impl ZooKeeper {
     /// (it sends CloseSession and waits for the answer). This also keeps a caller on the
     /// C completion thread (a waker) from waiting on a closer that joins that thread.
     pub(crate) fn with_handle<R>(&self, call: impl FnOnce(*mut sys::zhandle_t) -> R) -> Result<R> {
-        let guard = self.inner.handle.try_read().ok_or(Error::Closed)?;
+        // (A match, not `ok_or`: that builds and drops an `Error` on every call.)
+        let Some(guard) = self.inner.handle.try_read() else {
+            return Err(Error::Closed);
+        };
         let Some(handle) = *guard else {
             return Err(Error::Closed);
         };

@@ -188,7 +188,11 @@ impl Error {
     }
 
     /// Turns a C return code into a `Result`.
+    #[inline]
     pub(crate) fn check(code: i32) -> Result<()> {
+        if code == sys::ZOK {
+            return Ok(());
+        }
         match Error::from_code(code) {
             None => Ok(()),
             Some(error) => Err(error),

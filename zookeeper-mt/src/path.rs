@@ -190,7 +190,7 @@ mod tests {
             state
         };
         for _ in 0..200_000 {
-            let len = (next() % 9) as usize;
+            let len = (next() % 21) as usize;
             let mut path = String::from(if next() % 8 == 0 { "" } else { "/" });
             for _ in 0..len {
                 path.push(alphabet[(next() % alphabet.len() as u64) as usize]);

@@ -6,7 +6,7 @@ use crate::in_flight::Permit;
 use crate::timeout::Timeout;
 use crate::types::{Acl, Stat};
 use crate::watch::Watch;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -41,56 +41,124 @@ pub(crate) struct Reply {
     pub(crate) payload: Payload,
 }
 
+/// Who waits for a slot: the task that last polled it, a thread blocked on it, or both
+/// (a future polled once, then waited on: the task is still told).
+#[derive(Default)]
+struct Waiter {
+    task: Option<Waker>,
+    thread: Option<std::thread::Thread>,
+}
+
+impl Waiter {
+    /// Wakes them (after the slot's lock: a waker is user code).
+    fn wake(self) {
+        if let Some(thread) = self.thread {
+            thread.unpark();
+        }
+        if let Some(waker) = self.task {
+            waker.wake();
+        }
+    }
+}
+
 enum SlotState {
-    Waiting(Option<Waker>),
+    Waiting(Waiter),
     Done(Result<Reply>),
     Taken,
 }
 
+/// Slots a thread keeps for its next requests (a request then allocates only what it
+/// returns): as many as a burst of sync calls and a small pipeline reuse.
+const SPARE_SLOTS_KEPT: usize = 32;
+
+thread_local! {
+    static SPARE_SLOTS: std::cell::RefCell<Vec<Arc<ReplySlot>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Where a completion lands; shared by the registry entry and the caller's future.
+///
+/// One lock per side and per wake-up: the completion stores the result and takes the
+/// waiter under one lock, then wakes only the waiter there is. A blocked caller parks
+/// its own thread (no condition variable: nothing to notify when nobody waits).
 pub(crate) struct ReplySlot {
     state: Mutex<SlotState>,
-    ready: Condvar,
 }
 
 impl ReplySlot {
+    /// A fresh slot: one this thread's futures gave back, else a new one.
     pub(crate) fn new() -> Arc<ReplySlot> {
-        Arc::new(ReplySlot {
-            state: Mutex::new(SlotState::Waiting(None)),
-            ready: Condvar::new(),
-        })
+        SPARE_SLOTS
+            .try_with(|spare| spare.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| {
+                Arc::new(ReplySlot {
+                    state: Mutex::new(SlotState::Waiting(Waiter::default())),
+                })
+            })
+    }
+
+    /// Keeps `slot` for this thread's next request if nothing else holds it (its
+    /// fulfiller lets go before it wakes the caller). Its state is reset: whatever
+    /// result is left there is dropped.
+    fn give_back(mut slot: Arc<ReplySlot>) {
+        let Some(only) = Arc::get_mut(&mut slot) else {
+            return;
+        };
+        *only.state.get_mut() = SlotState::Waiting(Waiter::default());
+        let _ = SPARE_SLOTS.try_with(|spare| {
+            if let Ok(mut spare) = spare.try_borrow_mut() {
+                if spare.len() < SPARE_SLOTS_KEPT {
+                    spare.push(slot);
+                }
+            }
+        });
+    }
+
+    /// [`fulfill`](Self::fulfill), letting go of `slot` before waking the caller, so
+    /// that the caller finds it unshared and can use it again.
+    #[inline]
+    fn fulfill_last(slot: Arc<ReplySlot>, result: Result<Reply>) {
+        let waiter = slot.store(result);
+        drop(slot);
+        waiter.wake();
     }
 
     /// Stores the result once; later calls are ignored. Never blocks for long (the
     /// mutex is only held to swap the state), so it is safe on the completion thread.
     pub(crate) fn fulfill(&self, result: Result<Reply>) {
-        let waker = {
-            let mut state = self.state.lock();
-            match std::mem::replace(&mut *state, SlotState::Taken) {
-                SlotState::Waiting(waker) => {
-                    *state = SlotState::Done(result);
-                    waker
-                }
-                done => {
-                    *state = done;
-                    return;
-                }
+        self.store(result).wake();
+    }
+
+    /// Stores the result if none is there; returns who is to be woken (after the lock).
+    #[inline]
+    fn store(&self, result: Result<Reply>) -> Waiter {
+        let mut state = self.state.lock();
+        match &mut *state {
+            SlotState::Waiting(waiter) => {
+                let waiter = std::mem::take(waiter);
+                *state = SlotState::Done(result);
+                waiter
             }
-        };
-        self.ready.notify_all();
-        if let Some(waker) = waker {
-            waker.wake();
+            _ => Waiter::default(),
         }
     }
 
     fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<Reply>> {
         let mut state = self.state.lock();
-        match std::mem::replace(&mut *state, SlotState::Taken) {
-            SlotState::Done(result) => Poll::Ready(result),
-            SlotState::Waiting(_) => {
-                *state = SlotState::Waiting(Some(cx.waker().clone()));
+        match &mut *state {
+            SlotState::Waiting(waiter) => {
+                match &mut waiter.task {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    task => *task = Some(cx.waker().clone()),
+                }
                 Poll::Pending
             }
+            SlotState::Done(_) => match std::mem::replace(&mut *state, SlotState::Taken) {
+                SlotState::Done(result) => Poll::Ready(result),
+                _ => Poll::Ready(Err(Error::Closed)),
+            },
             SlotState::Taken => Poll::Ready(Err(Error::Closed)),
         }
     }
@@ -108,23 +176,50 @@ impl ReplySlot {
         }
     }
 
+    /// Blocks the calling thread until the result is in (`None` once `deadline` passed;
+    /// the slot then has no waiter left).
+    #[inline]
     fn wait_take(&self, deadline: Option<Instant>) -> Option<Result<Reply>> {
-        let mut state = self.state.lock();
+        let mut registered = false;
         loop {
-            match std::mem::replace(&mut *state, SlotState::Taken) {
-                SlotState::Done(result) => return Some(result),
-                SlotState::Taken => return Some(Err(Error::Closed)),
-                waiting => *state = waiting,
-            }
-            match deadline {
-                None => self.ready.wait(&mut state),
-                Some(deadline) => {
-                    if self.ready.wait_until(&mut state, deadline).timed_out() {
-                        if let SlotState::Done(_) = &*state {
-                            continue;
+            {
+                let mut state = self.state.lock();
+                match &mut *state {
+                    SlotState::Waiting(waiter) => {
+                        if !registered {
+                            waiter.thread = Some(std::thread::current());
+                            registered = true;
                         }
-                        return None;
                     }
+                    SlotState::Done(_) => {
+                        return match std::mem::replace(&mut *state, SlotState::Taken) {
+                            SlotState::Done(result) => Some(result),
+                            _ => Some(Err(Error::Closed)),
+                        };
+                    }
+                    SlotState::Taken => return Some(Err(Error::Closed)),
+                }
+            }
+            // A park may return early (an unpark meant for an earlier wait of this
+            // thread, or spuriously): the loop looks again.
+            match deadline {
+                None => std::thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        let mut state = self.state.lock();
+                        return match std::mem::replace(&mut *state, SlotState::Taken) {
+                            SlotState::Done(result) => Some(result),
+                            SlotState::Taken => Some(Err(Error::Closed)),
+                            SlotState::Waiting(mut waiter) => {
+                                // Timed out: only this thread stops waiting.
+                                waiter.thread = None;
+                                *state = SlotState::Waiting(waiter);
+                                None
+                            }
+                        };
+                    }
+                    std::thread::park_timeout(deadline - now);
                 }
             }
         }
@@ -138,7 +233,8 @@ impl ReplySlot {
 /// It also holds the request's place in flight, freed before the caller is woken (so a
 /// waker may send a request at once).
 pub(crate) struct Fulfiller {
-    slot: Arc<ReplySlot>,
+    /// Taken when the reply is delivered.
+    slot: Option<Arc<ReplySlot>>,
     permit: Option<Permit>,
     /// When the request was submitted (see `liveness.rs`).
     sent: crate::liveness::Stamp,
@@ -147,7 +243,7 @@ pub(crate) struct Fulfiller {
 impl Fulfiller {
     pub(crate) fn new(slot: Arc<ReplySlot>, permit: Permit) -> Fulfiller {
         Fulfiller {
-            slot,
+            slot: Some(slot),
             permit: Some(permit),
             sent: crate::liveness::stamp(),
         }
@@ -161,15 +257,19 @@ impl Fulfiller {
         }
     }
 
+    #[inline]
     pub(crate) fn fulfill(mut self, result: Result<Reply>) {
         self.finish(result);
     }
 
     /// Frees the place, tells the caller, then sends the requests queued for room that
     /// the place made (see `in_flight.rs`: never on the C IO thread).
+    #[inline]
     fn finish(&mut self, result: Result<Reply>) {
         let in_flight = self.permit.take().and_then(Permit::release);
-        self.slot.fulfill(result);
+        if let Some(slot) = self.slot.take() {
+            ReplySlot::fulfill_last(slot, result);
+        }
         if let Some(in_flight) = in_flight {
             in_flight.run_ready();
         }
@@ -232,6 +332,7 @@ impl<T> ZkFuture<T> {
         }
     }
 
+    #[inline]
     fn finish(&mut self, result: Result<Reply>) -> Result<T> {
         match &mut self.state {
             FutureState::Failed(error) => Err(error.take().unwrap_or(Error::Closed)),
@@ -260,7 +361,7 @@ impl<T> ZkFuture<T> {
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, ..) => slot.wait_take(None).unwrap_or(Err(Error::Timeout)),
+            FutureState::Pending(slot, ..) => or_timeout(slot.wait_take(None)),
         };
         self.finish(result)
     }
@@ -274,11 +375,27 @@ impl<T> ZkFuture<T> {
         }
         let result = match &self.state {
             FutureState::Failed(_) => Err(Error::Closed),
-            FutureState::Pending(slot, ..) => {
-                slot.wait_take(deadline).unwrap_or(Err(Error::Timeout))
-            }
+            FutureState::Pending(slot, ..) => or_timeout(slot.wait_take(deadline)),
         };
         self.finish(result)
+    }
+}
+
+/// A wait's result, `Timeout` if it had none (a match: `unwrap_or` would build and drop
+/// an `Error` on every wait).
+fn or_timeout(result: Option<Result<Reply>>) -> Result<Reply> {
+    match result {
+        Some(result) => result,
+        None => Err(Error::Timeout),
+    }
+}
+
+impl<T> Drop for ZkFuture<T> {
+    fn drop(&mut self) {
+        let state = std::mem::replace(&mut self.state, FutureState::Failed(None));
+        if let FutureState::Pending(slot, ..) = state {
+            ReplySlot::give_back(slot);
+        }
     }
 }
 
@@ -312,4 +429,63 @@ pub(crate) fn deadline_after(timeout: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(timeout)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_future_polled_then_waited_on_still_wakes_its_task() {
+        let slot = ReplySlot::new();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        assert!(slot
+            .poll_take(&mut Context::from_waker(&waker))
+            .is_pending());
+        let waiting = Arc::clone(&slot);
+        let waiter = std::thread::spawn(move || {
+            waiting.wait_take(Some(Instant::now() + Duration::from_secs(20)))
+        });
+        // Fulfilled once the thread is registered (parked or about to park).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !matches!(&*slot.state.lock(), SlotState::Waiting(w) if w.thread.is_some()) {
+            assert!(
+                Instant::now() < deadline,
+                "the waiting thread never registered"
+            );
+            std::thread::yield_now();
+        }
+        slot.fulfill(Ok(Reply {
+            rc: 0,
+            payload: Payload::Empty,
+        }));
+        let got = waiter.join().unwrap();
+        assert!(matches!(got, Some(Ok(Reply { rc: 0, .. }))));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the task was not woken");
+    }
+
+    #[test]
+    fn a_timed_out_wait_leaves_the_task_registered() {
+        let slot = ReplySlot::new();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        assert!(slot
+            .poll_take(&mut Context::from_waker(&waker))
+            .is_pending());
+        assert!(slot.wait_take(Some(Instant::now())).is_none());
+        slot.fulfill(Err(Error::Closed));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(slot.try_take(), Some(Err(Error::Closed))));
+    }
 }

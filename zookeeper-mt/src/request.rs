@@ -133,7 +133,10 @@ impl ZooKeeper {
                     return Err(error);
                 }
             }
-            let mut prepared = self.watch_table().prepare(watch)?;
+            let mut prepared = match watch {
+                None => crate::watch_table::Prepared::none(),
+                watch => self.watch_table().prepare(watch)?,
+            };
             if let Some(armed) = armed {
                 *armed.lock() = prepared.watch.take();
             }
@@ -215,8 +218,10 @@ fn with_c_path<R>(path: Option<&str>, f: impl FnOnce(*const c_char) -> R) -> R {
         return f(owned.as_ptr().cast());
     }
     let mut buffer = [std::mem::MaybeUninit::<u8>::uninit(); INLINE_PATH + 1];
-    for (to, from) in buffer.iter_mut().zip(bytes) {
-        to.write(*from);
+    // SAFETY: `bytes.len() <= INLINE_PATH`, so the path and its NUL fit the buffer; the
+    // source is a `&[u8]` and cannot overlap a local array.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buffer.as_mut_ptr().cast(), bytes.len());
     }
     buffer[bytes.len()].write(0);
     f(buffer.as_ptr().cast())

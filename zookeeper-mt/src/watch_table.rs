@@ -151,6 +151,17 @@ pub(crate) struct Prepared {
     pub(crate) watch: Option<Watch>,
 }
 
+impl Prepared {
+    /// What a request that sets no watch and removes none hands C.
+    pub(crate) fn none() -> Prepared {
+        Prepared {
+            hook: None,
+            context: ptr::null_mut(),
+            watch: None,
+        }
+    }
+}
+
 /// A current registration, found by its path (one set per kind).
 struct Current(Arc<Registration>);
 
@@ -312,13 +323,7 @@ impl WatchTable {
     /// read lock held, so close cannot come in between).
     pub(crate) fn prepare(self: &Arc<Self>, request: Option<WatchRequest<'_>>) -> Result<Prepared> {
         let (kind, path) = match request {
-            None => {
-                return Ok(Prepared {
-                    hook: None,
-                    context: ptr::null_mut(),
-                    watch: None,
-                })
-            }
+            None => return Ok(Prepared::none()),
             Some(WatchRequest::Remove(path, which)) => {
                 return Ok(Prepared {
                     hook: Some(WatchHook::Remove {

@@ -12,11 +12,13 @@ pub(super) unsafe fn copy_str(ptr: *const c_char) -> Option<String> {
         return None;
     }
     // SAFETY: per the function contract.
-    Some(
-        unsafe { CStr::from_ptr(ptr) }
-            .to_string_lossy()
-            .into_owned(),
-    )
+    let bytes = unsafe { CStr::from_ptr(ptr) }.to_bytes();
+    // Valid UTF-8 (every path the server sends) is copied at once, with its exact
+    // length; anything else is replaced lossily.
+    Some(match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    })
 }
 
 /// # Safety
@@ -69,4 +71,24 @@ pub(crate) unsafe fn copy_acl(acl: *const sys::ACL_vector) -> Vec<Acl> {
             id: unsafe { copy_str(entry.id.id) }.unwrap_or_default().into(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_str;
+
+    #[test]
+    fn strings_are_copied_exactly_or_lossily() {
+        // SAFETY: NUL-terminated literals.
+        let (text, bad, none) = unsafe {
+            (
+                copy_str(c"/a/日本-0000000001".as_ptr()),
+                copy_str(c"/a\xff".as_ptr()),
+                copy_str(std::ptr::null()),
+            )
+        };
+        assert_eq!(text.as_deref(), Some("/a/日本-0000000001"));
+        assert_eq!(bad.as_deref(), Some("/a\u{fffd}"));
+        assert_eq!(none, None);
+    }
 }

@@ -95,6 +95,9 @@ impl Shard {
     fn release(&mut self, slot: usize) {
         self.used -= 1;
         self.free.push(slot as u32);
+        if self.slots.capacity() <= KEEP {
+            return; // the slots a shard always keeps: nothing to give back
+        }
         // Trailing free slots go; the table is halved (with room to grow again) when
         // under a quarter full, so a burst of requests does not keep its memory.
         while self.slots.last().is_some_and(|s| s.entry.is_none()) {
@@ -116,7 +119,11 @@ pub(super) fn insert(entry: Entry) -> Option<u64> {
 
 /// Takes entry `id` out.
 pub(super) fn remove(id: u64) -> Option<Entry> {
-    update(id, |entry| (None, entry))
+    let (number, slot, generation) = split(id);
+    let mut shard = SHARDS_[number].lock();
+    let entry = shard.get_mut(slot, generation)?.take()?;
+    shard.release(slot);
+    Some(entry)
 }
 
 /// Takes entry `id` out and lets `f` decide, under the shard's lock, what stays in its

@@ -33,6 +33,7 @@ use crate::watch::Watch;
 use std::os::raw::{c_char, c_int};
 
 /// Fails with the reply's error, or yields its payload.
+#[inline]
 pub(crate) fn payload(reply: Reply) -> Result<Payload> {
     Error::check(reply.rc)?;
     Ok(reply.payload)
@@ -45,7 +46,10 @@ pub(crate) fn unexpected<T>(payload: Payload) -> Result<T> {
 }
 
 pub(crate) fn stat_of(stat: Option<Stat>) -> Result<Stat> {
-    stat.ok_or(Error::SystemError)
+    match stat {
+        Some(stat) => Ok(stat),
+        None => Err(Error::SystemError),
+    }
 }
 
 pub(crate) fn version_of(version: Version) -> c_int {
@@ -62,7 +66,10 @@ pub(crate) fn data_ptr(data: &[u8]) -> (*const c_char, c_int) {
 }
 
 pub(crate) fn watch_of(watch: Option<Watch>) -> Result<Watch> {
-    watch.ok_or(Error::SystemError)
+    match watch {
+        Some(watch) => Ok(watch),
+        None => Err(Error::SystemError),
+    }
 }
 
 /// The server drops the connection on a request above `jute.maxbuffer` (default
