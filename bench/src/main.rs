@@ -18,6 +18,8 @@
 //! ```
 
 mod before_after;
+mod cache_client;
+mod cache_scale;
 mod compare;
 mod flags;
 mod launchers;

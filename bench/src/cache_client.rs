@@ -1,0 +1,125 @@
+//! `--scenario tree_cache`: our `TreeCache` on a big tree (the Rust row of the cache
+//! section; `cache_scale.rs` builds the tree and makes the burst). The process:
+//!
+//! 1. starts a `TreeCache` on `--prefix` (the tree's root) and times it to
+//!    `wait_initialized`; prints `RESULT metric=cache_load ops=<nodes cached>
+//!    secs=<load> notif=<Added events read> rss_kb=<VmRSS now> peak_kb=<VmHWM now>`;
+//! 2. prints `READY` and reads one line from stdin; on `GO` the timer starts (the
+//!    runner writes `GO`, then sets `--n` distinct leaves to `--value` from its own
+//!    session), and the process waits until its event reader has seen an `Updated`
+//!    carrying `--value` for `--n` distinct paths, or `--bound` seconds; prints
+//!    `RESULT metric=cache_burst ops=<paths seen> secs=<time> notif=<Updated events>
+//!    cached_ok=<cached nodes holding the value> complete=<1 if all seen>`.
+//!
+//! One thread reads the events from the cache's start, so the reader never falls
+//! behind enough for an `Added` and a later `Updated` to be merged.
+
+use crate::proto::{self, Measurement};
+use crate::rust_client::{connect, Params, Result, Row};
+use std::collections::{BTreeMap, HashSet};
+use std::io::BufRead;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
+
+#[derive(Default)]
+struct Tally {
+    added: u64,
+    updated: u64,
+    /// Paths whose `Updated` carried the burst's value.
+    matched: HashSet<String>,
+    /// When the last of the `want` paths was seen.
+    done_at: Option<Instant>,
+}
+
+pub fn tree_cache(p: &Params, round: u32) -> Result<Vec<Row>> {
+    let zk = connect(&p.hosts)?;
+    let value = p.value.as_bytes().to_vec();
+    let want = p.n;
+    let bound = Duration::from_secs(p.bound);
+    let tally = Arc::new((Mutex::new(Tally::default()), Condvar::new()));
+
+    let t = Instant::now();
+    let cache = TreeCache::new(&zk, &p.prefix)?;
+    let reader = {
+        let (cache, tally) = (cache.clone(), Arc::clone(&tally));
+        thread::spawn(move || {
+            // Ends when the cache is closed (its stream ends after the queued events).
+            for event in cache.events() {
+                let (lock, cv) = &*tally;
+                let mut t = lock.lock().expect("not poisoned");
+                match event {
+                    CacheEvent::Added(_) => t.added += 1,
+                    CacheEvent::Updated { new, .. } => {
+                        t.updated += 1;
+                        if new.data == value
+                            && t.matched.insert(new.path.clone())
+                            && t.matched.len() == want
+                        {
+                            t.done_at = Some(Instant::now());
+                            cv.notify_all();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    cache.wait_initialized(bound.max(Duration::from_secs(600)))?;
+    let load = t.elapsed().as_secs_f64();
+    let load_row = Measurement {
+        metric: "cache_load".into(),
+        round,
+        ops: cache.len() as u64,
+        secs: load,
+        notif: tally.0.lock().expect("not poisoned").added,
+        extra: BTreeMap::from([
+            ("rss_kb".to_string(), proto::rss_kb().to_string()),
+            ("peak_kb".to_string(), proto::peak_rss_kb().to_string()),
+            ("mode".to_string(), "watches".to_string()),
+        ]),
+    };
+    println!("{}", load_row.line());
+    println!("READY");
+
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let mut rows = Vec::new();
+    if line.trim() == "GO" {
+        let t0 = Instant::now();
+        let deadline = t0 + bound;
+        let (lock, cv) = &*tally;
+        let mut t = lock.lock().expect("not poisoned");
+        while t.done_at.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            t = cv.wait_timeout(t, left).expect("not poisoned").0;
+        }
+        let secs = t.done_at.unwrap_or_else(Instant::now) - t0;
+        let (seen, updated, complete) = (t.matched.len(), t.updated, t.done_at.is_some());
+        drop(t);
+        let cached_ok = cache
+            .snapshot()
+            .values()
+            .filter(|node| node.data == p.value.as_bytes())
+            .count();
+        let mut row: Row = (
+            "cache_burst".into(),
+            seen as u64,
+            secs.as_secs_f64(),
+            updated,
+            BTreeMap::new(),
+        );
+        row.4.insert("cached_ok".into(), cached_ok.to_string());
+        row.4
+            .insert("complete".into(), u8::from(complete).to_string());
+        rows.push(row);
+    }
+    cache.close();
+    let _ = reader.join();
+    zk.close()?;
+    Ok(rows)
+}
