@@ -62,6 +62,7 @@ public final class CuratorBench {
   private static int rounds = 1, n = 1000, workers = 1, batch = 100;
   private static String value = "burst";
   private static int bound = 120;
+  private static long expect = 0;
 
   private static final double WARM_UP_SECS = 1.5;
   private static final byte[] STOP = "STOP".getBytes(StandardCharsets.UTF_8);
@@ -82,6 +83,7 @@ public final class CuratorBench {
         case "prefix": prefix = v; break;
         case "value": value = v; break;
         case "bound": bound = Integer.parseInt(v); break;
+        case "expect": expect = Long.parseLong(v); break;
         case "window": break; // accepted for a uniform command line; no async scenario here
         default: die("unknown flag " + a);
       }
@@ -300,18 +302,31 @@ public final class CuratorBench {
   private static final class Tally {
     long added, updated;
     final HashSet<String> matched = new HashSet<>();
-    double doneAt = -1;
+    double doneAt = -1, fullAt = -1;
+
+    void added(byte[] want, String path, byte[] data) {
+      synchronized (this) {
+        if (++added == expect) {
+          fullAt = now();
+          notifyAll();
+        }
+      }
+      matched(want, path, data);
+    }
+
+    synchronized void matched(byte[] want, String path, byte[] data) {
+      if (java.util.Arrays.equals(data, want) && matched.add(path) && matched.size() == n) {
+        doneAt = now();
+        notifyAll();
+      }
+    }
   }
 
   private static void onUpdate(Tally tally, byte[] want, String path, byte[] data) {
     synchronized (tally) {
       tally.updated++;
-      if (java.util.Arrays.equals(data, want) && tally.matched.add(path)
-          && tally.matched.size() == n) {
-        tally.doneAt = now();
-        tally.notifyAll();
-      }
     }
+    tally.matched(want, path, data);
   }
 
   /** Nodes of a TreeCache holding `want` (all nodes when `want` is null), walked from `path`. */
@@ -337,11 +352,7 @@ public final class CuratorBench {
       // CuratorCache.build: one persistent recursive watch (ZooKeeper 3.6+ addWatch).
       cc = CuratorCache.build(c, prefix);
       cc.listenable().addListener(CuratorCacheListener.builder()
-          .forCreates(node -> {
-            synchronized (tally) {
-              tally.added++;
-            }
-          })
+          .forCreates(node -> tally.added(want, node.getPath(), node.getData()))
           .forChanges((old, node) -> onUpdate(tally, want, node.getPath(), node.getData()))
           .forInitialized(initialized::countDown)
           .build());
@@ -351,9 +362,7 @@ public final class CuratorBench {
       tc.getListenable().addListener((client, event) -> {
         switch (event.getType()) {
           case NODE_ADDED:
-            synchronized (tally) {
-              tally.added++;
-            }
+            tally.added(want, event.getData().getPath(), event.getData().getData());
             break;
           case NODE_UPDATED:
             onUpdate(tally, want, event.getData().getPath(), event.getData().getData());
@@ -369,6 +378,16 @@ public final class CuratorBench {
     }
     if (!initialized.await(Math.max(bound, 600), TimeUnit.SECONDS)) die("cache not initialized");
     double load = now() - t;
+    double full;
+    long added;
+    synchronized (tally) {
+      added = tally.added;
+      double until = now() + Math.max(bound, 600);
+      while (tally.added < expect && now() < until) {
+        tally.wait(Math.max(1, (long) ((until - now()) * 1000)));
+      }
+      full = tally.fullAt < 0 ? -1 : Math.max(load, tally.fullAt - t);
+    }
     long rss = statusKb("VmRSS:");
     long peak = peakRssKb();
     Runtime rt = Runtime.getRuntime();
@@ -376,15 +395,11 @@ public final class CuratorBench {
     System.gc();
     long heapKb = (rt.totalMemory() - rt.freeMemory()) / 1024;
     long nodes = curatorCache ? cc.size() : walk(tc, prefix, null);
-    long added;
-    synchronized (tally) {
-      added = tally.added;
-    }
     System.out.printf(
         "RESULT metric=cache_load round=0 ops=%d secs=%.6f notif=%d rss_kb=%d peak_kb=%d "
-            + "heap_kb=%d xmx_mb=%d mode=%s%n",
+            + "heap_kb=%d xmx_mb=%d mode=%s full_secs=%.6f%n",
         nodes, load, added, rss, peak, heapKb, rt.maxMemory() / (1024 * 1024),
-        curatorCache ? "persistent_recursive" : "watches");
+        curatorCache ? "persistent_recursive" : "watches", full);
     System.out.println("READY");
     System.out.flush();
     BufferedReader in = new BufferedReader(new InputStreamReader(System.in));

@@ -2,12 +2,14 @@
 //! section; `cache_scale.rs` builds the tree and makes the burst). The process:
 //!
 //! 1. starts a `TreeCache` on `--prefix` (the tree's root) and times it to
-//!    `wait_initialized`; prints `RESULT metric=cache_load ops=<nodes cached>
-//!    secs=<load> notif=<Added events read> rss_kb=<VmRSS now> peak_kb=<VmHWM now>`;
+//!    `wait_initialized`, then waits until it has read `--expect` `Added` events (the
+//!    whole tree); prints `RESULT metric=cache_load ops=<nodes cached> secs=<load>
+//!    notif=<Added events read> rss_kb=<VmRSS now> peak_kb=<VmHWM now> full_secs=<time
+//!    to the last Added>`;
 //! 2. prints `READY` and reads one line from stdin; on `GO` the timer starts (the
 //!    runner writes `GO`, then sets `--n` distinct leaves to `--value` from its own
-//!    session), and the process waits until its event reader has seen an `Updated`
-//!    carrying `--value` for `--n` distinct paths, or `--bound` seconds; prints
+//!    session), and the process waits until its event reader has seen an `Updated` (or
+//!    an `Added`) carrying `--value` for `--n` distinct paths, or `--bound` seconds; prints
 //!    `RESULT metric=cache_burst ops=<paths seen> secs=<time> notif=<Updated events>
 //!    cached_ok=<cached nodes holding the value> complete=<1 if all seen>`.
 //!
@@ -27,8 +29,10 @@ use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
 struct Tally {
     added: u64,
     updated: u64,
-    /// Paths whose `Updated` carried the burst's value.
+    /// Paths whose `Added` or `Updated` carried the burst's value.
     matched: HashSet<String>,
+    /// When `added` reached the expected node count.
+    full_at: Option<Instant>,
     /// When the last of the `want` paths was seen.
     done_at: Option<Instant>,
 }
@@ -37,6 +41,7 @@ pub fn tree_cache(p: &Params, round: u32) -> Result<Vec<Row>> {
     let zk = connect(&p.hosts)?;
     let value = p.value.as_bytes().to_vec();
     let want = p.n;
+    let expect = p.expect;
     let bound = Duration::from_secs(p.bound);
     let tally = Arc::new((Mutex::new(Tally::default()), Condvar::new()));
 
@@ -49,35 +54,57 @@ pub fn tree_cache(p: &Params, round: u32) -> Result<Vec<Row>> {
             for event in cache.events() {
                 let (lock, cv) = &*tally;
                 let mut t = lock.lock().expect("not poisoned");
-                match event {
-                    CacheEvent::Added(_) => t.added += 1,
-                    CacheEvent::Updated { new, .. } => {
-                        t.updated += 1;
-                        if new.data == value
-                            && t.matched.insert(new.path.clone())
-                            && t.matched.len() == want
-                        {
-                            t.done_at = Some(Instant::now());
+                let node = match event {
+                    CacheEvent::Added(node) => {
+                        t.added += 1;
+                        if t.added == expect {
+                            t.full_at = Some(Instant::now());
                             cv.notify_all();
                         }
+                        node
                     }
-                    _ => {}
+                    CacheEvent::Updated { new, .. } => {
+                        t.updated += 1;
+                        new
+                    }
+                    _ => continue,
+                };
+                if node.data == value
+                    && t.matched.insert(node.path.clone())
+                    && t.matched.len() == want
+                {
+                    t.done_at = Some(Instant::now());
+                    cv.notify_all();
                 }
             }
         })
     };
-    cache.wait_initialized(bound.max(Duration::from_secs(600)))?;
+    let load_bound = bound.max(Duration::from_secs(600));
+    cache.wait_initialized(load_bound)?;
     let load = t.elapsed().as_secs_f64();
+    let init_added = tally.0.lock().expect("not poisoned").added;
+    let full = {
+        let (lock, cv) = &*tally;
+        let t_lock = lock.lock().expect("not poisoned");
+        let (t_lock, _) = cv
+            .wait_timeout_while(t_lock, load_bound, |t| t.added < expect)
+            .expect("not poisoned");
+        t_lock.full_at.map(|at| (at - t).as_secs_f64().max(load))
+    };
     let load_row = Measurement {
         metric: "cache_load".into(),
         round,
         ops: cache.len() as u64,
         secs: load,
-        notif: tally.0.lock().expect("not poisoned").added,
+        notif: init_added,
         extra: BTreeMap::from([
             ("rss_kb".to_string(), proto::rss_kb().to_string()),
             ("peak_kb".to_string(), proto::peak_rss_kb().to_string()),
             ("mode".to_string(), "watches".to_string()),
+            (
+                "full_secs".to_string(),
+                full.map_or("-1".into(), |s| format!("{s:.6}")),
+            ),
         ]),
     };
     println!("{}", load_row.line());

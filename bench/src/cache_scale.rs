@@ -12,7 +12,7 @@
 use crate::launchers::Launchers;
 use crate::proto::{self, Report};
 use crate::report::{self, fmt_count, Meta};
-use crate::rust_client::{connect, pipelined, Result};
+use crate::rust_client::{connect, pipelined, Params, Result, Row as RustRow};
 use crate::runner::ClientKind;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -85,9 +85,13 @@ fn shape() -> String {
 
 /// The tree's paths, level by level (parents before children).
 fn tree_levels() -> Vec<Vec<String>> {
+    tree_levels_at(ROOT)
+}
+
+fn tree_levels_at(root: &str) -> Vec<Vec<String>> {
     let names = ["svc", "v", "i"];
     let mut levels: Vec<Vec<String>> = Vec::new();
-    let mut parents = vec![ROOT.to_string()];
+    let mut parents = vec![root.to_string()];
     for (depth, &fan) in FANOUT.iter().enumerate() {
         let level: Vec<String> = parents
             .iter()
@@ -115,7 +119,8 @@ fn payload(text: &str) -> Vec<u8> {
 /// Creates the tree with pipelined creates (1,000 in flight), level by level.
 fn build_tree(zk: &ZooKeeper, levels: &[Vec<String>]) -> Result<f64> {
     let t = Instant::now();
-    zookeeper_mt_recipes::nodes::ensure_path(zk, ROOT)?;
+    let root = levels[0][0].rsplit_once('/').map_or(ROOT, |(parent, _)| parent);
+    zookeeper_mt_recipes::nodes::ensure_path(zk, root)?;
     let data = payload("node");
     for level in levels {
         pipelined(level, 1000, |path| {
@@ -127,6 +132,41 @@ fn build_tree(zk: &ZooKeeper, levels: &[Vec<String>]) -> Result<f64> {
         })?;
     }
     Ok(t.elapsed().as_secs_f64())
+}
+
+/// `client --scenario tree_build --prefix ROOT`: the section's tree under `--prefix`
+/// (the default `/zkbench` stands for the section's own root), for runs by hand.
+pub fn tree_build(p: &Params) -> Result<Vec<RustRow>> {
+    let zk = connect(&p.hosts)?;
+    let levels = tree_levels_at(root_of(p));
+    let secs = build_tree(&zk, &levels)?;
+    zk.close()?;
+    let nodes = levels.iter().map(Vec::len).sum::<usize>() + 1;
+    Ok(vec![crate::rust_client::row("tree_build", nodes, secs, 0)])
+}
+
+/// `client --scenario tree_burst --prefix ROOT --value V`: the section's burst (pipelined
+/// setData of `BURST` leaves to V), for runs by hand.
+pub fn tree_burst(p: &Params) -> Result<Vec<RustRow>> {
+    let zk = connect(&p.hosts)?;
+    let changed = burst_paths(&tree_levels_at(root_of(p)));
+    let data = payload(&p.value);
+    let secs = pipelined(&changed, 1000, |path| zk.set_async(path, &data, None))?;
+    zk.close()?;
+    Ok(vec![crate::rust_client::row(
+        "tree_burst",
+        changed.len(),
+        secs,
+        0,
+    )])
+}
+
+fn root_of(p: &Params) -> &str {
+    if p.prefix == "/zkbench" {
+        ROOT
+    } else {
+        &p.prefix
+    }
 }
 
 /// One client process's outcome.
@@ -249,7 +289,7 @@ fn run_interactive(cmd: &mut Command, burst: impl FnOnce() -> Result<f64>) -> Ou
 }
 
 /// The command of one row's process.
-fn command(launchers: &Launchers, row: Row, hosts: &str, value: &str) -> Command {
+fn command(launchers: &Launchers, row: Row, hosts: &str, value: &str, nodes: usize) -> Command {
     let mut cmd = match row.client {
         ClientKind::Curator => {
             let mut cmd = Command::new("java");
@@ -269,6 +309,7 @@ fn command(launchers: &Launchers, row: Row, hosts: &str, value: &str) -> Command
     cmd.args(["--hosts", hosts, "--scenario", row.scenario, "--prefix", ROOT]);
     cmd.args(["--n", &BURST.to_string(), "--value", value]);
     cmd.args(["--bound", &BURST_BOUND_SECS.to_string()]);
+    cmd.args(["--expect", &nodes.to_string()]);
     cmd
 }
 
@@ -308,7 +349,7 @@ pub fn run(
             let data = payload(&value);
             let value = String::from_utf8(data.clone()).expect("ASCII");
             let t = Instant::now();
-            let mut cmd = command(launchers, row, &hosts, &value);
+            let mut cmd = command(launchers, row, &hosts, &value, nodes);
             let outcome = run_interactive(&mut cmd, || {
                 pipelined(&changed, 1000, |path| zk.set_async(path, &data, None))
             });
@@ -367,16 +408,28 @@ fn render(
             .filter_map(|o| metric(o, "cache_load"))
             .collect()
     };
-    let curator_load = rows
+    // The load: until the whole tree is in (a cache may signal initialized earlier).
+    let full_secs = |m: &proto::Measurement| field(m, "full_secs").filter(|&s| s >= 0.0);
+    let load_of = |m: &proto::Measurement| full_secs(m).unwrap_or(m.secs);
+    let curator = rows
         .iter()
-        .position(|r| r.client == ClientKind::Curator && r.scenario == "tree_cache")
-        .and_then(|i| median(loads(i).iter().map(|m| m.secs).collect()));
+        .position(|r| r.client == ClientKind::Curator && r.scenario == "tree_cache");
+    let curator_load = curator.and_then(|i| median(loads(i).iter().map(load_of).collect()));
+    let curator_rss = curator.and_then(|i| {
+        median(
+            loads(i)
+                .iter()
+                .filter_map(|m| field(m, "rss_kb"))
+                .collect(),
+        )
+    });
     let mut s = String::new();
     s.push_str("\n## Tree caches at scale (`--sections cache`)\n\n");
     s.push_str(
-        "| cache | load s | load vs Curator TreeCache | nodes cached | RSS after load MiB \
-         (peak) | JVM heap after GC MiB | burst s | events seen / 10,000 | cached = new value \
-         | load ≤ Curator | no event lost |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+        "| cache | initialized s (nodes then) | all nodes in s | load vs Curator TreeCache | \
+         RSS after load MiB (peak) | JVM heap after GC MiB | burst s | events seen / 10,000 | \
+         cached = new value | load ≤ Curator | RSS ≤ Curator | no event lost |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n",
     );
     let mut failures = Vec::new();
     for (i, row) in rows.iter().enumerate() {
@@ -385,75 +438,61 @@ fn render(
             .iter()
             .filter_map(|o| metric(o, "cache_burst"))
             .collect();
-        let load_s = median(load.iter().map(|m| m.secs).collect());
-        let mib = |key: &str| {
-            median(
-                load.iter()
-                    .filter_map(|m| field(m, key))
-                    .map(|kb| kb / 1024.0)
-                    .collect(),
-            )
-        };
-        let f1 = |x: Option<f64>| x.map_or("–".to_string(), |x| format!("{x:.1}"));
+        let init_s = median(load.iter().map(|m| m.secs).collect());
+        let all_s = median(load.iter().filter_map(full_secs).collect());
+        let load_s = median(load.iter().map(load_of).collect());
+        let kb = |key: &str| median(load.iter().filter_map(|m| field(m, key)).collect());
+        let f1 = |x: Option<f64>| x.map_or("–".to_string(), |x| format!("{:.1}", x / 1024.0));
         let f2 = |x: Option<f64>| x.map_or("–".to_string(), |x| format!("{x:.2}"));
         let ratio = match (load_s, curator_load) {
             (Some(a), Some(b)) if a > 0.0 => Some(b / a),
             _ => None,
         };
         let seen: Vec<u64> = bursts.iter().map(|m| m.ops).collect();
-        let min_seen = seen.iter().min().copied();
         let cached: Vec<u64> = bursts
             .iter()
             .filter_map(|m| field(m, "cached_ok"))
             .map(|x| x as u64)
             .collect();
-        let nodes = load.iter().map(|m| m.ops).min();
+        let at_init: Vec<u64> = load.iter().map(|m| m.notif).collect();
         let lost_ok = !bursts.is_empty()
             && bursts.len() == results[i].len()
             && seen.iter().all(|&n| n as usize == BURST);
-        let load_ok = match (load_s, curator_load) {
-            (Some(a), Some(b)) => {
-                if a <= b {
-                    "yes"
-                } else {
-                    "**no**"
-                }
-            }
+        let at_most = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if a <= b => "yes",
+            (Some(_), Some(_)) => "**no**",
             _ => "–",
         };
         let list = |v: &[u64]| {
+            if v.is_empty() {
+                return "–".to_string();
+            }
             v.iter()
                 .map(|&x| fmt_count(x))
                 .collect::<Vec<_>>()
                 .join(" / ")
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} ({}) | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} |\n",
             row.title,
-            f2(load_s),
+            f2(init_s),
+            list(&at_init),
+            f2(all_s),
             ratio.map_or("–".into(), |r| format!("{r:.2} ×")),
-            nodes.map_or("–".into(), fmt_count),
-            f1(mib("rss_kb")),
-            f1(mib("peak_kb")),
-            f1(mib("heap_kb")),
+            f1(kb("rss_kb")),
+            f1(kb("peak_kb")),
+            f1(kb("heap_kb")),
             f2(median(bursts.iter().map(|m| m.secs).collect())),
-            if seen.is_empty() {
-                "–".into()
-            } else {
-                list(&seen)
-            },
-            if cached.is_empty() {
-                "–".into()
-            } else {
-                list(&cached)
-            },
-            load_ok,
+            list(&seen),
+            list(&cached),
+            at_most(load_s, curator_load),
+            at_most(kb("rss_kb"), curator_rss),
             if lost_ok {
-                "yes".to_string()
-            } else if min_seen.is_some() {
-                "**no**".to_string()
+                "yes"
+            } else if seen.is_empty() {
+                "–"
             } else {
-                "–".to_string()
+                "**no**"
             }
         ));
         for (round, o) in results[i].iter().enumerate() {
@@ -475,19 +514,23 @@ fn render(
     s.push_str(&format!(
         "\nTree: {}, built once per run by the runner with pipelined creates (1,000 in \
          flight) in {built:.1} s. Each cell: median over {rounds} process(es) per cache (a \
-         list: every process). Load: from the cache's start to its initialized signal (ours: \
-         `wait_initialized`; Curator `TreeCache`: `TreeCacheEvent` INITIALIZED; \
-         `CuratorCache`: its `forInitialized` listener; kazoo: `TreeEvent.INITIALIZED`). \
+         list: every process). Initialized: from the cache's start to its initialized signal \
+         (ours: `wait_initialized`; Curator `TreeCache`: `TreeCacheEvent` INITIALIZED; \
+         `CuratorCache`: its `forInitialized` listener; kazoo: `TreeEvent.INITIALIZED`), with \
+         the added events its listener had seen then; all nodes: until the listener had seen \
+         an added event for every node of the tree (the load; the ratio is Curator \
+         `TreeCache`'s load / this one's). Every process is a fresh one: the JVM's load \
+         includes its JIT warm-up, as an application's first load does. \
          `CuratorCache` was built with `CuratorCache.build` (Curator 5.4 on a 3.8 server): \
          one persistent recursive watch on the root (`addWatch`), no per-node watches; the \
          `TreeCache`s arm a data and a child watch per node. RSS after load: `VmRSS` right \
-         after the load (peak: `VmHWM` then); the JVM runs with `{CURATOR_XMX}`, its heap \
+         after the load (all nodes in; peak: `VmHWM` then); the JVM runs with `{CURATOR_XMX}`, its heap \
          column is `Runtime` used after `System.gc()`. Burst: the process prints READY, the \
          runner writes GO to its stdin and then sets {} distinct leaves (every {}th) to a value \
          of that process's own, pipelined (1,000 in flight) from the runner's session \
          (median {:.2} s until all replies were in); burst s is from reading GO until the \
-         cache's listener has seen an update event carrying the value for every one of \
-         them (bound {BURST_BOUND_SECS} s: a process that sees fewer reports what it saw); \
+         cache's listener has seen an update (or added) event carrying the value for every \
+         one of them (bound {BURST_BOUND_SECS} s: a process that sees fewer reports what it saw); \
          cached = new value counts the nodes whose cached data equals the value afterwards. \
          Targets: load at least as fast as Curator's `TreeCache`, memory at most Curator's, \
          no event lost.\n\n{}\n",
