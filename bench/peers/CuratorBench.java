@@ -63,6 +63,8 @@ public final class CuratorBench {
   private static String value = "burst";
   private static int bound = 120;
   private static long expect = 0;
+  /** How long a cache may take after its initialized signal to hold the whole tree. */
+  private static final double FULL_BOUND_SECS = 30;
 
   private static final double WARM_UP_SECS = 1.5;
   private static final byte[] STOP = "STOP".getBytes(StandardCharsets.UTF_8);
@@ -342,11 +344,22 @@ public final class CuratorBench {
 
   private static void cache(boolean curatorCache) throws Exception {
     CuratorFramework c = connect();
+    // Connection changes during the run (a lost connection explains a partial cache).
+    List<String> states = java.util.Collections.synchronizedList(new ArrayList<>());
+    c.getConnectionStateListenable().addListener((client, state) -> {
+      states.add(state.toString());
+      System.err.println("CuratorBench: connection " + state + " at " + now());
+    });
+    c.getUnhandledErrorListenable().addListener((message, e) ->
+        System.err.println("CuratorBench: unhandled error: " + message + ": " + e));
     byte[] want = value.getBytes(StandardCharsets.UTF_8);
     Tally tally = new Tally();
     CountDownLatch initialized = new CountDownLatch(1);
     CuratorCache cc = null;
     TreeCache tc = null;
+    Runtime rt = Runtime.getRuntime();
+    System.gc();
+    long heapBaseKb = (rt.totalMemory() - rt.freeMemory()) / 1024;
     double t = now();
     if (curatorCache) {
       // CuratorCache.build: one persistent recursive watch (ZooKeeper 3.6+ addWatch).
@@ -378,28 +391,40 @@ public final class CuratorBench {
     }
     if (!initialized.await(Math.max(bound, 600), TimeUnit.SECONDS)) die("cache not initialized");
     double load = now() - t;
-    double full;
     long added;
     synchronized (tally) {
       added = tally.added;
-      double until = now() + Math.max(bound, 600);
-      while (tally.added < expect && now() < until) {
-        tally.wait(Math.max(1, (long) ((until - now()) * 1000)));
+    }
+    // Until the whole tree is in: its listener saw every node added (TreeCache), or the
+    // cache holds every node (CuratorCache, polled: its listener may see fewer creates).
+    double full = -1;
+    double until = now() + FULL_BOUND_SECS;
+    while (now() < until) {
+      long have;
+      synchronized (tally) {
+        have = tally.added;
+        if (have >= expect) {
+          full = Math.max(load, tally.fullAt - t);
+          break;
+        }
       }
-      full = tally.fullAt < 0 ? -1 : Math.max(load, tally.fullAt - t);
+      if (cc != null && cc.size() >= expect) {
+        full = now() - t;
+        break;
+      }
+      Thread.sleep(10);
     }
     long rss = statusKb("VmRSS:");
     long peak = peakRssKb();
-    Runtime rt = Runtime.getRuntime();
     System.gc();
     System.gc();
     long heapKb = (rt.totalMemory() - rt.freeMemory()) / 1024;
     long nodes = curatorCache ? cc.size() : walk(tc, prefix, null);
     System.out.printf(
         "RESULT metric=cache_load round=0 ops=%d secs=%.6f notif=%d rss_kb=%d peak_kb=%d "
-            + "heap_kb=%d xmx_mb=%d mode=%s full_secs=%.6f%n",
-        nodes, load, added, rss, peak, heapKb, rt.maxMemory() / (1024 * 1024),
-        curatorCache ? "persistent_recursive" : "watches", full);
+            + "heap_kb=%d heap_base_kb=%d xmx_mb=%d mode=%s full_secs=%.6f conn_changes=%d%n",
+        nodes, load, added, rss, peak, heapKb, heapBaseKb, rt.maxMemory() / (1024 * 1024),
+        curatorCache ? "persistent_recursive" : "watches", full, states.size());
     System.out.println("READY");
     System.out.flush();
     BufferedReader in = new BufferedReader(new InputStreamReader(System.in));

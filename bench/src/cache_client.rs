@@ -25,6 +25,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 use zookeeper_mt_recipes::caches::{CacheEvent, TreeCache};
 
+/// How long the cache may take after its initialized signal to hold the whole tree.
+const FULL_BOUND: Duration = Duration::from_secs(30);
+
 #[derive(Default)]
 struct Tally {
     added: u64,
@@ -45,6 +48,7 @@ pub fn tree_cache(p: &Params, round: u32) -> Result<Vec<Row>> {
     let bound = Duration::from_secs(p.bound);
     let tally = Arc::new((Mutex::new(Tally::default()), Condvar::new()));
 
+    let heap_base = heap_in_use_kb();
     let t = Instant::now();
     let cache = TreeCache::new(&zk, &p.prefix)?;
     let reader = {
@@ -87,7 +91,7 @@ pub fn tree_cache(p: &Params, round: u32) -> Result<Vec<Row>> {
         let (lock, cv) = &*tally;
         let t_lock = lock.lock().expect("not poisoned");
         let (t_lock, _) = cv
-            .wait_timeout_while(t_lock, load_bound, |t| t.added < expect)
+            .wait_timeout_while(t_lock, FULL_BOUND, |t| t.added < expect)
             .expect("not poisoned");
         t_lock.full_at.map(|at| (at - t).as_secs_f64().max(load))
     };
@@ -100,6 +104,8 @@ pub fn tree_cache(p: &Params, round: u32) -> Result<Vec<Row>> {
         extra: BTreeMap::from([
             ("rss_kb".to_string(), proto::rss_kb().to_string()),
             ("peak_kb".to_string(), proto::peak_rss_kb().to_string()),
+            ("heap_kb".to_string(), heap_in_use_kb().to_string()),
+            ("heap_base_kb".to_string(), heap_base.to_string()),
             ("mode".to_string(), "watches".to_string()),
             (
                 "full_secs".to_string(),
@@ -149,4 +155,12 @@ pub fn tree_cache(p: &Params, round: u32) -> Result<Vec<Row>> {
     let _ = reader.join();
     zk.close()?;
     Ok(rows)
+}
+
+/// KiB in use on the heap (glibc's `mallinfo2`: every arena plus mmapped blocks), our
+/// crates' and the C client's allocations alike.
+fn heap_in_use_kb() -> u64 {
+    // SAFETY: mallinfo2 has no preconditions; it only reads the allocator's counters.
+    let info = unsafe { libc::mallinfo2() };
+    ((info.uordblks + info.hblkhd) / 1024) as u64
 }

@@ -12,8 +12,8 @@
 use crate::launchers::Launchers;
 use crate::proto::{self, Report};
 use crate::report::{self, fmt_count, Meta};
-use crate::rust_client::{connect, pipelined, Params, Result, Row as RustRow};
 use crate::runner::ClientKind;
+use crate::rust_client::{connect, pipelined, Params, Result, Row as RustRow};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -119,7 +119,9 @@ fn payload(text: &str) -> Vec<u8> {
 /// Creates the tree with pipelined creates (1,000 in flight), level by level.
 fn build_tree(zk: &ZooKeeper, levels: &[Vec<String>]) -> Result<f64> {
     let t = Instant::now();
-    let root = levels[0][0].rsplit_once('/').map_or(ROOT, |(parent, _)| parent);
+    let root = levels[0][0]
+        .rsplit_once('/')
+        .map_or(ROOT, |(parent, _)| parent);
     zookeeper_mt_recipes::nodes::ensure_path(zk, root)?;
     let data = payload("node");
     for level in levels {
@@ -198,7 +200,10 @@ fn run_interactive(cmd: &mut Command, burst: impl FnOnce() -> Result<f64>) -> Ou
     let mut stdin = child.stdin.take().expect("piped");
     let (tx, lines) = mpsc::channel::<String>();
     let out_reader = thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(std::io::Result::ok) {
+        for line in BufReader::new(stdout)
+            .lines()
+            .map_while(std::io::Result::ok)
+        {
             if tx.send(line).is_err() {
                 break;
             }
@@ -230,9 +235,10 @@ fn run_interactive(cmd: &mut Command, burst: impl FnOnce() -> Result<f64>) -> Ou
     };
     if ready {
         let sent = stdin.write_all(b"GO\n").and_then(|()| stdin.flush());
-        match sent.map_err(|e| e.to_string()).and_then(|()| {
-            burst().map_err(|e| format!("burst failed: {e}"))
-        }) {
+        match sent
+            .map_err(|e| e.to_string())
+            .and_then(|()| burst().map_err(|e| format!("burst failed: {e}")))
+        {
             Ok(secs) => out.burst_submit = Some(secs),
             Err(e) => failure = Some(e),
         }
@@ -306,7 +312,14 @@ fn command(launchers: &Launchers, row: Row, hosts: &str, value: &str, nodes: usi
         }
         other => launchers.command(other),
     };
-    cmd.args(["--hosts", hosts, "--scenario", row.scenario, "--prefix", ROOT]);
+    cmd.args([
+        "--hosts",
+        hosts,
+        "--scenario",
+        row.scenario,
+        "--prefix",
+        ROOT,
+    ]);
     cmd.args(["--n", &BURST.to_string(), "--value", value]);
     cmd.args(["--bound", &BURST_BOUND_SECS.to_string()]);
     cmd.args(["--expect", &nodes.to_string()]);
@@ -415,19 +428,13 @@ fn render(
         .iter()
         .position(|r| r.client == ClientKind::Curator && r.scenario == "tree_cache");
     let curator_load = curator.and_then(|i| median(loads(i).iter().map(load_of).collect()));
-    let curator_rss = curator.and_then(|i| {
-        median(
-            loads(i)
-                .iter()
-                .filter_map(|m| field(m, "rss_kb"))
-                .collect(),
-        )
-    });
+    let curator_rss =
+        curator.and_then(|i| median(loads(i).iter().filter_map(|m| field(m, "rss_kb")).collect()));
     let mut s = String::new();
     s.push_str("\n## Tree caches at scale (`--sections cache`)\n\n");
     s.push_str(
         "| cache | initialized s (nodes then) | all nodes in s | load vs Curator TreeCache | \
-         RSS after load MiB (peak) | JVM heap after GC MiB | burst s | events seen / 10,000 | \
+         RSS after load MiB (peak) | heap in use after load MiB (B per node) | burst s | events seen / 10,000 | \
          cached = new value | load ≤ Curator | RSS ≤ Curator | no event lost |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n",
     );
@@ -454,6 +461,16 @@ fn render(
             .filter_map(|m| field(m, "cached_ok"))
             .map(|x| x as u64)
             .collect();
+        let per_node = match (
+            kb("heap_kb"),
+            kb("heap_base_kb"),
+            median(load.iter().map(|m| m.ops as f64).collect()),
+        ) {
+            (Some(h), Some(b), Some(n)) if n > 0.0 => {
+                format!(" ({})", fmt_count(((h - b) * 1024.0 / n).max(0.0) as u64))
+            }
+            _ => String::new(),
+        };
         let at_init: Vec<u64> = load.iter().map(|m| m.notif).collect();
         let lost_ok = !bursts.is_empty()
             && bursts.len() == results[i].len()
@@ -473,7 +490,7 @@ fn render(
                 .join(" / ")
         };
         s.push_str(&format!(
-            "| {} | {} ({}) | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} ({}) | {} | {} | {} ({}) | {}{} | {} | {} | {} | {} | {} | {} |\n",
             row.title,
             f2(init_s),
             list(&at_init),
@@ -482,6 +499,7 @@ fn render(
             f1(kb("rss_kb")),
             f1(kb("peak_kb")),
             f1(kb("heap_kb")),
+            per_node,
             f2(median(bursts.iter().map(|m| m.secs).collect())),
             list(&seen),
             list(&cached),
@@ -524,8 +542,11 @@ fn render(
          `CuratorCache` was built with `CuratorCache.build` (Curator 5.4 on a 3.8 server): \
          one persistent recursive watch on the root (`addWatch`), no per-node watches; the \
          `TreeCache`s arm a data and a child watch per node. RSS after load: `VmRSS` right \
-         after the load (all nodes in; peak: `VmHWM` then); the JVM runs with `{CURATOR_XMX}`, its heap \
-         column is `Runtime` used after `System.gc()`. Burst: the process prints READY, the \
+         after the load (all nodes in; peak: `VmHWM` then); the JVM runs with `{CURATOR_XMX}`. Heap in \
+         use: the JVM's `Runtime` total − free after `System.gc()`; ours: glibc's `mallinfo2` \
+         (in-use bytes of every arena plus mmapped blocks: our crates' and the C client's \
+         allocations); per node: (after the load − before the cache started) / nodes cached; \
+         kazoo: not measured (RSS only). Burst: the process prints READY, the \
          runner writes GO to its stdin and then sets {} distinct leaves (every {}th) to a value \
          of that process's own, pipelined (1,000 in flight) from the runner's session \
          (median {:.2} s until all replies were in); burst s is from reading GO until the \
