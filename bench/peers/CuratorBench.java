@@ -6,6 +6,8 @@
  *
  *   java -cp <build>:<curator jars> CuratorBench --hosts H --scenario queue|lock|idgen
  *        [--rounds R] [--n N] [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
+ *   java -Xmx1g -cp ... CuratorBench --hosts H --scenario tree_cache|curator_cache
+ *        --prefix ROOT [--n CHANGES] [--value V] [--bound SECS]
  *
  *   RESULT metric=<name> round=<r> ops=<n> secs=<elapsed> notif=0 notif_unknown=1
  *   RSS peak_kb=<VmHWM>
@@ -15,16 +17,26 @@
  * DistributedAtomicLong (optimistic versioned set; add(batch) for the batched counter).
  * Curator does not expose how many watch events its recipes received: notif_unknown=1.
  *
+ * The cache scenarios (bench/src/cache_scale.rs runs them): TreeCache or CuratorCache on
+ * ROOT, timed to its initialized signal; then READY on stdout, and on GO from stdin the
+ * time until the cache's listener has seen an update carrying V for N distinct paths (the
+ * runner makes those changes), or SECS. No warm-up there: the load is one process's first.
+ *
  * The JVM starts interpreted: before the measured rounds, untimed rounds at a quarter of n
  * run in the same process for at least 1.5 s, so the figures are Curator's steady state
  * rather than the JIT's warm-up.
  */
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -33,6 +45,10 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.atomic.AtomicValue;
 import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
+import org.apache.curator.framework.recipes.cache.ChildData;
+import org.apache.curator.framework.recipes.cache.CuratorCache;
+import org.apache.curator.framework.recipes.cache.CuratorCacheListener;
+import org.apache.curator.framework.recipes.cache.TreeCache;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.queue.SimpleDistributedQueue;
 import org.apache.curator.retry.RetryNTimes;
@@ -44,6 +60,11 @@ public final class CuratorBench {
   private static String mode = "naive";
   private static String prefix = "/zkbench";
   private static int rounds = 1, n = 1000, workers = 1, batch = 100;
+  private static String value = "burst";
+  private static int bound = 120;
+  private static long expect = 0;
+  /** How long a cache may take after its initialized signal to hold the whole tree. */
+  private static final double FULL_BOUND_SECS = 30;
 
   private static final double WARM_UP_SECS = 1.5;
   private static final byte[] STOP = "STOP".getBytes(StandardCharsets.UTF_8);
@@ -62,12 +83,21 @@ public final class CuratorBench {
         case "batch": batch = Integer.parseInt(v); break;
         case "mode": mode = v; break;
         case "prefix": prefix = v; break;
+        case "value": value = v; break;
+        case "bound": bound = Integer.parseInt(v); break;
+        case "expect": expect = Long.parseLong(v); break;
         case "window": break; // accepted for a uniform command line; no async scenario here
         default: die("unknown flag " + a);
       }
     }
     if (hosts == null || scenario == null) die("--hosts and --scenario are required");
     if (n < 1 || workers < 1 || batch < 1 || rounds < 1) die("counts must be positive");
+    if (scenario.equals("tree_cache") || scenario.equals("curator_cache")) {
+      cache(scenario.equals("curator_cache"));
+      System.out.println("RSS peak_kb=" + peakRssKb());
+      System.out.flush();
+      System.exit(0);
+    }
     long pid = ProcessHandle.current().pid();
     int full = n;
     // untimed warm-up rounds (JIT) for at least WARM_UP_SECS, then the measured rounds
@@ -95,9 +125,13 @@ public final class CuratorBench {
   }
 
   private static long peakRssKb() {
+    return statusKb("VmHWM:");
+  }
+
+  private static long statusKb(String field) {
     try {
       for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
-        if (line.startsWith("VmHWM:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+        if (line.startsWith(field)) return Long.parseLong(line.replaceAll("[^0-9]", ""));
       }
     } catch (Exception e) {
       // fall through
@@ -262,5 +296,165 @@ public final class CuratorBench {
     for (CuratorFramework c : handles) c.close();
     deleteTree(setup, base);
     setup.close();
+  }
+
+  // ------------------------------------------------------------------ caches at scale
+
+  /** What the cache's listener has seen (guarded by itself). */
+  private static final class Tally {
+    long added, updated;
+    final HashSet<String> matched = new HashSet<>();
+    double doneAt = -1, fullAt = -1;
+
+    void added(byte[] want, String path, byte[] data) {
+      synchronized (this) {
+        if (++added == expect) {
+          fullAt = now();
+          notifyAll();
+        }
+      }
+      matched(want, path, data);
+    }
+
+    synchronized void matched(byte[] want, String path, byte[] data) {
+      if (java.util.Arrays.equals(data, want) && matched.add(path) && matched.size() == n) {
+        doneAt = now();
+        notifyAll();
+      }
+    }
+  }
+
+  private static void onUpdate(Tally tally, byte[] want, String path, byte[] data) {
+    synchronized (tally) {
+      tally.updated++;
+    }
+    tally.matched(want, path, data);
+  }
+
+  /** Nodes of a TreeCache holding `want` (all nodes when `want` is null), walked from `path`. */
+  private static long walk(TreeCache tc, String path, byte[] want) {
+    ChildData d = tc.getCurrentData(path);
+    long count = d != null && (want == null || java.util.Arrays.equals(d.getData(), want)) ? 1 : 0;
+    Map<String, ChildData> children = tc.getCurrentChildren(path);
+    if (children != null) {
+      for (String name : children.keySet()) count += walk(tc, path + "/" + name, want);
+    }
+    return count;
+  }
+
+  private static void cache(boolean curatorCache) throws Exception {
+    CuratorFramework c = connect();
+    // Connection changes during the run (a lost connection explains a partial cache).
+    List<String> states = java.util.Collections.synchronizedList(new ArrayList<>());
+    c.getConnectionStateListenable().addListener((client, state) -> {
+      states.add(state.toString());
+      System.err.println("CuratorBench: connection " + state + " at " + now());
+    });
+    c.getUnhandledErrorListenable().addListener((message, e) ->
+        System.err.println("CuratorBench: unhandled error: " + message + ": " + e));
+    byte[] want = value.getBytes(StandardCharsets.UTF_8);
+    Tally tally = new Tally();
+    CountDownLatch initialized = new CountDownLatch(1);
+    CuratorCache cc = null;
+    TreeCache tc = null;
+    Runtime rt = Runtime.getRuntime();
+    System.gc();
+    long heapBaseKb = (rt.totalMemory() - rt.freeMemory()) / 1024;
+    double t = now();
+    if (curatorCache) {
+      // CuratorCache.build: one persistent recursive watch (ZooKeeper 3.6+ addWatch).
+      cc = CuratorCache.build(c, prefix);
+      cc.listenable().addListener(CuratorCacheListener.builder()
+          .forCreates(node -> tally.added(want, node.getPath(), node.getData()))
+          .forChanges((old, node) -> onUpdate(tally, want, node.getPath(), node.getData()))
+          .forInitialized(initialized::countDown)
+          .build());
+      cc.start();
+    } else {
+      tc = TreeCache.newBuilder(c, prefix).build();
+      tc.getListenable().addListener((client, event) -> {
+        switch (event.getType()) {
+          case NODE_ADDED:
+            tally.added(want, event.getData().getPath(), event.getData().getData());
+            break;
+          case NODE_UPDATED:
+            onUpdate(tally, want, event.getData().getPath(), event.getData().getData());
+            break;
+          case INITIALIZED:
+            initialized.countDown();
+            break;
+          default:
+            break;
+        }
+      });
+      tc.start();
+    }
+    if (!initialized.await(Math.max(bound, 600), TimeUnit.SECONDS)) die("cache not initialized");
+    double load = now() - t;
+    long added;
+    synchronized (tally) {
+      added = tally.added;
+    }
+    // Until the whole tree is in: its listener saw every node added (TreeCache), or the
+    // cache holds every node (CuratorCache, polled: its listener may see fewer creates).
+    double full = -1;
+    double until = now() + FULL_BOUND_SECS;
+    while (now() < until) {
+      long have;
+      synchronized (tally) {
+        have = tally.added;
+        if (have >= expect) {
+          full = Math.max(load, tally.fullAt - t);
+          break;
+        }
+      }
+      if (cc != null && cc.size() >= expect) {
+        full = now() - t;
+        break;
+      }
+      Thread.sleep(10);
+    }
+    long rss = statusKb("VmRSS:");
+    long peak = peakRssKb();
+    System.gc();
+    System.gc();
+    long heapKb = (rt.totalMemory() - rt.freeMemory()) / 1024;
+    long nodes = curatorCache ? cc.size() : walk(tc, prefix, null);
+    System.out.printf(
+        "RESULT metric=cache_load round=0 ops=%d secs=%.6f notif=%d rss_kb=%d peak_kb=%d "
+            + "heap_kb=%d heap_base_kb=%d xmx_mb=%d mode=%s full_secs=%.6f conn_changes=%d%n",
+        nodes, load, added, rss, peak, heapKb, heapBaseKb, rt.maxMemory() / (1024 * 1024),
+        curatorCache ? "persistent_recursive" : "watches", full, states.size());
+    System.out.println("READY");
+    System.out.flush();
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+    String line = in.readLine();
+    if (line != null && line.trim().equals("GO")) {
+      double t0 = now();
+      double deadline = t0 + bound;
+      int seen;
+      long updated;
+      double secs;
+      boolean complete;
+      synchronized (tally) {
+        while (tally.doneAt < 0 && now() < deadline) {
+          tally.wait(Math.max(1, (long) ((deadline - now()) * 1000)));
+        }
+        complete = tally.doneAt >= 0;
+        secs = (complete ? tally.doneAt : now()) - t0;
+        seen = tally.matched.size();
+        updated = tally.updated;
+      }
+      long cachedOk = curatorCache
+          ? cc.stream().filter(d -> java.util.Arrays.equals(d.getData(), want)).count()
+          : walk(tc, prefix, want);
+      System.out.printf(
+          "RESULT metric=cache_burst round=0 ops=%d secs=%.6f notif=%d cached_ok=%d complete=%d%n",
+          seen, secs, updated, cachedOk, complete ? 1 : 0);
+      System.out.flush();
+    }
+    if (cc != null) cc.close();
+    if (tc != null) tc.close();
+    c.close();
   }
 }

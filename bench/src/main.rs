@@ -4,7 +4,7 @@
 //! tables with ratios. See `bench/README.md`.
 //!
 //! ```text
-//! zookeeper-bench [run] [--quick] [--sections side,paired,scaling] [--rounds R]
+//! zookeeper-bench [run] [--quick] [--sections side,paired,scaling,cache] [--rounds R]
 //!                 [--configs fsync-on,fsync-off,ensemble] [--perf-config fsync-off]
 //!                 [--clients rust,c,zkpython,kazoo,curator] [--only sync,async,...]
 //!                 [--pairs 7] [--ops get,...] [--tables watches,...] [--out FILE]
@@ -18,6 +18,8 @@
 //! ```
 
 mod before_after;
+mod cache_client;
+mod cache_scale;
 mod compare;
 mod flags;
 mod launchers;
@@ -89,11 +91,12 @@ fn usage_error(msg: &str) -> ExitCode {
 
 const USAGE: &str = "\
 usage:
-  zookeeper-bench [run] [--quick] [--sections side,paired,scaling] [--rounds R]
+  zookeeper-bench [run] [--quick] [--sections side,paired,scaling,cache] [--rounds R]
                   [--timeout SECS] [--out FILE]
                   paired:  [--pairs 7] [--ops get,exists,set,create_delete,aget,acreate,get_hop]
                   scaling: [--tables watches,inflight,queue,lock,sessions]
                   both on one server: [--perf-config fsync-off|fsync-on]
+                  cache:   [--cache-rounds 1]   (only with --sections ...,cache)
                   side:    [--configs fsync-on,fsync-off,ensemble] [--no-zkpython-build]
                            [--clients rust,c,zkpython,kazoo,curator]
                            [--only sync,async,watch,queue,lock,idgen]
@@ -101,7 +104,9 @@ usage:
       CPU-per-op ratios), scaling tables (cost against watches, requests in flight,
       queue length, lock waiters; memory per session), and every scenario through every
       client (ops/s median with min-max, ratios, peak RSS, watch notifications per op).
-      --quick: CI size (one config, small counts).
+      --quick: CI size (one config, small counts). --sections cache (not a default):
+      tree caches at scale (ours, Curator TreeCache and CuratorCache, kazoo) on a tree
+      of 101,101 nodes: load time, memory, a burst of 10,000 changes.
   zookeeper-bench memcheck [--n 1000000] [--batch 1000] [--sample 100000] [--hosts H]
                   [--max-growth-mb 16]
       RSS of our client across N watch registrations + firings (fails if it grows).
@@ -132,7 +137,8 @@ usage:
   zookeeper-bench client --hosts H --scenario S [--rounds R] [--n N] [--window W]
                   [--workers K] [--batch B] [--mode naive|batched] [--prefix P]
                   [--op get|exists|set|create_delete|aget|acreate|get_hop] [--reps R]
-                  [--watches K] [--takes T]
+                  [--watches K] [--takes T] [--value V] [--bound SECS] [--expect NODES]
       S: sync async watch queue lock latch idgen op watchscale sessions queuescale queueput
+         tree_cache tree_build tree_burst
       One Rust client process (the runner starts these).
 ";

@@ -240,7 +240,9 @@ impl Servers {
 }
 
 /// The report's sections, by `--sections` name.
-const SECTIONS: [&str; 3] = ["side", "paired", "scaling"];
+const SECTIONS: [&str; 4] = ["side", "paired", "scaling", "cache"];
+/// The sections run without `--sections` (`cache` takes ~10 minutes of its own).
+const DEFAULT_SECTIONS: &str = "side,paired,scaling";
 
 pub fn main(flags: &Flags) -> Result<()> {
     let known = [
@@ -257,6 +259,7 @@ pub fn main(flags: &Flags) -> Result<()> {
         "ops",
         "tables",
         "perf-config",
+        "cache-rounds",
     ];
     if let Some(bad) = flags.unknown(&known).first() {
         return Err(format!("unknown flag --{bad}").into());
@@ -266,7 +269,7 @@ pub fn main(flags: &Flags) -> Result<()> {
     let timeout = Duration::from_secs(flags.num("timeout", if quick { 60 } else { 300 })?);
     let sections = list(
         flags.get("sections"),
-        &SECTIONS.join(","),
+        DEFAULT_SECTIONS,
         |s| SECTIONS.contains(&s).then(|| s.to_string()),
         "section",
     )?;
@@ -323,10 +326,12 @@ pub fn main(flags: &Flags) -> Result<()> {
         wants("side")
             && !flags.switch("no-zkpython-build")
             && wanted.contains(&ClientKind::Zkpython),
-        wants("side") && wanted.contains(&ClientKind::Curator),
+        (wants("side") || wants("cache")) && wanted.contains(&ClientKind::Curator),
     );
     for (client, why) in &launchers.unavailable {
-        if wanted.contains(client) && (wants("side") || *client == ClientKind::C) {
+        let used = wants("side")
+            || (wants("cache") && matches!(client, ClientKind::Kazoo | ClientKind::Curator));
+        if wanted.contains(client) && (used || *client == ClientKind::C) {
             eprintln!("zookeeper-bench: {} unavailable: {why}", client.title());
         }
     }
@@ -396,6 +401,16 @@ pub fn main(flags: &Flags) -> Result<()> {
             });
         }
         body.push_str(&report::render_side(&meta, &clients, &runs));
+    }
+    if wants("cache") {
+        eprintln!("== tree caches at scale ==");
+        let cache_rounds: u32 = flags.num("cache-rounds", 1)?;
+        body.push_str(&crate::cache_scale::run(
+            &launchers,
+            &clients,
+            &mut meta,
+            cache_rounds.max(1),
+        )?);
     }
     meta.finish(started.elapsed());
     let text = format!("{}{body}", report::render_header(&meta));

@@ -38,6 +38,12 @@ pub struct Params {
     pub takes: usize,
     /// Repetitions of the timed phase of `op` (profiling by difference).
     pub reps: usize,
+    /// The value the burst of `tree_cache` sets (what the cache must come to show).
+    pub value: String,
+    /// Seconds `tree_cache` waits for the burst's events before reporting what it saw.
+    pub bound: u64,
+    /// Nodes `tree_cache` waits to hold before the burst (the whole tree).
+    pub expect: u64,
 }
 
 impl Params {
@@ -45,7 +51,7 @@ impl Params {
     pub fn from_flags(f: &Flags) -> Result<Params, String> {
         let known = [
             "hosts", "scenario", "rounds", "n", "window", "workers", "batch", "mode", "prefix",
-            "op", "watches", "takes", "reps",
+            "op", "watches", "takes", "reps", "value", "bound", "expect",
         ];
         if let Some(bad) = f.unknown(&known).first() {
             return Err(format!("unknown flag --{bad}"));
@@ -67,6 +73,9 @@ impl Params {
             watches: f.num("watches", 0)?,
             takes: f.num("takes", 100)?,
             reps: f.num("reps", 1)?,
+            value: f.get("value").unwrap_or("burst").to_string(),
+            bound: f.num("bound", 120)?,
+            expect: f.num("expect", 0)?,
         };
         if p.n == 0
             || p.window == 0
@@ -105,6 +114,9 @@ pub fn run(p: &Params) -> Result<()> {
             "sessions" => crate::scale_client::sessions(p)?,
             "queuescale" => crate::recipes_bench::queue_scale(p, &base)?,
             "queueput" => crate::recipes_bench::queue_put_cost(p, &base)?,
+            "tree_cache" => crate::cache_client::tree_cache(p, round)?,
+            "tree_build" => crate::cache_scale::tree_build(p)?,
+            "tree_burst" => crate::cache_scale::tree_burst(p)?,
             other => return Err(format!("unknown scenario {other}").into()),
         };
         for (metric, ops, secs, notif, extra) in results {
