@@ -87,7 +87,7 @@ enum Kind {
 /// Reads between checks for a stop request during a long load.
 const STOP_CHECK_EVERY: usize = 256;
 /// Nodes whose reads are in flight at once.
-const BATCH: usize = 128;
+const BATCH: usize = 1_000;
 
 /// A read in flight.
 enum Read {

@@ -61,8 +61,21 @@ impl Worker {
                 }
             }
             done += reads.len();
+            // The server answers one session's requests in order: once the last reply
+            // is in, so are the others (but a rare one refused in the binding), and the
+            // driver wakes once per batch instead of once per reply. Applied in order.
+            let last = match reads.pop() {
+                Some((path, read)) => Some((path, read.reply().await)),
+                None => None,
+            };
             for (path, read) in reads {
                 if let Err(error) = self.finish(&path, read).await {
+                    let error = self.read_failed(&path, error);
+                    failure = failure.or(error);
+                }
+            }
+            if let Some((path, (kind, result))) = last {
+                if let Err(error) = self.apply(&path, kind, result).await {
                     let error = self.read_failed(&path, error);
                     failure = failure.or(error);
                 }
@@ -169,30 +182,17 @@ impl Worker {
     /// Takes a read's reply and applies it. On an error other than "no node" the
     /// node is marked dirty again.
     pub(super) async fn finish(&mut self, path: &str, read: Read) -> zookeeper_mt::Result<()> {
-        let (kind, result) = match read {
-            Read::ChildrenWatch(reply) => (
-                Kind::Children,
-                reply
-                    .await
-                    .map(|(names, watch)| Reply::Children(names, Some(watch))),
-            ),
-            Read::Children(reply) => (
-                Kind::Children,
-                reply.await.map(|names| Reply::Children(names, None)),
-            ),
-            Read::DataWatch(reply) => (
-                Kind::Data,
-                reply
-                    .await
-                    .map(|(data, stat, watch)| Reply::Data(data, stat, Some(watch))),
-            ),
-            Read::Data(reply) => (
-                Kind::Data,
-                reply
-                    .await
-                    .map(|(data, stat)| Reply::Data(data, stat, None)),
-            ),
-        };
+        let (kind, result) = read.reply().await;
+        self.apply(path, kind, result).await
+    }
+
+    /// Applies a read's reply (see [`finish`](Self::finish)).
+    async fn apply(
+        &mut self,
+        path: &str,
+        kind: Kind,
+        result: zookeeper_mt::Result<Reply>,
+    ) -> zookeeper_mt::Result<()> {
         match result {
             Ok(Reply::Children(names, watch)) => {
                 if let Some(watch) = watch {
@@ -410,4 +410,34 @@ pub(in crate::caches) fn child_path(parent: &str, name: &str) -> String {
 pub(super) fn parent_and_name(path: &str) -> Option<(&str, &str)> {
     let (parent, name) = path.rsplit_once('/')?;
     Some((if parent.is_empty() { "/" } else { parent }, name))
+}
+
+impl Read {
+    /// Waits for the read's reply.
+    async fn reply(self) -> (Kind, zookeeper_mt::Result<Reply>) {
+        match self {
+            Read::ChildrenWatch(reply) => (
+                Kind::Children,
+                reply
+                    .await
+                    .map(|(names, watch)| Reply::Children(names, Some(watch))),
+            ),
+            Read::Children(reply) => (
+                Kind::Children,
+                reply.await.map(|names| Reply::Children(names, None)),
+            ),
+            Read::DataWatch(reply) => (
+                Kind::Data,
+                reply
+                    .await
+                    .map(|(data, stat, watch)| Reply::Data(data, stat, Some(watch))),
+            ),
+            Read::Data(reply) => (
+                Kind::Data,
+                reply
+                    .await
+                    .map(|(data, stat)| Reply::Data(data, stat, None)),
+            ),
+        }
+    }
 }
