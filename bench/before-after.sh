@@ -6,16 +6,16 @@
 #
 # The old commit's tree is exported (git archive: no worktree registered) into a temporary
 # directory and built there in release mode with its own target directory; that directory
-# is removed at the end, also on failure or Ctrl-C. The old tree gets this tree's
-# scenario files (SCENARIO_FILES), so both binaries run the same scenario code and only
-# the libraries differ; a file missing there, or code the old libraries cannot compile,
-# fails the build with cargo's message. So the old commit needs the current crate names
+# is removed at the end, also on failure or Ctrl-C. The old tree gets this tree's whole
+# bench crate (BENCH_DIR: the scenario code and the modules it uses), so both binaries
+# run the same scenario code and only the libraries differ; code the old libraries
+# cannot compile fails the build with cargo's message. So the old commit needs the current crate names
 # (`zookeeper_mt`, `zookeeper_mt_recipes`) and recipe module paths: the crates were
 # renamed and the recipes regrouped after the one-core rebuild, whose before/after
 # figures in bench/README.md were measured before that, with the names of the time.
 set -euo pipefail
 
-SCENARIO_FILES=(bench/src/rust_client.rs bench/src/recipes_bench.rs bench/src/usage.rs)
+BENCH_DIR=bench
 
 old=${1:?usage: bench/before-after.sh <old-commit> [zookeeper-bench before-after flags]}
 shift
@@ -51,12 +51,12 @@ trap 'on_signal 143' TERM
 echo "== exporting $old_rev to $tmp/src" >&2
 mkdir "$tmp/src"
 git -C "$repo" archive "$old_rev" | tar -x -C "$tmp/src"
-for f in "${SCENARIO_FILES[@]}"; do
-    if ! git -C "$repo" diff --quiet "$old_rev" -- "$f"; then
-        echo "   $f: this tree's version (differs from $old_rev's)" >&2
-    fi
-    cp "$repo/$f" "$tmp/src/$f"
-done
+if ! git -C "$repo" diff --quiet "$old_rev" -- "$BENCH_DIR"; then
+    echo "   $BENCH_DIR/: this tree's version (differs from $old_rev's)" >&2
+fi
+rm -rf "${tmp:?}/src/$BENCH_DIR"
+cp -r "$repo/$BENCH_DIR" "$tmp/src/$BENCH_DIR"
+rm -rf "$tmp/src/$BENCH_DIR/zkpython/build"
 
 echo "== building before ($old_rev) in $tmp/target" >&2
 step "$tmp/src" env CARGO_TARGET_DIR="$tmp/target" cargo build --release -p zookeeper-bench
