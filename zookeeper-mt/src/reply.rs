@@ -445,14 +445,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_future_polled_then_waited_on_still_wakes_its_task() {
+    /// A fresh slot a task has polled once, and the count of that task's wake-ups.
+    fn polled_slot() -> (Arc<ReplySlot>, Arc<Count>) {
         let slot = ReplySlot::new();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&count));
         assert!(slot
             .poll_take(&mut Context::from_waker(&waker))
             .is_pending());
+        (slot, count)
+    }
+
+    #[test]
+    fn a_future_polled_then_waited_on_still_wakes_its_task() {
+        let (slot, count) = polled_slot();
         let waiting = Arc::clone(&slot);
         let waiter = std::thread::spawn(move || {
             waiting.wait_take(Some(Instant::now() + Duration::from_secs(20)))
@@ -477,12 +483,7 @@ mod tests {
 
     #[test]
     fn a_timed_out_wait_leaves_the_task_registered() {
-        let slot = ReplySlot::new();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(Arc::clone(&count));
-        assert!(slot
-            .poll_take(&mut Context::from_waker(&waker))
-            .is_pending());
+        let (slot, count) = polled_slot();
         assert!(slot.wait_take(Some(Instant::now())).is_none());
         slot.fulfill(Err(Error::Closed));
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
