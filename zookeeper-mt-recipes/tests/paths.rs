@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{connect, unique_path};
+use common::{connect, connect_to, opcode, unique_path, FaultProxy};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,5 +172,29 @@ fn delete_recursive_keeps_its_deadline_against_adders() {
             assert!(zk.exists(&base).unwrap().is_none());
         }
         Err(other) => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn delete_recursive_rides_out_a_cut_after_a_delete_or_a_listing() {
+    // The connection dropped right after a request was forwarded (its reply lost, the
+    // requests behind it lost too): the call settles what it sent and goes on.
+    for (what, op) in [
+        ("delete", opcode::DELETE),
+        ("listing", opcode::GET_CHILDREN2),
+    ] {
+        let proxy = FaultProxy::start(&zk_harness::shared_test_connect_string());
+        let zk = connect_to(&proxy.addr);
+        let base = unique_path("cut");
+        for a in 0..3 {
+            for b in 0..5 {
+                ensure_path(&zk, &format!("{base}/a{a}/b{b}")).unwrap();
+            }
+        }
+        proxy.cut_after(op);
+        delete_recursive(&zk, &base, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("cut after a {what}: {e}"));
+        assert!(proxy.has_cut(), "no {what} was cut");
+        assert!(zk.exists(&base).unwrap().is_none(), "cut after a {what}");
     }
 }
